@@ -1,0 +1,41 @@
+"""bayesify: turn ordinary PyTorch networks into approximate Bayesian ones and measure how good
+their uncertainty is.
+
+    method = bayesify.MCBN(net)
+    method.fit((X, y), val=(Xv, yv), epochs=100, batch_size=32)
+    pred = method.predict(x, samples=50)      # Predictive, samples [T, N] or [T, N, C]
+    pred.mean, pred.variance, pred.log_prob(y), pred.crps(y)
+"""
+
+from bayesify.methods import (
+    MCBN,
+    METHODS,
+    Deterministic,
+    MCBNConfig,
+    Method,
+    MethodConfig,
+    get_method,
+    load,
+    register_method,
+)
+from bayesify.nn import sampling, set_stochastic
+from bayesify.predictive import CRPSForm, Predictive, Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CRPSForm",
+    "Deterministic",
+    "MCBN",
+    "MCBNConfig",
+    "METHODS",
+    "Method",
+    "MethodConfig",
+    "Predictive",
+    "Task",
+    "get_method",
+    "load",
+    "register_method",
+    "sampling",
+    "set_stochastic",
+]

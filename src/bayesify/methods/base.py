@@ -1,0 +1,310 @@
+"""The face every posterior approximation shares: ``fit``, ``predict``, ``save``/``load``.
+
+A method wraps a network, owns its training objective, and predicts with T Monte Carlo samples in
+one vectorised pass over ``T*N`` rows (chunked over N to bound memory). It returns a
+:class:`~bayesify.predictive.Predictive`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bayesify.io import write_bundle
+from bayesify.metrics import fit_constant_std
+from bayesify.nn import fold_samples, repeat_samples, sampling
+from bayesify.predictive import Predictive, Task
+from bayesify.train import Data, History, as_dataset, as_loader, make_optimizer, train_loop
+from bayesify.tuning import NoiseObjective, fit_noise_variance
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_ROWS = 8192
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """Options every method has. Subclasses add their own fields."""
+
+    task: Task = Task.REGRESSION
+    noise_objective: NoiseObjective = NoiseObjective.CRPS  # what τ is fitted for (regression)
+    noise_samples: int = 50  # MC samples used when fitting τ on validation data
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "task", Task(self.task))
+        object.__setattr__(self, "noise_objective", NoiseObjective(self.noise_objective))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> MethodConfig:
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise ValueError(
+                f"unknown {cls.__name__} option(s) {sorted(unknown)}; valid: {sorted(names)}"
+            )
+        return cls(**d)
+
+
+def _seeded_generator(
+    generator: torch.Generator | None, seed: int | None
+) -> torch.Generator | None:
+    if seed is not None:
+        if generator is not None:
+            raise ValueError("give either generator or seed, not both")
+        return torch.Generator().manual_seed(seed)
+    return generator
+
+
+class Method:
+    """Base class: a network plus the randomness used to sample its predictive distribution."""
+
+    name: ClassVar[str] = "method"
+    Config: ClassVar[type[MethodConfig]] = MethodConfig
+
+    def __init__(self, net: nn.Module, config: MethodConfig | None = None, **options: Any):
+        if not isinstance(net, nn.Module):
+            raise TypeError(
+                f"{type(self).__name__} wraps a torch.nn.Module, got {type(net).__name__}"
+            )
+        if config is None:
+            config = self.Config.from_dict(options)
+        elif options:
+            config = replace(config, **options)
+        if not isinstance(config, self.Config):
+            raise TypeError(f"{type(self).__name__} takes a {self.Config.__name__}")
+        self.config = config
+        self.net = net
+        self.noise_variance: float = 1.0  # τ⁻¹ for regression, in training target units
+        self.constant_variance: float | None = None  # the constant-uncertainty baseline's
+        self.input_shape: tuple[int, ...] | None = None
+        self.metadata: dict[str, Any] = {}  # free JSON (e.g. data standardisation), saved
+        self.history: History | None = None
+        self._prepare(net)
+
+    # ------------------------------------------------------------------ hooks for methods
+    def _prepare(self, net: nn.Module) -> None:
+        """Model surgery at construction (swap layers, add noise)."""
+
+    def objective(self, x: Tensor, y: Tensor, progress: float, n_data: int) -> Tensor:
+        """Training loss on one mini-batch; default is the negative log-likelihood."""
+        return self.nll(self.net(x), y)
+
+    def nll(self, out: Tensor, y: Tensor) -> Tensor:
+        """Mean data term: squared error (regression) or cross-entropy (classification)."""
+        if self.config.task is Task.CLASSIFICATION:
+            return F.cross_entropy(out, y.long())
+        return F.mse_loss(out.reshape(y.shape), y)
+
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+        """Optimiser parameter groups; methods override to give variational parameters their own."""
+        return [
+            {
+                "params": [p for p in self.net.parameters() if p.requires_grad],
+                "weight_decay": weight_decay,
+            }
+        ]
+
+    def after_step(self) -> None:
+        """Runs after every optimiser step (projections, clamps)."""
+
+    def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
+        """Runs once after training on the training data (e.g. fill a statistics bank)."""
+
+    @contextmanager
+    def sampling(self, samples: int, generator: torch.Generator | None) -> Iterator[None]:
+        """Turn the network's randomness on for ``samples`` groups; methods may draw first."""
+        with sampling(self.net, samples, generator):
+            yield
+
+    # ------------------------------------------------------------------ training
+    def fit(
+        self,
+        train: Data,
+        val: Data | None = None,
+        *,
+        epochs: int = 100,
+        batch_size: int = 32,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        optimizer: str = "adam",
+        patience: int | None = None,
+        seed: int = 0,
+        device: str | torch.device | None = None,
+        progress: bool = True,
+    ) -> Method:
+        """Train on ``train`` (``(X, y)`` tensors, a Dataset or a DataLoader); returns ``self``.
+
+        With ``val``, the epoch with the best validation loss is kept (early stopping after
+        ``patience`` stale epochs) and, for regression, τ is fitted on it afterwards.
+        """
+        if device is not None:
+            self.net.to(device)
+        dev = self.device
+        loader = as_loader(train, batch_size, shuffle=True, seed=seed)
+        n_data = len(loader.dataset)
+        self._remember_input_shape(loader.dataset)
+        opt = make_optimizer(self.param_groups(lr, weight_decay), optimizer, lr)
+        validate = None
+        if val is not None:
+            xv, yv = self._tensors(val)
+            xv, yv = xv.to(dev), yv.to(dev)
+            validate = lambda: float(self.nll(self.net(xv), yv))  # noqa: E731
+        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
+            torch.manual_seed(seed)
+            self.history = train_loop(
+                self.net,
+                lambda x, y, p: self.objective(x, y, p, n_data),
+                loader,
+                opt,
+                epochs=epochs,
+                validate=validate,
+                patience=patience,
+                after_step=self.after_step,
+                device=dev,
+                progress=progress,
+                desc=f"{self.name} train",
+            )
+            self._after_fit(train, batch_size, seed)
+        if val is not None and self.config.task is Task.REGRESSION:
+            self.fit_noise(val, seed=seed)
+        return self
+
+    def fit_noise(self, val: Data, *, seed: int = 0) -> float:
+        """Fit τ⁻¹ on validation data for ``config.noise_objective``; returns it (regression)."""
+        if self.config.task is not Task.REGRESSION:
+            raise ValueError("the noise variance τ⁻¹ is a regression parameter")
+        xv, yv = self._tensors(val)
+        pred = self.predict(xv, samples=self.config.noise_samples, seed=seed)
+        self.noise_variance = fit_noise_variance(pred.samples, yv, self.config.noise_objective)
+        std = fit_constant_std(pred.mean, yv, self.config.noise_objective.value)
+        self.constant_variance = float(std) ** 2
+        return self.noise_variance
+
+    def constant_baseline(self, pred: Predictive) -> Predictive:
+        """The constant-uncertainty baseline (CUBN / CUDO) for a regression predictive: same mean,
+        the constant variance fitted on validation data by :meth:`fit_noise`."""
+        if self.constant_variance is None:
+            raise RuntimeError("fit with validation data (or call fit_noise) before the baseline")
+        return pred.constant_uncertainty(self.constant_variance)
+
+    # ------------------------------------------------------------------ prediction
+    @property
+    def device(self) -> torch.device:
+        for t in self.net.parameters():
+            return t.device
+        return torch.device("cpu")
+
+    def sample(
+        self,
+        x: Tensor,
+        samples: int = 50,
+        *,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+        max_rows: int | None = DEFAULT_MAX_ROWS,
+    ) -> Tensor:
+        """Raw network outputs for T samples in one pass: ``[T, N, ...]``."""
+        if not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples must be a positive integer, got {samples!r}")
+        x = self._check_inputs(x)
+        generator = _seeded_generator(generator, seed)
+        per_chunk = len(x) if not max_rows else max(1, max_rows // samples)
+        self.net.eval()
+        outs = []
+        with torch.no_grad(), self.sampling(samples, generator):
+            for chunk in x.split(per_chunk):
+                out = self.net(repeat_samples(chunk, samples))  # [T*n, ...]
+                outs.append(fold_samples(out, samples))  # [T, n, ...]
+        return torch.cat(outs, dim=1)
+
+    def predict(
+        self,
+        x: Tensor,
+        samples: int = 50,
+        *,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+        max_rows: int | None = DEFAULT_MAX_ROWS,
+    ) -> Predictive:
+        """The predictive distribution at ``x [N, ...]`` from T samples, in one vectorised pass."""
+        out = self.sample(x, samples, generator=generator, seed=seed, max_rows=max_rows)
+        return self.to_predictive(out)
+
+    def to_predictive(self, out: Tensor) -> Predictive:
+        """Raw outputs ``[T, N, ...]`` -> Predictive (softmax for classification)."""
+        if self.config.task is Task.CLASSIFICATION:
+            return Predictive.from_logits(out)
+        if out.dim() == 3 and out.shape[-1] != 1:
+            raise ValueError(
+                f"a regression net must output [N] or [N, 1], got [N, {out.shape[-1]}]"
+            )
+        return Predictive.regression(out.reshape(out.shape[0], out.shape[1]), self.noise_variance)
+
+    # ------------------------------------------------------------------ input checks
+    def _tensors(self, data: Data) -> tuple[Tensor, Tensor]:
+        ds = as_dataset(data)
+        if isinstance(data, tuple | list):
+            return ds.tensors[0].to(self.device), ds.tensors[1].to(self.device)
+        xs, ys = zip(*[ds[i] for i in range(len(ds))], strict=True)
+        return torch.stack(xs).to(self.device), torch.stack([torch.as_tensor(y) for y in ys]).to(
+            self.device
+        )
+
+    def _remember_input_shape(self, ds: Any) -> None:
+        self.input_shape = tuple(ds[0][0].shape)
+
+    def _check_inputs(self, x: Tensor) -> Tensor:
+        x = torch.as_tensor(x, device=self.device)
+        if not x.is_floating_point():
+            x = x.float()
+        if self.input_shape is not None and tuple(x.shape[1:]) != self.input_shape:
+            raise ValueError(
+                f"inputs must have shape [N, {', '.join(map(str, self.input_shape))}], "
+                f"got {list(x.shape)}"
+            )
+        if x.dim() == 0 or len(x) == 0:
+            raise ValueError("inputs must be a non-empty batch [N, ...]")
+        if not torch.isfinite(x).all():
+            raise ValueError(f"inputs contain {int((~torch.isfinite(x)).sum())} non-finite values")
+        return x
+
+    # ------------------------------------------------------------------ bundles
+    def extra_state(self) -> dict[str, Any]:
+        """JSON-able state beyond the network's weights, saved in bundles."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` saved."""
+
+    def save(self, path: str | Path) -> Path:
+        """Write a bundle folder: ``weights.safetensors`` + ``config.json`` (never pickle).
+
+        The network is rebuilt on load from its factory spec (our model factories record it);
+        a user's own network is passed again to :func:`bayesify.load` as ``net=``.
+        """
+        spec = getattr(self.net, "bayesify_spec", None)
+        config = {
+            "method": self.name,
+            "config": self.config.to_dict(),
+            "model": spec,
+            "noise_variance": self.noise_variance,
+            "constant_variance": self.constant_variance,
+            "input_shape": list(self.input_shape) if self.input_shape is not None else None,
+            "metadata": self.metadata,
+            "extra": self.extra_state(),
+        }
+        return write_bundle(path, self.net.state_dict(), config)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.config})"

@@ -1,0 +1,166 @@
+"""Monte Carlo Batch Normalisation (Teye, Azizpour & Smith 2018).
+
+Train as an ordinary batch-norm network. Afterwards, record a bank of the batch-norm statistics
+of ``bank_size`` random training mini-batches of size b (the training batch size). Sample t of a
+prediction normalises every batch-norm layer with bank row ``rows[t]``: the same mini-batch for
+every layer, as in Teye et al.'s Algorithm 1, but for all T samples in one forward pass.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from bayesify.methods.base import Method, MethodConfig
+from bayesify.nn import MCBatchNorm, convert_batchnorm, sampling
+from bayesify.train import Data, as_loader
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MCBNConfig(MethodConfig):
+    """``bank_size``: mini-batches recorded (T_bank); ``bank_batch_size``: their size b
+    (defaults to the training batch size, as the posterior was trained with it)."""
+
+    bank_size: int = 256
+    bank_batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.bank_size < 1:
+            raise ValueError(f"bank_size must be >= 1, got {self.bank_size}")
+        if self.bank_batch_size is not None and self.bank_batch_size < 2:
+            raise ValueError(f"bank_batch_size must be >= 2, got {self.bank_batch_size}")
+
+
+class MCBN(Method):
+    """MC batch norm: wraps any network with ``BatchNorm1d/2d/3d`` layers."""
+
+    name = "mcbn"
+    Config = MCBNConfig
+    config: MCBNConfig
+
+    def _prepare(self, net: nn.Module) -> None:
+        self.layers: list[MCBatchNorm] = convert_batchnorm(net)
+        self.bank_batch_size: int | None = self.config.bank_batch_size
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        net: nn.Module,
+        train: Data,
+        *,
+        batch_size: int = 32,
+        val: Data | None = None,
+        seed: int = 0,
+        progress: bool = False,
+        **options: Any,
+    ) -> MCBN:
+        """Wrap an already-trained batch-norm network: fill the bank from ``train`` with
+        mini-batches of ``batch_size`` (use the size it was trained with) and, for regression
+        with ``val``, fit τ."""
+        method = cls(net, **options)
+        loader = as_loader(train, batch_size, shuffle=True, seed=seed)
+        method._remember_input_shape(loader.dataset)
+        method.fill_bank(train, batch_size=batch_size, seed=seed, progress=progress)
+        if val is not None and method.config.task.value == "regression":
+            method.fit_noise(val, seed=seed)
+        return method
+
+    def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
+        self.fill_bank(train, batch_size=self.config.bank_batch_size or batch_size, seed=seed)
+
+    @property
+    def bank_size(self) -> int:
+        return self.layers[0].bank_size
+
+    def fill_bank(
+        self,
+        train: Data,
+        *,
+        batch_size: int,
+        bank_size: int | None = None,
+        seed: int = 0,
+        progress: bool = False,
+    ) -> None:
+        """Record every batch-norm layer's (biased) batch mean and variance for ``bank_size``
+        random training mini-batches of ``batch_size``; weights and running stats are unchanged.
+        """
+        bank_size = bank_size or self.config.bank_size
+        if batch_size < 2:
+            raise ValueError(f"MCBN mini-batches need at least 2 rows, got batch_size={batch_size}")
+        loader = as_loader(train, batch_size, shuffle=True, seed=seed, drop_last=True)
+        if len(loader) == 0:
+            raise ValueError(
+                f"{len(loader.dataset)} training rows are fewer than one batch of {batch_size}"
+            )
+        dev = self.device
+        self.net.eval()  # dropout and other layers stay deterministic while recording
+        done = 0
+        with torch.no_grad(), ExitStack() as stack:
+            for layer in self.layers:
+                stack.enter_context(layer.recording())
+            bar = tqdm(total=bank_size, desc="MCBN bank", disable=not progress, leave=False)
+            while done < bank_size:
+                for xb, _ in loader:
+                    self.net(xb.to(dev))
+                    done += 1
+                    bar.update()
+                    if done == bank_size:
+                        break
+            bar.close()
+        self.bank_batch_size = batch_size
+        log.info("MCBN bank: %d mini-batches of %d", bank_size, batch_size)
+
+    def draw_rows(self, samples: int, generator: torch.Generator | None) -> Tensor:
+        """Bank rows for T samples: distinct rows while T <= bank size, then with replacement."""
+        n = self.bank_size
+        if n == 0:
+            raise RuntimeError("the MCBN statistics bank is empty: call fit() or fill_bank()")
+        if samples <= n:
+            return torch.randperm(n, generator=generator)[:samples]
+        return torch.randint(n, (samples,), generator=generator)
+
+    @contextmanager
+    def sampling(self, samples: int, generator: torch.Generator | None) -> Iterator[None]:
+        rows = self.draw_rows(samples, generator)
+        for layer in self.layers:
+            layer.rows = rows
+        try:
+            with sampling(self.net, samples, generator):
+                yield
+        finally:
+            for layer in self.layers:
+                layer.rows = None
+
+    def reference_samples(
+        self, x: Tensor, samples: int, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """The plain loop of T passes with the same bank rows as :meth:`sample`: ``[T, N, ...]``."""
+        x = self._check_inputs(x)
+        rows = self.draw_rows(samples, generator)
+        self.net.eval()
+        outs = []
+        with torch.no_grad():
+            for t in range(samples):
+                for layer in self.layers:
+                    layer.rows = rows[t : t + 1]
+                with sampling(self.net, 1):
+                    outs.append(self.net(x))
+        for layer in self.layers:
+            layer.rows = None
+        return torch.stack(outs)
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"bank_batch_size": self.bank_batch_size}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.bank_batch_size = state.get("bank_batch_size")

@@ -1,0 +1,67 @@
+"""Methods by name, and loading bundles back into methods."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from bayesify.io import BundleError, read_bundle, resize_like
+from bayesify.methods.base import Method
+from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.mcbn import MCBN
+from bayesify.models import build_model
+
+METHODS: dict[str, type[Method]] = {
+    "deterministic": Deterministic,
+    "mcbn": MCBN,
+}
+
+
+def register_method(cls: type[Method]) -> type[Method]:
+    """Add a method class under its ``name``."""
+    METHODS[cls.name] = cls
+    return cls
+
+
+def get_method(name: str) -> type[Method]:
+    """The method class called ``name``; the error lists valid names."""
+    key = name.strip().lower().replace("_", "-")
+    if key not in METHODS:
+        raise ValueError(f"unknown method {name!r}; valid: {', '.join(sorted(METHODS))}")
+    return METHODS[key]
+
+
+def load(path: str | Path, net: nn.Module | None = None, device: str | None = None) -> Method:
+    """Load a bundle saved by ``method.save(path)``.
+
+    Networks built by bayesify's model factories are rebuilt from the bundle; for your own
+    network pass a freshly constructed instance of the same architecture as ``net``.
+    """
+    tensors, cfg = read_bundle(path)
+    cls = get_method(cfg["method"])
+    if net is None:
+        if not cfg.get("model"):
+            raise BundleError(
+                f"bundle {path} holds a custom network: pass a new instance of it as net=..."
+            )
+        net = build_model(cfg["model"])
+    config = cls.Config.from_dict(cfg["config"])
+    method = cls(net, config)
+    resize_like(method.net, tensors)
+    missing, unexpected = method.net.load_state_dict(tensors, strict=False)
+    if missing or unexpected:
+        raise BundleError(
+            f"bundle {path} does not fit the network: missing {missing[:5]}, "
+            f"unexpected {unexpected[:5]}"
+        )
+    method.noise_variance = float(cfg["noise_variance"])
+    method.constant_variance = cfg.get("constant_variance")
+    method.input_shape = tuple(cfg["input_shape"]) if cfg.get("input_shape") else None
+    method.metadata = cfg.get("metadata", {})
+    method.load_extra_state(cfg.get("extra", {}))
+    if device is not None:
+        method.net.to(torch.device(device))
+    method.net.eval()
+    return method

@@ -1,0 +1,67 @@
+"""Fully connected networks with optional batch norm and dropout."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import StrEnum
+
+from torch import nn
+
+from bayesify.models.registry import register_model
+
+
+class Norm(StrEnum):
+    """Normalisation after each hidden linear layer."""
+
+    BATCH = "batch"
+    NONE = "none"
+
+
+def _norm(norm: Norm | str | None) -> Norm:
+    try:
+        return Norm(norm or "none")
+    except ValueError:
+        valid = ", ".join(n.value for n in Norm)
+        raise ValueError(f"unknown norm {norm!r}; valid: {valid} (or None)") from None
+
+
+@register_model("mlp")
+def mlp(
+    in_features: int,
+    out_features: int = 1,
+    hidden: Sequence[int] = (50, 50),
+    *,
+    norm: Norm | str | None = "batch",
+    dropout: float = 0.0,
+    input_dropout: float | None = None,
+) -> nn.Sequential:
+    """A ReLU MLP: ``[N, in_features]`` -> ``[N, out_features]``.
+
+    With ``norm="batch"`` each hidden block is Linear (no bias, BN has one) -> BatchNorm1d -> ReLU,
+    Teye et al.'s regression network. ``dropout`` is applied after each hidden block, and
+    ``input_dropout`` (defaults to ``dropout``) to the inputs, as in Gal & Ghahramani's nets.
+    """
+    norm = _norm(norm)
+    if not 0.0 <= dropout < 1.0:
+        raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    input_dropout = dropout if input_dropout is None else input_dropout
+    layers: list[nn.Module] = []
+    if input_dropout > 0:
+        layers.append(nn.Dropout(input_dropout))
+    width = in_features
+    for h in hidden:
+        layers.append(nn.Linear(width, h, bias=norm is Norm.NONE))
+        if norm is Norm.BATCH:
+            layers.append(nn.BatchNorm1d(h))
+        layers.append(nn.ReLU())
+        if dropout > 0:
+            layers.append(nn.Dropout(dropout))
+        width = h
+    layers.append(nn.Linear(width, out_features))
+    return nn.Sequential(*layers)
+
+
+@register_model("teye")
+def teye_regression_net(in_features: int, *, hidden: int = 50) -> nn.Sequential:
+    """Teye et al. 2018's UCI network: two hidden layers of ``hidden`` units (100 for protein)."""
+    return mlp(in_features, 1, (hidden, hidden), norm="batch")

@@ -1,0 +1,183 @@
+"""Monte Carlo batch normalisation (Teye et al. 2018) as a drop-in for ``BatchNorm1d/2d/3d``.
+
+Outside sampling the layer is an ordinary batch norm (batch statistics in ``.train()``, running
+statistics in ``.eval()``). Inside :func:`bayesify.nn.sampling` each sample group t is normalised
+with the statistics of one training mini-batch: row ``rows[t]`` of a statistics bank
+``[T_bank, C]`` recorded once by :meth:`MCBatchNorm.recording`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from bayesify.nn.stochastic import StochasticModule
+
+
+class MCBatchNorm(StochasticModule):
+    """Batch norm whose statistics are drawn per sample group from a bank of mini-batch stats."""
+
+    def __init__(
+        self,
+        num_features: int,
+        eps: float = 1e-5,
+        momentum: float | None = 0.1,
+        affine: bool = True,
+        min_dims: int = 2,
+    ) -> None:
+        super().__init__()
+        self.num_features = num_features
+        self.eps = eps
+        self.momentum = momentum
+        self.min_dims = min_dims
+        if affine:
+            self.weight = nn.Parameter(torch.ones(num_features))
+            self.bias = nn.Parameter(torch.zeros(num_features))
+        else:
+            self.register_parameter("weight", None)
+            self.register_parameter("bias", None)
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+        # the statistics bank: biased batch mean / variance of T_bank training mini-batches
+        self.register_buffer("bank_mean", torch.zeros(0, num_features))
+        self.register_buffer("bank_var", torch.zeros(0, num_features))
+        self._recorded: list[tuple[Tensor, Tensor]] | None = None
+        self._draw: tuple[Tensor, Tensor] | None = None  # ([T, C] mean, [T, C] var)
+        self.rows: Tensor | None = None
+
+    @classmethod
+    def from_batchnorm(cls, bn: _BatchNorm) -> MCBatchNorm:
+        """A copy of ``bn`` (parameters, running statistics, device and dtype) as MCBatchNorm."""
+        if not bn.track_running_stats:
+            raise ValueError("MCBN needs batch-norm layers that track running statistics")
+        min_dims = {nn.BatchNorm1d: 2, nn.BatchNorm2d: 4, nn.BatchNorm3d: 5}.get(type(bn), 2)
+        new = cls(bn.num_features, bn.eps, bn.momentum, bn.affine, min_dims)
+        new.load_state_dict(bn.state_dict(), strict=False)
+        ref = bn.running_mean
+        new.to(device=ref.device, dtype=ref.dtype)
+        new.train(bn.training)
+        return new
+
+    @property
+    def bank_size(self) -> int:
+        return self.bank_mean.shape[0]
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, bank={self.bank_size}"
+
+    # ------------------------------------------------------------------ bank
+    @contextmanager
+    def recording(self) -> Iterator[None]:
+        """Within the block, every forward normalises with its own batch statistics and records
+        them; parameters and running statistics are left untouched."""
+        self._recorded = []
+        try:
+            yield
+        finally:
+            recorded, self._recorded = self._recorded, None
+            if recorded:
+                self.bank_mean = torch.stack([m for m, _ in recorded])
+                self.bank_var = torch.stack([v for _, v in recorded])
+
+    def set_bank(self, mean: Tensor, var: Tensor) -> None:
+        """Replace the bank with given statistics ``[T_bank, C]``."""
+        if mean.shape != var.shape or mean.dim() != 2 or mean.shape[1] != self.num_features:
+            raise ValueError(
+                f"bank statistics must both be [T_bank, {self.num_features}], "
+                f"got {tuple(mean.shape)} and {tuple(var.shape)}"
+            )
+        self.bank_mean, self.bank_var = mean.to(self.running_mean), var.to(self.running_var)
+
+    # ------------------------------------------------------------------ sampling
+    def draw_statistics(
+        self, samples: int, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor]:
+        """Per-group statistics ``([T, C], [T, C])``: bank rows ``self.rows``."""
+        if self.bank_size == 0:
+            raise RuntimeError("the MCBN statistics bank is empty: fit the method or fill_bank()")
+        if self.rows is None or len(self.rows) != samples:
+            raise RuntimeError("MCBatchNorm needs bank rows chosen for every sample group")
+        rows = self.rows.to(self.bank_mean.device)
+        return self.bank_mean[rows], self.bank_var[rows]
+
+    def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
+        super().begin_sampling(samples, generator)
+        self._draw = self.draw_statistics(samples, generator)
+
+    def end_sampling(self) -> None:
+        super().end_sampling()
+        self._draw = None
+
+    # ------------------------------------------------------------------ forward
+    def _check_input(self, x: Tensor) -> None:
+        if x.dim() < 2 or x.shape[1] != self.num_features:
+            raise ValueError(
+                f"MCBatchNorm expected input [N, {self.num_features}, ...], got {tuple(x.shape)}"
+            )
+
+    def forward(self, x: Tensor) -> Tensor:
+        self._check_input(x)
+        reduce_dims = [0, *range(2, x.dim())]
+        shape = [1, -1] + [1] * (x.dim() - 2)  # broadcast [C] over [N, C, ...]
+        if self._recorded is not None:
+            mean = x.mean(reduce_dims)
+            var = x.var(reduce_dims, unbiased=False)
+            self._recorded.append((mean.detach(), var.detach()))
+            return self._affine((x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps))
+        if self.stochastic and self._draw is not None:
+            mean, var = self._draw  # [T, C]
+            t = self.groups
+            xs = x.reshape(t, x.shape[0] // t, *x.shape[1:])  # [T, N, C, ...]
+            gshape = [t, 1, -1] + [1] * (x.dim() - 2)
+            out = (xs - mean.view(gshape)) * torch.rsqrt(var.view(gshape) + self.eps)
+            return self._affine(out.reshape(x.shape))
+        factor = 0.0
+        if self.training:
+            self.num_batches_tracked.add_(1)
+            factor = (
+                self.momentum
+                if self.momentum is not None
+                else 1.0 / float(self.num_batches_tracked)
+            )
+        return F.batch_norm(
+            x,
+            self.running_mean,
+            self.running_var,
+            self.weight,
+            self.bias,
+            self.training,
+            factor,
+            self.eps,
+        )
+
+    def _affine(self, x: Tensor) -> Tensor:
+        if self.weight is None:
+            return x
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        return x * self.weight.view(shape) + self.bias.view(shape)
+
+
+def convert_batchnorm(model: nn.Module) -> list[MCBatchNorm]:
+    """Replace every ``BatchNorm1d/2d/3d`` in ``model`` (in place) by :class:`MCBatchNorm`.
+
+    Returns the new layers in order; raises ``ValueError`` when the network has no batch norm.
+    """
+    replaced: list[MCBatchNorm] = []
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if isinstance(child, _BatchNorm):
+                new = MCBatchNorm.from_batchnorm(child)
+                setattr(parent, name, new)
+                replaced.append(new)
+    layers = [m for m in model.modules() if isinstance(m, MCBatchNorm)]
+    if not layers:
+        raise ValueError(
+            f"MCBN needs a network with BatchNorm1d/2d/3d layers; {type(model).__name__} has none"
+        )
+    return layers

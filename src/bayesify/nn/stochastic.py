@@ -1,0 +1,81 @@
+"""Stochastic layers that know the sample axis, and the one switch that turns them on.
+
+A prediction with T samples is one forward pass over ``T*N`` rows: the input ``[N, ...]`` is
+repeated to ``[T*N, ...]`` (group t = rows ``t*N .. t*N+N-1``), every stochastic layer draws its
+randomness per group, and the output is folded back to ``[T, N, ...]``.
+
+Stochastic mode is a declared switch, independent of ``.train()`` / ``.eval()``: ``.eval()`` never
+turns sampling off, and turning sampling on never puts other layers in training mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+
+class StochasticModule(nn.Module):
+    """Base for layers whose randomness is drawn per sample group.
+
+    Subclasses read ``self.stochastic`` and ``self.groups`` in ``forward`` and draw what they
+    need per group in :meth:`begin_sampling`, which :func:`sampling` calls before the pass.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stochastic = False
+        self.groups = 1
+
+    def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
+        """Prepare randomness for ``samples`` groups (override when draws are per group)."""
+        self.groups = samples
+
+    def end_sampling(self) -> None:
+        """Forget per-pass state."""
+        self.groups = 1
+
+
+def stochastic_modules(model: nn.Module) -> list[StochasticModule]:
+    """All stochastic layers of ``model`` in registration order."""
+    return [m for m in model.modules() if isinstance(m, StochasticModule)]
+
+
+def set_stochastic(model: nn.Module, enabled: bool) -> None:
+    """Turn every stochastic layer of ``model`` on or off at once."""
+    for m in stochastic_modules(model):
+        m.stochastic = enabled
+
+
+@contextmanager
+def sampling(
+    model: nn.Module, samples: int, generator: torch.Generator | None = None
+) -> Iterator[None]:
+    """Within the block, forward passes over ``samples * N`` rows draw per-group randomness."""
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    layers = stochastic_modules(model)
+    previous = [m.stochastic for m in layers]
+    for m in layers:
+        m.stochastic = True
+        m.begin_sampling(samples, generator)
+    try:
+        yield
+    finally:
+        for m, was in zip(layers, previous, strict=True):
+            m.end_sampling()
+            m.stochastic = was
+
+
+def repeat_samples(x: Tensor, samples: int) -> Tensor:
+    """``[N, ...]`` -> ``[T*N, ...]`` with group t holding a copy of ``x``."""
+    return x.unsqueeze(0).expand(samples, *x.shape).reshape(samples * x.shape[0], *x.shape[1:])
+
+
+def fold_samples(y: Tensor, samples: int) -> Tensor:
+    """``[T*N, ...]`` -> ``[T, N, ...]``."""
+    if y.shape[0] % samples:
+        raise ValueError(f"{y.shape[0]} rows do not split into {samples} sample groups")
+    return y.reshape(samples, y.shape[0] // samples, *y.shape[1:])

@@ -1,0 +1,248 @@
+"""The predictive distribution: Monte Carlo samples with the sample axis first.
+
+Every method returns a :class:`Predictive`; metrics, plots, benchmarks and the server read it.
+
+* Regression: per-sample predicted means ``[T, N]`` and an aleatoric noise variance (a scalar
+  τ⁻¹, or per-sample ``[T, N]``). The predictive is the equal-weight Gaussian mixture over the
+  T samples, so total variance = variance of the sample means (epistemic) + mean noise variance
+  (aleatoric), by the law of total variance.
+* Classification: per-sample class probabilities ``[T, N, C]``. Uncertainty splits into
+  predictive entropy = expected entropy (aleatoric) + mutual information (epistemic).
+"""
+
+from __future__ import annotations
+
+import math
+from enum import StrEnum
+
+import torch
+from torch import Tensor
+
+from bayesify.metrics import classification as cls_metrics
+from bayesify.metrics import regression as reg_metrics
+
+
+class Task(StrEnum):
+    """What the network predicts."""
+
+    REGRESSION = "regression"
+    CLASSIFICATION = "classification"
+
+
+class CRPSForm(StrEnum):
+    """Which predictive distribution CRPS is computed for."""
+
+    MIXTURE = "mixture"  # the exact Gaussian mixture over samples
+    GAUSSIAN = "gaussian"  # a Gaussian with the mixture's mean and total variance (Teye et al.)
+
+
+def _check_finite(name: str, t: Tensor) -> None:
+    if not torch.isfinite(t).all():
+        bad = int((~torch.isfinite(t)).sum())
+        raise ValueError(f"{name} contains {bad} non-finite value(s)")
+
+
+class Predictive:
+    """Monte Carlo predictive distribution with the sample axis first.
+
+    Build it with :meth:`regression` or :meth:`classification` rather than the constructor.
+    """
+
+    def __init__(self, samples: Tensor, task: Task | str, noise_variance: Tensor | None = None):
+        self.task = Task(task)
+        self.samples = samples
+        self._noise_variance = noise_variance
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def regression(cls, means: Tensor, noise_variance: float | Tensor = 0.0) -> Predictive:
+        """Regression predictive from per-sample means ``[T, N]``.
+
+        ``noise_variance`` is the aleatoric variance τ⁻¹: a scalar, ``[N]`` or ``[T, N]``.
+        """
+        means = torch.as_tensor(means)
+        if means.dim() == 3 and means.shape[-1] == 1:
+            means = means.squeeze(-1)
+        if means.dim() != 2:
+            raise ValueError(f"regression samples must have shape [T, N], got {tuple(means.shape)}")
+        _check_finite("regression samples", means)
+        nv = torch.as_tensor(noise_variance, dtype=means.dtype, device=means.device)
+        if nv.dim() == 3 and nv.shape[-1] == 1:
+            nv = nv.squeeze(-1)
+        if nv.dim() > 0 and nv.shape not in (means.shape, means.shape[1:]):
+            raise ValueError(
+                f"noise_variance must be a scalar, [N] or [T, N] = {tuple(means.shape)}, "
+                f"got {tuple(nv.shape)}"
+            )
+        _check_finite("noise_variance", nv)
+        if (nv < 0).any():
+            raise ValueError("noise_variance must be non-negative")
+        return cls(means, Task.REGRESSION, nv)
+
+    @classmethod
+    def classification(cls, probs: Tensor) -> Predictive:
+        """Classification predictive from per-sample class probabilities ``[T, N, C]``."""
+        probs = torch.as_tensor(probs)
+        if probs.dim() != 3:
+            raise ValueError(
+                f"classification samples must have shape [T, N, C], got {tuple(probs.shape)}"
+            )
+        _check_finite("class probabilities", probs)
+        sums = probs.sum(-1)
+        if (probs < 0).any() or not torch.allclose(sums, torch.ones_like(sums), atol=1e-3):
+            raise ValueError("class probabilities must be non-negative and sum to 1 over C")
+        return cls(probs, Task.CLASSIFICATION)
+
+    @classmethod
+    def from_logits(cls, logits: Tensor) -> Predictive:
+        """Classification predictive from per-sample logits ``[T, N, C]``."""
+        return cls.classification(torch.softmax(torch.as_tensor(logits).float(), dim=-1))
+
+    # ------------------------------------------------------------------ basic shape
+    @property
+    def num_samples(self) -> int:
+        """T, the number of Monte Carlo samples."""
+        return self.samples.shape[0]
+
+    def __len__(self) -> int:
+        return self.samples.shape[1]
+
+    def __repr__(self) -> str:
+        return f"Predictive(task={self.task.value}, samples={tuple(self.samples.shape)})"
+
+    def _require(self, task: Task, what: str) -> None:
+        if self.task is not task:
+            raise ValueError(f"{what} is defined for {task.value}, this predictive is {self.task}")
+
+    # ------------------------------------------------------------------ moments
+    @property
+    def noise_variance(self) -> Tensor:
+        """Aleatoric noise variance per sample, broadcast to ``[T, N]`` (regression)."""
+        self._require(Task.REGRESSION, "noise_variance")
+        return torch.broadcast_to(self._noise_variance, self.samples.shape)
+
+    @property
+    def mean(self) -> Tensor:
+        """Predictive mean: ``[N]`` (regression) or mean class probabilities ``[N, C]``."""
+        return self.samples.mean(0)
+
+    @property
+    def epistemic_variance(self) -> Tensor:
+        """Variance over samples of the predicted means / probabilities: ``[N]`` or ``[N, C]``."""
+        return self.samples.var(0, unbiased=False)
+
+    @property
+    def aleatoric_variance(self) -> Tensor:
+        """Expected per-sample variance: mean noise variance ``[N]``, or E_t[p(1-p)] ``[N, C]``."""
+        if self.task is Task.REGRESSION:
+            return self.noise_variance.mean(0)
+        return (self.samples * (1 - self.samples)).mean(0)
+
+    @property
+    def variance(self) -> Tensor:
+        """Total predictive variance (law of total variance): ``[N]`` or ``[N, C]``."""
+        return self.epistemic_variance + self.aleatoric_variance
+
+    @property
+    def std(self) -> Tensor:
+        """Total predictive standard deviation ``[N]`` (regression)."""
+        self._require(Task.REGRESSION, "std")
+        return self.variance.sqrt()
+
+    # ------------------------------------------------------------------ information
+    @property
+    def entropy(self) -> Tensor:
+        """Entropy of the mean class distribution (total uncertainty), nats ``[N]``."""
+        self._require(Task.CLASSIFICATION, "entropy")
+        return cls_metrics.entropy(self.mean)
+
+    @property
+    def expected_entropy(self) -> Tensor:
+        """Mean over samples of each sample's entropy (aleatoric part), nats ``[N]``."""
+        self._require(Task.CLASSIFICATION, "expected_entropy")
+        return cls_metrics.expected_entropy(self.samples)
+
+    @property
+    def mutual_information(self) -> Tensor:
+        """Entropy minus expected entropy (epistemic part), nats ``[N]``."""
+        self._require(Task.CLASSIFICATION, "mutual_information")
+        return cls_metrics.mutual_information(self.samples)
+
+    @property
+    def predicted_class(self) -> Tensor:
+        """Arg-max of the mean class probabilities ``[N]``."""
+        self._require(Task.CLASSIFICATION, "predicted_class")
+        return self.mean.argmax(-1)
+
+    # ------------------------------------------------------------------ scores
+    def _targets(self, y: Tensor) -> Tensor:
+        y = torch.as_tensor(y, device=self.samples.device)
+        if y.dim() == 2 and y.shape[-1] == 1:
+            y = y.squeeze(-1)
+        if y.shape != (len(self),):
+            raise ValueError(f"targets must have shape [N] = [{len(self)}], got {tuple(y.shape)}")
+        return y
+
+    def log_prob(self, y: Tensor) -> Tensor:
+        """Log predictive density (regression) or probability (classification) of ``y``: ``[N]``.
+
+        The predictive is the mixture over samples: logsumexp over t of the per-sample
+        likelihood minus log T (Gal's and Teye's PLL).
+        """
+        y = self._targets(y)
+        if self.task is Task.REGRESSION:
+            if (self._noise_variance <= 0).any():
+                raise ValueError("log_prob of a regression predictive needs noise_variance > 0")
+            return reg_metrics.mixture_log_prob(
+                self.samples, self._noise_variance, y, reduction="none"
+            )
+        logp = self.samples.clamp_min(torch.finfo(self.samples.dtype).tiny).log()
+        picked = logp.gather(-1, y.long().view(1, -1, 1).expand(self.num_samples, -1, 1))
+        return torch.logsumexp(picked.squeeze(-1), 0) - math.log(self.num_samples)
+
+    def crps(self, y: Tensor, form: CRPSForm | str = CRPSForm.MIXTURE) -> Tensor:
+        """Continuous ranked probability score of ``y`` (regression, lower is better): ``[N]``.
+
+        ``form="mixture"`` scores the Gaussian mixture over samples exactly;
+        ``form="gaussian"`` scores a Gaussian with the same mean and total variance (Teye et al.).
+        """
+        self._require(Task.REGRESSION, "crps")
+        y = self._targets(y)
+        if CRPSForm(form) is CRPSForm.GAUSSIAN:
+            return reg_metrics.crps_gaussian(self.mean, self.std, y, reduction="none")
+        return reg_metrics.crps_mixture(
+            self.samples, self.noise_variance.sqrt(), y, reduction="none"
+        )
+
+    # ------------------------------------------------------------------ transforms
+    def affine(self, loc: float | Tensor, scale: float | Tensor) -> Predictive:
+        """Regression predictive of ``loc + scale * y`` (e.g. back to original target units)."""
+        self._require(Task.REGRESSION, "affine")
+        scale_t = torch.as_tensor(scale, dtype=self.samples.dtype, device=self.samples.device)
+        return Predictive.regression(
+            self.samples * scale_t + loc, self._noise_variance * scale_t**2
+        )
+
+    def with_noise(self, noise_variance: float | Tensor) -> Predictive:
+        """The same samples with another aleatoric noise variance (regression)."""
+        self._require(Task.REGRESSION, "with_noise")
+        return Predictive.regression(self.samples, noise_variance)
+
+    def constant_uncertainty(self, variance: float) -> Predictive:
+        """Constant-uncertainty baseline (CUBN / CUDO): the same mean, a fixed total variance.
+
+        Returned as a one-sample predictive ``[1, N]`` whose noise variance is ``variance``.
+        """
+        self._require(Task.REGRESSION, "constant_uncertainty")
+        return Predictive.regression(self.mean.unsqueeze(0), float(variance))
+
+    def to(self, device: torch.device | str) -> Predictive:
+        nv = None if self._noise_variance is None else self._noise_variance.to(device)
+        return Predictive(self.samples.to(device), self.task, nv)
+
+    def __getitem__(self, index: slice | Tensor) -> Predictive:
+        """Select data points (the N axis), keeping all samples."""
+        nv = self._noise_variance
+        if nv is not None and nv.dim() > 0:
+            nv = nv[..., index]
+        return Predictive(self.samples[:, index], self.task, nv)

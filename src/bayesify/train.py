@@ -1,0 +1,168 @@
+"""The one training loop every method shares; the objective is supplied by the method."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import torch
+from torch import Tensor, nn
+from torch.utils.data import DataLoader, Dataset, TensorDataset
+from tqdm.auto import tqdm
+
+log = logging.getLogger(__name__)
+
+Data = tuple[Tensor, Tensor] | Dataset | DataLoader
+# objective(x, y, progress) -> scalar loss, progress in [0, 1) through training (for annealing)
+Objective = Callable[[Tensor, Tensor, float], Tensor]
+
+
+class OptimizerName(StrEnum):
+    ADAM = "adam"
+    ADAMW = "adamw"
+    SGD = "sgd"
+
+
+@dataclass
+class History:
+    """Per-epoch training loss and validation score (lower is better)."""
+
+    train_loss: list[float] = field(default_factory=list)
+    val_loss: list[float] = field(default_factory=list)
+    best_epoch: int = -1
+    stopped_early: bool = False
+
+    @property
+    def epochs(self) -> int:
+        return len(self.train_loss)
+
+
+def as_dataset(data: Data) -> Dataset:
+    """A Dataset from ``(X, y)`` tensors or a Dataset; checks shapes and finiteness."""
+    if isinstance(data, DataLoader):
+        return data.dataset
+    if isinstance(data, Dataset):
+        return data
+    if not isinstance(data, tuple | list) or len(data) != 2:
+        raise ValueError("training data must be an (X, y) pair of tensors, a Dataset or DataLoader")
+    x, y = (torch.as_tensor(t) for t in data)
+    if len(x) != len(y):
+        raise ValueError(f"X has {len(x)} rows but y has {len(y)}")
+    if len(x) == 0:
+        raise ValueError("training data is empty")
+    for name, t in (("X", x), ("y", y)):
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise ValueError(f"{name} contains {int((~torch.isfinite(t)).sum())} non-finite values")
+    if x.is_floating_point():
+        x = x.float()
+    return TensorDataset(x, y.float() if y.is_floating_point() else y)
+
+
+def as_loader(
+    data: Data, batch_size: int, *, shuffle: bool, seed: int = 0, drop_last: bool | None = None
+) -> DataLoader:
+    """A DataLoader over ``data``; a given DataLoader is returned unchanged.
+
+    ``drop_last`` defaults to True when shuffling more rows than one batch, so batch norm never
+    sees a batch of one.
+    """
+    if isinstance(data, DataLoader):
+        return data
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    ds = as_dataset(data)
+    if drop_last is None:
+        drop_last = shuffle and len(ds) > batch_size
+    gen = torch.Generator().manual_seed(seed)
+    return DataLoader(
+        ds, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last, generator=gen
+    )
+
+
+def make_optimizer(
+    groups: list[dict], name: OptimizerName | str, lr: float, momentum: float = 0.9
+) -> torch.optim.Optimizer:
+    """Adam, AdamW or SGD (with momentum) over parameter groups."""
+    try:
+        name = OptimizerName(name)
+    except ValueError:
+        valid = ", ".join(o.value for o in OptimizerName)
+        raise ValueError(f"unknown optimizer {name!r}; valid: {valid}") from None
+    if name is OptimizerName.SGD:
+        return torch.optim.SGD(groups, lr=lr, momentum=momentum)
+    if name is OptimizerName.ADAMW:
+        return torch.optim.AdamW(groups, lr=lr)
+    return torch.optim.Adam(groups, lr=lr)
+
+
+def train_loop(
+    model: nn.Module,
+    objective: Objective,
+    loader: DataLoader,
+    optimizer: torch.optim.Optimizer,
+    *,
+    epochs: int,
+    validate: Callable[[], float] | None = None,
+    patience: int | None = None,
+    after_step: Callable[[], None] | None = None,
+    device: torch.device | None = None,
+    progress: bool = True,
+    desc: str = "train",
+) -> History:
+    """Minimise ``objective`` over ``epochs`` passes of ``loader``.
+
+    With ``validate`` (a score, lower is better) the best epoch's weights are restored at the
+    end, and training stops after ``patience`` epochs without improvement when given.
+    ``after_step`` runs after every optimiser step (e.g. a projection of weights).
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    device = device or next(model.parameters()).device
+    history = History()
+    best, best_state, stale = math.inf, None, 0
+    steps = max(len(loader), 1)
+    bar = tqdm(range(epochs), desc=desc, disable=not progress, leave=False)
+    for epoch in bar:
+        model.train()
+        total, count = 0.0, 0
+        for i, (xb, yb) in enumerate(loader):
+            xb, yb = xb.to(device), yb.to(device)
+            loss = objective(xb, yb, (epoch + i / steps) / epochs)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"training loss became {loss.item()} at epoch {epoch}; lower the learning rate"
+                )
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            if after_step is not None:
+                after_step()
+            total += loss.item() * len(xb)
+            count += len(xb)
+        history.train_loss.append(total / max(count, 1))
+        postfix = {"loss": f"{history.train_loss[-1]:.4g}"}
+        if validate is not None:
+            model.eval()
+            with torch.no_grad():
+                score = float(validate())
+            history.val_loss.append(score)
+            postfix["val"] = f"{score:.4g}"
+            if score < best:
+                best, stale, history.best_epoch = score, 0, epoch
+                best_state = copy.deepcopy(model.state_dict())
+            else:
+                stale += 1
+                if patience is not None and stale >= patience:
+                    history.stopped_early = True
+                    bar.set_postfix(postfix)
+                    break
+        bar.set_postfix(postfix)
+        log.debug("epoch %d: %s", epoch, postfix)
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    model.eval()
+    return history

@@ -1,0 +1,96 @@
+"""The suite every method passes (inherit :class:`MethodConformance`, define ``make``)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import bayesify
+from bayesify.predictive import Task
+
+
+class MethodConformance:
+    """Subclasses define ``make() -> (fitted method, inputs [N, ...])``.
+
+    ``stochastic = False`` for methods whose samples are all equal (the deterministic net);
+    ``atol`` bounds one-pass vs loop differences (float32 reduction order).
+    """
+
+    stochastic = True
+    samples = 6
+    atol = 1e-5
+
+    def make(self):  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def case(cls):
+        torch.manual_seed(0)
+        return cls().make()
+
+    def test_shapes(self, case):
+        method, x = case
+        pred = method.predict(x, samples=self.samples, seed=0)
+        assert isinstance(pred, bayesify.Predictive)
+        if method.config.task is Task.REGRESSION:
+            assert pred.samples.shape == (self.samples, len(x))
+            assert pred.mean.shape == pred.variance.shape == (len(x),)
+        else:
+            assert pred.samples.dim() == 3 and pred.samples.shape[:2] == (self.samples, len(x))
+            assert pred.mutual_information.shape == (len(x),)
+
+    def test_same_generator_same_samples(self, case):
+        method, x = case
+        a = method.predict(x, samples=self.samples, generator=torch.Generator().manual_seed(3))
+        b = method.predict(x, samples=self.samples, generator=torch.Generator().manual_seed(3))
+        torch.testing.assert_close(a.samples, b.samples, rtol=0, atol=0)
+
+    def test_samples_differ_and_survive_eval(self, case):
+        method, x = case
+        method.net.eval()
+        pred = method.predict(x, samples=self.samples, seed=1)
+        spread = pred.samples.std(0).max().item()
+        if self.stochastic:
+            assert spread > 1e-4, "samples are identical: the randomness is off"
+        else:
+            assert spread == 0.0
+
+    def test_one_pass_equals_loop(self, case):
+        method, x = case
+        one = method.sample(x, self.samples, generator=torch.Generator().manual_seed(5))
+        loop = method.reference_samples(x, self.samples, generator=torch.Generator().manual_seed(5))
+        torch.testing.assert_close(one, loop, rtol=1e-5, atol=self.atol)
+
+    def test_chunked_equals_single_pass(self, case):
+        method, x = case
+        whole = method.sample(x, self.samples, seed=2, max_rows=None)
+        chunked = method.sample(x, self.samples, seed=2, max_rows=self.samples * 3)
+        torch.testing.assert_close(whole, chunked, rtol=1e-5, atol=self.atol)
+
+    def test_save_load_round_trip(self, case, tmp_path):
+        method, x = case
+        method.save(tmp_path / "bundle")
+        loaded = bayesify.load(tmp_path / "bundle")
+        assert type(loaded) is type(method)
+        assert loaded.config == method.config
+        a = method.predict(x, samples=self.samples, seed=4)
+        b = loaded.predict(x, samples=self.samples, seed=4)
+        torch.testing.assert_close(a.samples, b.samples, rtol=1e-6, atol=1e-6)
+        if method.config.task is Task.REGRESSION:
+            assert loaded.noise_variance == method.noise_variance
+
+    def test_bad_inputs_raise_clear_errors(self, case):
+        method, x = case
+        with pytest.raises(ValueError, match="shape"):
+            method.predict(x.reshape(len(x), -1)[:, :3], samples=2)
+        bad = x.clone()
+        bad[0].view(-1)[0] = float("nan")
+        with pytest.raises(ValueError, match="non-finite"):
+            method.predict(bad, samples=2)
+        with pytest.raises(ValueError, match="samples"):
+            method.predict(x, samples=0)
+
+    def test_registered_by_name(self, case):
+        method, _ = case
+        assert bayesify.get_method(method.name) is type(method)

@@ -1,0 +1,167 @@
+"""MCBN: the shared suite, and equivalence with Teye et al.'s Algorithm 1."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conformance import MethodConformance
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+
+import bayesify
+from bayesify.models import lenet, mlp
+from bayesify.nn import MCBatchNorm
+
+
+def regression_data(n: int = 256, d: int = 5, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    y = torch.sin(x[:, 0]) + 0.5 * x[:, 1] + 0.1 * torch.randn(n, generator=g)
+    return x, y
+
+
+class TestMCBNRegression(MethodConformance):
+    def make(self):
+        x, y = regression_data()
+        method = bayesify.MCBN(mlp(5, hidden=(16, 16)), bank_size=16)
+        method.fit(
+            (x[:200], y[:200]), val=(x[200:], y[200:]), epochs=3, batch_size=16, progress=False
+        )
+        return method, x[200:230]
+
+
+class TestMCBNClassification(MethodConformance):
+    def make(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(96, 1, 28, 28, generator=g)
+        y = torch.randint(0, 10, (96,), generator=g)
+        method = bayesify.MCBN(lenet(norm="batch"), task="classification", bank_size=8)
+        method.fit((x, y), epochs=1, batch_size=16, progress=False)
+        return method, x[:10]
+
+
+def teye_algorithm_1(net: nn.Module, x: torch.Tensor, batches: list[torch.Tensor]) -> torch.Tensor:
+    """Teye et al.'s Algorithm 1 with torch's own BatchNorm: for each mini-batch B, take B's
+    batch mean and (biased) variance in every BN layer, then predict x with them."""
+    outs = []
+    for b in batches:
+        ref = copy.deepcopy(net)
+        bns = [m for m in ref.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+        for bn in bns:
+            bn.momentum = 1.0  # running stats := this batch's stats
+        ref.train()
+        with torch.no_grad():
+            ref(b)
+        for bn, n in zip(bns, _rows_per_channel(ref, b), strict=True):
+            bn.running_var.mul_((n - 1) / n)  # torch stores the unbiased variance
+        ref.eval()
+        with torch.no_grad():
+            outs.append(ref(x))
+    return torch.stack(outs)
+
+
+def _rows_per_channel(net: nn.Module, batch: torch.Tensor) -> list[int]:
+    """Number of values per channel each BN layer averages over for this batch."""
+    sizes: list[int] = []
+    hooks = [
+        m.register_forward_hook(lambda m, i, o: sizes.append(i[0].numel() // i[0].shape[1]))
+        for m in net.modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm)
+    ]
+    with torch.no_grad():
+        net.eval()(batch)
+    for h in hooks:
+        h.remove()
+    return sizes
+
+
+def _trained_convnet() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    net = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1, bias=False),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
+        nn.Flatten(),
+        nn.Linear(4 * 8 * 8, 12, bias=False),
+        nn.BatchNorm1d(12),
+        nn.ReLU(),
+        nn.Linear(12, 3),
+    )
+    x = torch.randn(128, 1, 8, 8, generator=g)
+    y = torch.randint(0, 3, (128,), generator=g)
+    opt = torch.optim.Adam(net.parameters(), 1e-2)
+    for _ in range(20):  # a few steps so weights and running statistics are not trivial
+        idx = torch.randperm(128, generator=g)[:32]
+        loss = nn.functional.cross_entropy(net.train()(x[idx]), y[idx])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return net.eval(), x, y
+
+
+@pytest.mark.parametrize("T", [1, 5, 12])
+def test_one_pass_equals_teye_algorithm_1(T):
+    net, x, y = _trained_convnet()
+    reference_net = copy.deepcopy(net)
+    b = 16
+    loader = DataLoader(TensorDataset(x, y), batch_size=b, shuffle=False)
+    method = bayesify.MCBN.from_pretrained(
+        net, loader, batch_size=b, task="classification", bank_size=8
+    )
+    batches = [xb for xb, _ in loader]
+    query = torch.randn(7, 1, 8, 8, generator=torch.Generator().manual_seed(9))
+    rows = method.draw_rows(T, torch.Generator().manual_seed(11))
+    one_pass = method.sample(query, T, generator=torch.Generator().manual_seed(11))
+    expected = teye_algorithm_1(reference_net, query, [batches[r] for r in rows])
+    torch.testing.assert_close(one_pass, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_bank_leaves_weights_and_running_stats_alone():
+    net, x, y = _trained_convnet()
+    before = copy.deepcopy(net.state_dict())
+    method = bayesify.MCBN.from_pretrained(
+        net, (x, y), batch_size=16, task="classification", bank_size=5
+    )
+    after = method.net.state_dict()
+    for k, v in before.items():
+        torch.testing.assert_close(after[k], v, rtol=0, atol=0)
+    assert method.bank_size == 5
+    assert all(layer.bank_mean.shape[0] == 5 for layer in method.layers)
+
+
+def test_sampling_is_a_switch_independent_of_train_and_eval():
+    net, x, y = _trained_convnet()
+    original = copy.deepcopy(net)
+    method = bayesify.MCBN.from_pretrained(
+        net, (x, y), batch_size=16, task="classification", bank_size=4
+    )
+    layers = [m for m in method.net.modules() if isinstance(m, MCBatchNorm)]
+    method.net.train()
+    method.net.eval()
+    assert not any(m.stochastic for m in layers)
+    with torch.no_grad():  # outside sampling: exactly torch's BatchNorm in eval mode
+        torch.testing.assert_close(method.net(x[:4]), original(x[:4]))
+    # inside sampling, .eval() does not turn MCBN off: two groups use two different batches
+    method.net.eval()
+    out = method.sample(x[:4], 2, seed=0)
+    assert (out[0] - out[1]).abs().max() > 1e-4
+
+
+def test_without_batchnorm_is_a_clear_error():
+    with pytest.raises(ValueError, match="BatchNorm"):
+        bayesify.MCBN(mlp(3, norm=None))
+
+
+def test_user_network_with_momentum_none_trains_like_torch():
+    torch.manual_seed(0)
+    ours = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, momentum=None))
+    theirs = copy.deepcopy(ours)
+    bayesify.MCBN(ours)
+    xs = [torch.randn(8, 3) for _ in range(3)]
+    for xb in xs:
+        ours.train()(xb)
+        theirs.train()(xb)
+    torch.testing.assert_close(ours[1].running_var, theirs[1].running_var)
+    torch.testing.assert_close(ours[1].running_mean, theirs[1].running_mean)
