@@ -8,12 +8,15 @@ their uncertainty is.
 """
 
 from bayesify.methods import (
+    IBNN,
     MCBN,
     METHODS,
     Deterministic,
     MCBNConfig,
+    MCDropout,
     Method,
     MethodConfig,
+    StochasticNorm,
     get_method,
     load,
     register_method,
@@ -26,8 +29,10 @@ __version__ = "0.1.0"
 __all__ = [
     "CRPSForm",
     "Deterministic",
+    "IBNN",
     "MCBN",
     "MCBNConfig",
+    "MCDropout",
     "METHODS",
     "Method",
     "MethodConfig",
@@ -38,4 +43,5 @@ __all__ = [
     "register_method",
     "sampling",
     "set_stochastic",
+    "StochasticNorm",
 ]

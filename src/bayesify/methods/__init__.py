@@ -2,18 +2,27 @@
 
 from bayesify.methods.base import DEFAULT_MAX_ROWS, Method, MethodConfig
 from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.ibnn import IBNN, IBNNConfig
+from bayesify.methods.mc_dropout import MCDropout, MCDropoutConfig
 from bayesify.methods.mcbn import MCBN, MCBNConfig
 from bayesify.methods.registry import METHODS, get_method, load, register_method
+from bayesify.methods.stochastic_norm import StochasticNorm, StochasticNormConfig
 
 __all__ = [
     "DEFAULT_MAX_ROWS",
     "METHODS",
+    "IBNN",
+    "IBNNConfig",
     "MCBN",
     "MCBNConfig",
+    "MCDropout",
+    "MCDropoutConfig",
     "Deterministic",
     "Method",
     "MethodConfig",
     "get_method",
     "load",
     "register_method",
+    "StochasticNorm",
+    "StochasticNormConfig",
 ]

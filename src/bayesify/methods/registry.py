@@ -10,12 +10,18 @@ from torch import nn
 from bayesify.io import BundleError, read_bundle, resize_like
 from bayesify.methods.base import Method
 from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.ibnn import IBNN
+from bayesify.methods.mc_dropout import MCDropout
 from bayesify.methods.mcbn import MCBN
+from bayesify.methods.stochastic_norm import StochasticNorm
 from bayesify.models import build_model
 
 METHODS: dict[str, type[Method]] = {
     "deterministic": Deterministic,
     "mcbn": MCBN,
+    "mc-dropout": MCDropout,
+    "ibnn": IBNN,
+    "stochastic-norm": StochasticNorm,
 }
 
 

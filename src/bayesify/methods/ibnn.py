@@ -1,0 +1,181 @@
+"""Implicit / node-based BNN (Trinh, Heinonen, Acerbi & Kaski 2022).
+
+Deterministic weights U and biases; a multiplicative latent z per input node of every
+Linear/Conv layer with a K-component Gaussian-mixture posterior and a N(1, s²) prior.
+
+Training (their Algorithm 1): each mini-batch of B rows is split evenly over the K components
+(row i uses component ⌊iK/B⌋; the loader shuffles, so the split is random per epoch) and every
+row is repeated S times with independent z. The loss per datum is
+
+    mean NLL over the S·B rows + β(progress) · Σ_layers KL(q̂_ℓ ‖ p) / n_data,
+
+with q̂_ℓ the mixture-mean Gaussian of eq. 22–24 and β rising linearly from 0 to 1 over the first
+``kl_anneal`` fraction of training. The variational parameters (μ, σ) have their own optimiser
+group with ``variational_lr`` and no weight decay.
+
+Prediction: group t uses component t mod K; one pass over T·N rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from bayesify.methods.base import Method, MethodConfig
+from bayesify.nn import repeat_samples, sampling
+from bayesify.nn.node_noise import NodeNoise, add_node_noise, noisy_training, only_group
+from bayesify.train import Data
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class IBNNConfig(MethodConfig):
+    """``components`` K; ``train_samples`` S per datum; ``prior_std`` s; ``mu_init_std`` σ0
+    (μ ~ N(1, σ0²)); ``sigma_init`` initial σ; ``variational_lr`` the (large) learning rate of
+    μ, σ; ``kl_anneal`` fraction of training over which β goes 0 → 1 (0: β = 1 throughout);
+    ``init_seed`` seeds μ's initialisation."""
+
+    components: int = 4
+    train_samples: int = 2
+    prior_std: float = 0.3
+    mu_init_std: float = 0.1
+    sigma_init: float = 0.05
+    variational_lr: float = 1e-2
+    kl_anneal: float = 0.5
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("components", "train_samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("prior_std", "sigma_init", "variational_lr"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if not 0.0 <= self.kl_anneal <= 1.0:
+            raise ValueError(f"kl_anneal must be in [0, 1], got {self.kl_anneal}")
+        if self.mu_init_std < 0:
+            raise ValueError(f"mu_init_std must be >= 0, got {self.mu_init_std}")
+
+
+class IBNN(Method):
+    """Node-based BNN with a mixture posterior over multiplicative node noise."""
+
+    name = "ibnn"
+    Config = IBNNConfig
+    config: IBNNConfig
+
+    def _prepare(self, net: nn.Module) -> None:
+        c = self.config
+        self.layers: list[NodeNoise] = add_node_noise(
+            net,
+            c.components,
+            mu_init_std=c.mu_init_std,
+            sigma_init=c.sigma_init,
+            generator=torch.Generator().manual_seed(c.init_seed),
+        )
+        # learning rate of the deterministic weights: None = fit's lr, 0 = frozen
+        self.weight_lr: float | None = None
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        net: nn.Module,
+        train: Data,
+        *,
+        val: Data | None = None,
+        finetune_lr: float = 0.0,
+        epochs: int = 5,
+        batch_size: int = 32,
+        seed: int = 0,
+        progress: bool = False,
+        **options: Any,
+    ) -> IBNN:
+        """Keep a trained deterministic net's weights and learn the node posterior on ``train``;
+        ``finetune_lr > 0`` also fine-tunes the weights at that (small) rate."""
+        if finetune_lr < 0:
+            raise ValueError(f"finetune_lr must be >= 0, got {finetune_lr}")
+        method = cls(net, **options)
+        method.weight_lr = finetune_lr
+        method.fit(
+            train,
+            val,
+            epochs=epochs,
+            batch_size=batch_size,
+            lr=finetune_lr or method.config.variational_lr,
+            seed=seed,
+            progress=progress,
+        )
+        return method
+
+    # ------------------------------------------------------------------ training
+    def variational_parameters(self) -> list[nn.Parameter]:
+        return [p for layer in self.layers for p in (layer.mu, layer.rho)]
+
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+        var_ids = {id(p) for p in self.variational_parameters()}
+        weights = [p for p in self.net.parameters() if p.requires_grad and id(p) not in var_ids]
+        groups = [
+            {
+                "params": self.variational_parameters(),
+                "lr": self.config.variational_lr,
+                "weight_decay": 0.0,
+            }
+        ]
+        weight_lr = lr if self.weight_lr is None else self.weight_lr
+        if weight_lr > 0 and weights:
+            groups.append({"params": weights, "lr": weight_lr, "weight_decay": weight_decay})
+        return groups
+
+    def kl(self) -> Tensor:
+        """Σ over layers of KL(q̂_ℓ ‖ N(1, s²)) (eq. 22–24), a scalar."""
+        return torch.stack([layer.kl(self.config.prior_std) for layer in self.layers]).sum()
+
+    def beta(self, progress: float) -> float:
+        """KL weight: linear 0 → 1 over the first ``kl_anneal`` of training."""
+        a = self.config.kl_anneal
+        return 1.0 if a == 0 else min(1.0, progress / a)
+
+    def objective(self, x: Tensor, y: Tensor, progress: float, n_data: int) -> Tensor:
+        b, k, s = len(x), self.config.components, self.config.train_samples
+        comps = torch.arange(b, device=x.device) * k // b  # [B]: B/K rows per component
+        xs = repeat_samples(x, s)  # [S*B, ...]
+        ys = y.repeat(s, *([1] * (y.dim() - 1)))  # [S*B]
+        for layer in self.layers:
+            layer.train_components = comps.repeat(s)
+        try:
+            with noisy_training(self.net):
+                nll = self.nll(self.net(xs), ys)
+        finally:
+            for layer in self.layers:
+                layer.train_components = None
+        return nll + self.beta(progress) * self.kl() / n_data
+
+    # ------------------------------------------------------------------ prediction
+    def reference_samples(
+        self, x: Tensor, samples: int, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """The loop of T passes with the same draws as :meth:`sample`: ``[T, N, ...]``.
+
+        ``sampling`` seeds one generator per group and layer exactly as in the one-pass call;
+        pass t then runs as group t alone (component t mod K, group t's noise stream).
+        """
+        x = self._check_inputs(x)
+        self.net.eval()
+        outs = []
+        with torch.no_grad(), sampling(self.net, samples, generator):
+            for t in range(samples):
+                with only_group(self.net, t):
+                    outs.append(self.net(x))
+        return torch.stack(outs)
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"weight_lr": self.weight_lr}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.weight_lr = state.get("weight_lr")

@@ -1,0 +1,123 @@
+"""Stochastic normalisation with Bayesian learning (Shekhovtsov & Flach 2018).
+
+Every Linear/Conv layer except the output becomes weight-normalised with a stochastic
+per-channel scale S ~ N(s, σ²) (see :mod:`bayesify.nn.stochastic_scale`). After every optimiser
+step each weight vector is projected back onto ‖w‖ = 1; those weights get no weight decay.
+Loss per datum: mean NLL + Σ KL(q(S) ‖ N(1, prior_std²)) / n_data (mode ``learned``).
+``noise="bn"`` trains with fixed BN-like noise levels instead, ``noise="none"`` is plain weight
+normalisation with projection (the noise-free baseline). Use a network without batch norm.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from bayesify.methods.base import Method, MethodConfig
+from bayesify.nn import sampling
+from bayesify.nn.node_noise import noisy_training, only_group
+from bayesify.nn.stochastic_scale import ScaleNoise, SigmaPer, StochasticScale, add_stochastic_scale
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StochasticNormConfig(MethodConfig):
+    """``noise``: learned | bn | none; ``sigma_per``: channel | layer; ``sigma_init`` initial σ;
+    ``stochastic_bias`` also learns a Gaussian bias; ``prior_std`` of the N(1, ·²) prior on S;
+    ``bn_mult_std`` / ``bn_add_std`` the fixed levels of ``noise="bn"``; ``skip_last`` leaves the
+    output layer plain."""
+
+    noise: ScaleNoise = ScaleNoise.LEARNED
+    sigma_per: SigmaPer = SigmaPer.CHANNEL
+    sigma_init: float = 0.1
+    stochastic_bias: bool = False
+    prior_std: float = 10.0
+    bn_mult_std: float = 0.05
+    bn_add_std: float = 0.05
+    skip_last: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name, enum in (("noise", ScaleNoise), ("sigma_per", SigmaPer)):
+            try:
+                object.__setattr__(self, name, enum(getattr(self, name)))
+            except ValueError:
+                valid = ", ".join(e.value for e in enum)
+                raise ValueError(
+                    f"unknown {name} {getattr(self, name)!r}; valid: {valid}"
+                ) from None
+        for name in ("sigma_init", "prior_std"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        for name in ("bn_mult_std", "bn_add_std"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+
+class StochasticNorm(Method):
+    """Weight normalisation + projection + stochastic per-channel scale."""
+
+    name = "stochastic-norm"
+    Config = StochasticNormConfig
+    config: StochasticNormConfig
+
+    def _prepare(self, net: nn.Module) -> None:
+        c = self.config
+        if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in net.modules()):
+            log.warning("StochasticNorm replaces batch norm's role; this network also has BN")
+        self.layers: list[StochasticScale] = add_stochastic_scale(
+            net,
+            skip_last=c.skip_last,
+            noise=c.noise,
+            sigma_per=c.sigma_per,
+            sigma_init=c.sigma_init,
+            stochastic_bias=c.stochastic_bias,
+            bn_mult_std=c.bn_mult_std,
+            bn_add_std=c.bn_add_std,
+        )
+
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+        directions = [layer.layer.weight for layer in self.layers]
+        ids = {id(p) for p in directions}
+        rest = [p for p in self.net.parameters() if p.requires_grad and id(p) not in ids]
+        return [
+            {"params": directions, "weight_decay": 0.0},
+            {"params": rest, "weight_decay": weight_decay},
+        ]
+
+    def after_step(self) -> None:
+        for layer in self.layers:
+            layer.project()
+
+    def kl(self) -> Tensor:
+        """Σ over layers and channels of KL(q(S) ‖ N(1, prior_std²)), a scalar."""
+        return torch.stack([layer.kl(self.config.prior_std) for layer in self.layers]).sum()
+
+    def objective(self, x: Tensor, y: Tensor, progress: float, n_data: int) -> Tensor:
+        with noisy_training(self.net):
+            nll = self.nll(self.net(x), y)
+        return nll + self.kl() / n_data
+
+    def reference_samples(
+        self, x: Tensor, samples: int, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """The loop of T passes with the same draws as :meth:`sample`: ``[T, N, ...]``; pass t
+        replays sample group t's generator stream (see :func:`~bayesify.nn.node_noise.only_group`).
+        """
+        x = self._check_inputs(x)
+        self.net.eval()
+        outs = []
+        with torch.no_grad(), sampling(self.net, samples, generator):
+            for t in range(samples):
+                with only_group(self.net, t):
+                    outs.append(self.net(x))
+        return torch.stack(outs)
+
+    def noise_levels(self) -> dict[str, Any]:
+        """Learned σ per layer (mean over channels), for reports."""
+        return {f"layer{i}": float(layer.sigma.mean()) for i, layer in enumerate(self.layers)}

@@ -1,0 +1,90 @@
+"""IBNN: the shared suite, the training split of Algorithm 1, and from_pretrained."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from conformance import MethodConformance
+
+import bayesify
+from bayesify.models import lenet, mlp
+
+
+def regression_data(n: int = 160, d: int = 4, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    y = torch.sin(x[:, 0]) + 0.5 * x[:, 1] + 0.1 * torch.randn(n, generator=g)
+    return x, y
+
+
+class TestIBNNRegression(MethodConformance):
+    def make(self):
+        x, y = regression_data()
+        method = bayesify.IBNN(mlp(4, hidden=(16, 16), norm=None), components=3, sigma_init=0.1)
+        method.fit(
+            (x[:128], y[:128]), val=(x[128:], y[128:]), epochs=2, batch_size=16, progress=False
+        )
+        return method, x[128:150]
+
+
+class TestIBNNClassification(MethodConformance):
+    samples = 8
+
+    def make(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(48, 1, 28, 28, generator=g)
+        y = torch.randint(0, 10, (48,), generator=g)
+        net = lenet(norm=None, width=1)
+        method = bayesify.IBNN(net, task="classification", components=4, sigma_init=0.2)
+        method.fit((x, y), epochs=1, batch_size=16, progress=False)
+        return method, x[:7]
+
+
+def test_kl_is_annealed_and_variational_group_has_own_lr():
+    method = bayesify.IBNN(mlp(3, hidden=(8,), norm=None), variational_lr=0.3, kl_anneal=0.5)
+    assert method.beta(0.0) == 0.0 and method.beta(0.25) == 0.5 and method.beta(0.9) == 1.0
+    groups = method.param_groups(1e-3, 1e-4)
+    var = {id(p) for p in method.variational_parameters()}
+    assert groups[0]["lr"] == 0.3 and groups[0]["weight_decay"] == 0.0
+    assert {id(p) for p in groups[0]["params"]} == var
+    assert not var & {id(p) for p in groups[1]["params"]}
+    assert groups[1]["lr"] == 1e-3
+
+
+def test_minibatch_split_evenly_over_components():
+    method = bayesify.IBNN(mlp(3, hidden=(8,), norm=None), components=4, train_samples=3)
+    seen = []
+    layer = method.layers[0]
+    hook = layer.register_forward_pre_hook(lambda m, i: seen.append(m.train_components.clone()))
+    method.objective(torch.randn(12, 3), torch.randn(12), 0.5, 100)
+    hook.remove()
+    comps = seen[0]
+    assert comps.shape == (36,)  # S * B rows
+    assert torch.equal(comps[:12], torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]))
+    assert torch.equal(comps, comps[:12].repeat(3))
+    assert layer.train_components is None
+
+
+def test_from_pretrained_keeps_weights_when_frozen():
+    x, y = regression_data()
+    net = mlp(4, hidden=(8,), norm=None)
+    before = copy.deepcopy(net.state_dict())
+    method = bayesify.IBNN.from_pretrained(net, (x, y), epochs=1, batch_size=32)
+    mus = [layer.mu.detach().clone() for layer in method.layers]
+    for name, v in before.items():
+        prefix, _, leaf = name.rpartition(".")
+        torch.testing.assert_close(method.net.state_dict()[f"{prefix}.1.{leaf}"], v)
+    assert any((m - 1).abs().max() > 0 for m in mus)
+    tuned = bayesify.IBNN.from_pretrained(
+        mlp(4, hidden=(8,), norm=None), (x, y), epochs=1, finetune_lr=1e-3
+    )
+    assert len(tuned.param_groups(1e-3, 0.0)) == 2
+
+
+def test_bad_config_names_the_option():
+    with pytest.raises(ValueError, match="components"):
+        bayesify.IBNN(mlp(3, norm=None), components=0)
+    with pytest.raises(ValueError, match="kl_anneal"):
+        bayesify.IBNN(mlp(3, norm=None), kl_anneal=2.0)
