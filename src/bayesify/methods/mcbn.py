@@ -4,6 +4,11 @@ Train as an ordinary batch-norm network. Afterwards, record a bank of the batch-
 of ``bank_size`` random training mini-batches of size b (the training batch size). Sample t of a
 prediction normalises every batch-norm layer with bank row ``rows[t]``: the same mini-batch for
 every layer, as in Teye et al.'s Algorithm 1, but for all T samples in one forward pass.
+
+``statistics="gaussian"`` replaces the bank by the large-sample law of the statistics (see
+:mod:`bayesify.nn.mc_batchnorm`) with effective batch size ``effective_batch_size`` (default: the
+training batch size): prediction needs no training data, and the batch size becomes a continuous
+knob that :meth:`MCBN.tune_batch_size` chooses on validation data (Mukhoti et al. 2020).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 import torch
@@ -25,16 +31,34 @@ from bayesify.train import Data, as_loader
 log = logging.getLogger(__name__)
 
 
+class Statistics(StrEnum):
+    """Where MCBN's per-sample batch statistics come from."""
+
+    BANK = "bank"  # recorded statistics of real training mini-batches (Teye et al.)
+    GAUSSIAN = "gaussian"  # drawn from their large-sample law given the running statistics
+
+
 @dataclass(frozen=True)
 class MCBNConfig(MethodConfig):
     """``bank_size``: mini-batches recorded (T_bank); ``bank_batch_size``: their size b
-    (defaults to the training batch size, as the posterior was trained with it)."""
+    (defaults to the training batch size, as the posterior was trained with it);
+    ``statistics``: bank | gaussian; ``effective_batch_size``: b of the Gaussian model (a float;
+    defaults to the training batch size)."""
 
     bank_size: int = 256
     bank_batch_size: int | None = None
+    statistics: Statistics = Statistics.BANK
+    effective_batch_size: float | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        try:
+            object.__setattr__(self, "statistics", Statistics(self.statistics))
+        except ValueError:
+            valid = ", ".join(s.value for s in Statistics)
+            raise ValueError(f"unknown statistics {self.statistics!r}; valid: {valid}") from None
+        if self.effective_batch_size is not None and not self.effective_batch_size > 0:
+            raise ValueError(f"effective_batch_size must be > 0, got {self.effective_batch_size}")
         if self.bank_size < 1:
             raise ValueError(f"bank_size must be >= 1, got {self.bank_size}")
         if self.bank_batch_size is not None and self.bank_batch_size < 2:
@@ -51,6 +75,11 @@ class MCBN(Method):
     def _prepare(self, net: nn.Module) -> None:
         self.layers: list[MCBatchNorm] = convert_batchnorm(net)
         self.bank_batch_size: int | None = self.config.bank_batch_size
+        self.effective_batch_size: float | None = self.config.effective_batch_size
+
+    @property
+    def gaussian(self) -> bool:
+        return self.config.statistics is Statistics.GAUSSIAN
 
     @classmethod
     def from_pretrained(
@@ -70,13 +99,47 @@ class MCBN(Method):
         method = cls(net, **options)
         loader = as_loader(train, batch_size, shuffle=True, seed=seed)
         method._remember_input_shape(loader.dataset)
-        method.fill_bank(train, batch_size=batch_size, seed=seed, progress=progress)
+        if method.gaussian:
+            method._record_spatial_sizes(loader, batch_size)
+        else:
+            method.fill_bank(train, batch_size=batch_size, seed=seed, progress=progress)
         if val is not None and method.config.task.value == "regression":
             method.fit_noise(val, seed=seed)
         return method
 
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
+        if self.gaussian:  # training forwards recorded the spatial sizes; no bank needed
+            self.bank_batch_size = self.config.bank_batch_size or batch_size
+            if self.effective_batch_size is None:
+                self.effective_batch_size = float(self.bank_batch_size)
+            return
         self.fill_bank(train, batch_size=self.config.bank_batch_size or batch_size, seed=seed)
+
+    def _record_spatial_sizes(self, loader: Any, batch_size: int) -> None:
+        """One ordinary eval forward so every layer knows its spatial size (Gaussian model)."""
+        xb, _ = next(iter(loader))
+        self.net.eval()
+        with torch.no_grad():
+            self.net(xb.to(self.device))
+        self.bank_batch_size = batch_size
+        if self.effective_batch_size is None:
+            self.effective_batch_size = float(batch_size)
+
+    def set_effective_batch_size(self, b: float) -> None:
+        """Set the Gaussian model's effective batch size b (n = b × spatial size)."""
+        if not b > 0:
+            raise ValueError(f"effective batch size must be > 0, got {b}")
+        self.effective_batch_size = float(b)
+
+    def tune_batch_size(
+        self, val: Data, grid: Any = None, *, samples: int = 32, seed: int = 0
+    ) -> dict[float, float]:
+        """Choose the Gaussian model's effective batch size on ``val`` by maximising the mean
+        predictive log-likelihood over ``grid``; sets it and returns {b: log-likelihood}.
+        See :func:`bayesify.methods.mcbn_tuning.tune_effective_batch_size`."""
+        from bayesify.methods.mcbn_tuning import tune_effective_batch_size
+
+        return tune_effective_batch_size(self, val, grid, samples=samples, seed=seed)
 
     @property
     def bank_size(self) -> int:
@@ -129,8 +192,18 @@ class MCBN(Method):
             return torch.randperm(n, generator=generator)[:samples]
         return torch.randint(n, (samples,), generator=generator)
 
+    def _configure_layers(self) -> None:
+        for layer in self.layers:
+            layer.statistics = self.config.statistics.value
+            layer.effective_batch_size = self.effective_batch_size
+
     @contextmanager
     def sampling(self, samples: int, generator: torch.Generator | None) -> Iterator[None]:
+        self._configure_layers()
+        if self.gaussian:
+            with sampling(self.net, samples, generator):
+                yield
+            return
         rows = self.draw_rows(samples, generator)
         for layer in self.layers:
             layer.rows = rows
@@ -144,8 +217,21 @@ class MCBN(Method):
     def reference_samples(
         self, x: Tensor, samples: int, generator: torch.Generator | None = None
     ) -> Tensor:
-        """The plain loop of T passes with the same bank rows as :meth:`sample`: ``[T, N, ...]``."""
+        """The plain loop of T passes with the same bank rows (or Gaussian draws, taken per layer
+        in the same order as :meth:`sample` takes them) as :meth:`sample`: ``[T, N, ...]``."""
         x = self._check_inputs(x)
+        self._configure_layers()
+        if self.gaussian:
+            draws = [layer.draw_statistics(samples, generator) for layer in self.layers]
+            self.net.eval()
+            outs = []
+            with torch.no_grad():
+                for t in range(samples):
+                    with sampling(self.net, 1):
+                        for layer, (mean, var) in zip(self.layers, draws, strict=True):
+                            layer.set_draw(mean[t : t + 1], var[t : t + 1])
+                        outs.append(self.net(x))
+            return torch.stack(outs)
         rows = self.draw_rows(samples, generator)
         self.net.eval()
         outs = []
@@ -160,7 +246,11 @@ class MCBN(Method):
         return torch.stack(outs)
 
     def extra_state(self) -> dict[str, Any]:
-        return {"bank_batch_size": self.bank_batch_size}
+        return {
+            "bank_batch_size": self.bank_batch_size,
+            "effective_batch_size": self.effective_batch_size,
+        }
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         self.bank_batch_size = state.get("bank_batch_size")
+        self.effective_batch_size = state.get("effective_batch_size", self.effective_batch_size)

@@ -4,6 +4,12 @@ Outside sampling the layer is an ordinary batch norm (batch statistics in ``.tra
 statistics in ``.eval()``). Inside :func:`bayesify.nn.sampling` each sample group t is normalised
 with the statistics of one training mini-batch: row ``rows[t]`` of a statistics bank
 ``[T_bank, C]`` recorded once by :meth:`MCBatchNorm.recording`.
+
+With ``statistics = "gaussian"`` the per-group statistics are drawn instead from their
+large-sample law given the population statistics (Teye et al. appendix; Shekhovtsov & Flach
+§3.1; Mukhoti et al.): mean ~ N(μ, σ²/n), variance ~ σ²·χ²(n−1)/(n−1), with μ, σ² the running
+statistics and n = ``effective_batch_size`` × spatial size (the values per channel a batch
+averages over). No training data is needed at prediction; n is a continuous knob.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -44,6 +51,10 @@ class MCBatchNorm(StochasticModule):
         self.register_buffer("running_mean", torch.zeros(num_features))
         self.register_buffer("running_var", torch.ones(num_features))
         self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+        # values per channel per input row (H*W for 2-d maps), seen in the last ordinary forward
+        self.register_buffer("spatial_size", torch.tensor(0, dtype=torch.long))
+        self.statistics = "bank"  # or "gaussian"
+        self.effective_batch_size: float | None = None
         # the statistics bank: biased batch mean / variance of T_bank training mini-batches
         self.register_buffer("bank_mean", torch.zeros(0, num_features))
         self.register_buffer("bank_var", torch.zeros(0, num_features))
@@ -98,13 +109,51 @@ class MCBatchNorm(StochasticModule):
     def draw_statistics(
         self, samples: int, generator: torch.Generator | None
     ) -> tuple[Tensor, Tensor]:
-        """Per-group statistics ``([T, C], [T, C])``: bank rows ``self.rows``."""
+        """Per-group statistics ``([T, C], [T, C])``: bank rows ``self.rows``, or draws from
+        the Gaussian model when ``statistics == "gaussian"``."""
+        if self.statistics == "gaussian":
+            return self.draw_gaussian_statistics(samples, generator)
         if self.bank_size == 0:
             raise RuntimeError("the MCBN statistics bank is empty: fit the method or fill_bank()")
         if self.rows is None or len(self.rows) != samples:
             raise RuntimeError("MCBatchNorm needs bank rows chosen for every sample group")
         rows = self.rows.to(self.bank_mean.device)
         return self.bank_mean[rows], self.bank_var[rows]
+
+    @property
+    def effective_n(self) -> float:
+        """n = effective batch size × spatial size."""
+        if self.effective_batch_size is None:
+            raise RuntimeError("the Gaussian MCBN model needs an effective_batch_size")
+        if int(self.spatial_size) == 0:
+            raise RuntimeError(
+                "the spatial size of this batch-norm layer is unknown: forward one batch first"
+            )
+        return float(self.effective_batch_size) * int(self.spatial_size)
+
+    def draw_gaussian_statistics(
+        self, samples: int, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor]:
+        """``samples`` draws ``([T, C], [T, C])`` of a batch's mean and unbiased variance given
+        the running statistics: N(μ, σ²/n) and σ²·χ²(n−1)/(n−1) (numpy's exact χ², seeded from
+        ``generator``)."""
+        n = self.effective_n
+        if n <= 1:
+            raise ValueError(f"the effective sample size n must be > 1, got {n}")
+        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        rng = np.random.default_rng(seed)
+        c = self.num_features
+        z = torch.from_numpy(rng.standard_normal((samples, c)))
+        chi2 = torch.from_numpy(rng.chisquare(n - 1, size=(samples, c)))
+        mu, var = self.running_mean.double().cpu(), self.running_var.double().cpu()
+        mean = mu + (var / n).sqrt() * z
+        svar = var * chi2 / (n - 1)
+        ref = self.running_mean
+        return mean.to(ref), svar.to(ref)
+
+    def set_draw(self, mean: Tensor, var: Tensor) -> None:
+        """Use these per-group statistics ``([G, C], [G, C])`` in the current sampling block."""
+        self._draw = (mean, var)
 
     def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
         super().begin_sampling(samples, generator)
@@ -129,6 +178,7 @@ class MCBatchNorm(StochasticModule):
             mean = x.mean(reduce_dims)
             var = x.var(reduce_dims, unbiased=False)
             self._recorded.append((mean.detach(), var.detach()))
+            self.spatial_size.fill_(x[0, 0].numel())
             return self._affine((x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps))
         if self.stochastic and self._draw is not None:
             mean, var = self._draw  # [T, C]
@@ -137,6 +187,7 @@ class MCBatchNorm(StochasticModule):
             gshape = [t, 1, -1] + [1] * (x.dim() - 2)
             out = (xs - mean.view(gshape)) * torch.rsqrt(var.view(gshape) + self.eps)
             return self._affine(out.reshape(x.shape))
+        self.spatial_size.fill_(x[0, 0].numel())
         factor = 0.0
         if self.training:
             self.num_batches_tracked.add_(1)
