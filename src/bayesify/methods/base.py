@@ -35,7 +35,10 @@ class MethodConfig:
     """Options every method has. Subclasses add their own fields."""
 
     task: Task = Task.REGRESSION
-    noise_objective: NoiseObjective = NoiseObjective.CRPS  # what τ is fitted for (regression)
+    # what τ is fitted for on validation data (regression). PLL is the safe default: a τ fitted
+    # for CRPS can shrink to ~0 when the epistemic spread alone scores well, and the mixture PLL
+    # of near-delta samples is then meaningless. Teye et al. fit τ for CRPS.
+    noise_objective: NoiseObjective = NoiseObjective.PLL
     noise_samples: int = 50  # MC samples used when fitting τ on validation data
 
     def __post_init__(self) -> None:

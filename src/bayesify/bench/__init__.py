@@ -1,0 +1,1 @@
+"""Experiments on real data: UCI regression, images, speed; results tables and stores."""

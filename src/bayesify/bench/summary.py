@@ -1,0 +1,47 @@
+"""Mean ± standard error over splits, as markdown tables."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+
+def summarise(
+    rows: Sequence[dict[str, Any]], keys: Sequence[str]
+) -> dict[tuple[str, str], dict[str, tuple[float, float, int]]]:
+    """Group rows by (dataset, method): metric -> (mean, standard error, number of splits)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[(r["dataset"], r["method"])].append(r)
+    out = {}
+    for key, rs in groups.items():
+        stats = {}
+        for k in keys:
+            vals = [float(r[k]) for r in rs if k in r]
+            n = len(vals)
+            if n == 0:
+                continue
+            mean = sum(vals) / n
+            sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else 0.0
+            stats[k] = (mean, sd / math.sqrt(n), n)
+        out[key] = stats
+    return out
+
+
+def markdown_table(
+    rows: Sequence[dict[str, Any]], keys: Sequence[str], headers: Sequence[str] | None = None
+) -> str:
+    """A markdown table: one line per (dataset, method), ``mean ± s.e.`` per metric."""
+    headers = list(headers or keys)
+    summary = summarise(rows, keys)
+    lines = [
+        "| dataset | method | splits | " + " | ".join(headers) + " |",
+        "| --- | --- | ---: | " + " | ".join("---:" for _ in keys) + " |",
+    ]
+    for (dataset, method), stats in summary.items():
+        n = max((s[2] for s in stats.values()), default=0)
+        cells = [f"{stats[k][0]:.3f} ± {stats[k][1]:.3f}" if k in stats else "" for k in keys]
+        lines.append(f"| {dataset} | {method} | {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

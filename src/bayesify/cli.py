@@ -1,0 +1,197 @@
+"""The ``bayesify`` command line: train, evaluate, demo, bench."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import torch
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Approximate Bayesian deep learning: train, evaluate, benchmark.",
+                  no_args_is_help=True)  # fmt: skip
+bench_app = typer.Typer(help="Benchmarks on real data.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+console = Console()
+
+DEMO_DATASETS = ("bostonHousing", "concrete", "energy")
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code=2)
+
+
+def _parse_options(options: list[str]) -> dict[str, Any]:
+    """``key=value`` pairs; values parsed as JSON where they can be (numbers, booleans)."""
+    out: dict[str, Any] = {}
+    for item in options:
+        if "=" not in item:
+            raise _fail(f"--option takes key=value, got {item!r}")
+        key, value = item.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def _scores_table(title: str, rows: dict[str, dict[str, float]], keys: list[str]) -> Table:
+    table = Table(title=title)
+    table.add_column("method")
+    for k in keys:
+        table.add_column(k, justify="right")
+    for name, scores in rows.items():
+        table.add_row(name, *(f"{scores[k]:.3f}" for k in keys))
+    return table
+
+
+@app.command()
+def demo(
+    out: Annotated[Path, typer.Option(help="Folder for the table and figures.")] = Path(
+        "bayesify-demo"
+    ),
+    datasets: Annotated[str, typer.Option(help="Comma-separated UCI datasets.")] = ",".join(
+        DEMO_DATASETS
+    ),
+    splits: Annotated[int, typer.Option(help="Teye et al. 80/20 splits per dataset.")] = 3,
+    epochs: Annotated[int, typer.Option(help="Maximum epochs (early stopping).")] = 300,
+    samples: Annotated[int, typer.Option(help="MC samples T per prediction.")] = 200,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
+    toy_epochs: Annotated[int, typer.Option(help="Epochs for the 1-D toy figure.")] = 400,
+) -> None:
+    """MCBN vs CUBN on real UCI data: a table of RMSE, PLL, CRPS and normalised scores, an
+    uncertainty–error plot per dataset, and a 1-D toy plot."""
+    from bayesify.bench.uci import UCISettings
+    from bayesify.bench.uci_report import run_uci_benchmark
+
+    torch.set_num_threads(threads)
+    names = [d.strip() for d in datasets.split(",") if d.strip()]
+    settings = UCISettings(epochs=epochs, samples=samples)
+    console.print(f"MCBN vs CUBN on {', '.join(names)}, {splits} split(s) each -> {out}/")
+
+    def show(name: str, split: int, scores: dict) -> None:
+        console.print(_scores_table(f"{name}, split {split}", scores,
+                                    ["rmse", "pll", "crps", "pll_norm", "crps_norm"]))  # fmt: skip
+
+    try:
+        text, _ = run_uci_benchmark(names, splits, settings, out, on_result=show)
+    except ValueError as e:
+        raise _fail(str(e)) from None
+    _toy_demo(out, toy_epochs)
+    console.print(text)
+    console.print(f"figures: {', '.join(sorted(p.name for p in out.glob('*.png')))} in {out}/")
+
+
+def _toy_demo(out: Path, epochs: int) -> None:
+    from bayesify.data import toy_grid, toy_teye, toy_teye_function
+    from bayesify.methods import MCBN
+    from bayesify.models import mlp
+    from bayesify.plots import toy_regression_plot
+
+    x, y = toy_teye(n=120, seed=0)
+    torch.manual_seed(0)
+    method = MCBN(mlp(1, hidden=(64, 64)), bank_size=128)
+    method.fit((x, y), val=(x, y), epochs=epochs, batch_size=16, lr=3e-3, seed=0, progress=False)
+    grid = toy_grid(-7.0, 7.0, 300)
+    pred = method.predict(grid, samples=200, seed=0)
+    toy_regression_plot(
+        x, y, grid, pred, baseline_std=method.constant_variance**0.5,
+        truth=toy_teye_function(grid), title="MCBN on a 1-D toy (Teye et al. Fig. 1 style)",
+        path=out / "toy_mcbn.png",
+    )  # fmt: skip
+
+
+@app.command()
+def train(
+    method: Annotated[str, typer.Option(help="Method name (see `bayesify methods`).")] = "mcbn",
+    data: Annotated[str, typer.Option(help="UCI dataset name or 'fashion-mnist'.")] = (
+        "bostonHousing"
+    ),
+    split: Annotated[int, typer.Option(help="UCI split index.")] = 0,
+    protocol: Annotated[str, typer.Option(help="UCI split protocol: teye or gal.")] = "teye",
+    model: Annotated[str, typer.Option(help="mlp (UCI), lenet or resnet (images).")] = "",
+    hidden: Annotated[str, typer.Option(help="MLP hidden sizes, comma-separated.")] = "50,50",
+    norm: Annotated[str, typer.Option(help="batch or none.")] = "batch",
+    dropout: Annotated[float, typer.Option(help="Dropout rate in the model.")] = 0.0,
+    epochs: Annotated[int, typer.Option()] = 100,
+    batch_size: Annotated[int, typer.Option()] = 32,
+    lr: Annotated[float, typer.Option()] = 1e-3,
+    weight_decay: Annotated[float, typer.Option()] = 0.0,
+    patience: Annotated[int | None, typer.Option(help="Early-stopping patience.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Use only this many training images.")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    option: Annotated[list[str] | None, typer.Option(help="Method option key=value.")] = None,
+    out: Annotated[Path, typer.Option(help="Bundle folder to write.")] = Path("runs/model"),
+) -> None:
+    """Train a method on a dataset and save a bundle (safetensors + JSON)."""
+    from bayesify.jobs import build_training
+
+    try:
+        job = build_training(method, data, split=split, protocol=protocol, model=model,
+                             hidden=hidden, norm=norm, dropout=dropout, limit=limit, seed=seed,
+                             options=_parse_options(option or []))  # fmt: skip
+        job.method.fit(job.train, val=job.val, epochs=epochs, batch_size=batch_size, lr=lr,
+                       weight_decay=weight_decay, patience=patience, seed=seed)  # fmt: skip
+    except (ValueError, TypeError) as e:
+        raise _fail(str(e)) from None
+    job.method.metadata.update(job.metadata)
+    job.method.save(out)
+    console.print(f"saved {job.method.name} bundle to {out}/")
+    console.print(_scores_table("test set", {job.method.name: job.evaluate(100)},
+                                job.score_keys))  # fmt: skip
+
+
+@app.command()
+def evaluate(
+    bundle: Annotated[Path, typer.Argument(help="Bundle folder written by `bayesify train`.")],
+    samples: Annotated[int, typer.Option(help="MC samples T.")] = 100,
+) -> None:
+    """Score a saved bundle on the test split it was trained for."""
+    from bayesify.jobs import job_from_bundle
+    from bayesify.methods import load
+
+    try:
+        job = job_from_bundle(load(bundle))
+        scores = job.evaluate(samples)
+    except (ValueError, TypeError) as e:
+        raise _fail(str(e)) from None
+    console.print(_scores_table(f"{bundle} on {job.metadata['data']} test",
+                                {job.method.name: scores}, job.score_keys))  # fmt: skip
+
+
+@app.command("methods")
+def list_methods() -> None:
+    """List the registered methods."""
+    from bayesify.methods import METHODS
+
+    for name, cls in sorted(METHODS.items()):
+        console.print(f"{name:18s} {(cls.__doc__ or '').strip().splitlines()[0]}")
+
+
+@bench_app.command("uci")
+def bench_uci(
+    datasets: Annotated[str, typer.Option()] = ",".join(DEMO_DATASETS),
+    splits: Annotated[int, typer.Option()] = 5,
+    epochs: Annotated[int, typer.Option()] = 300,
+    samples: Annotated[int, typer.Option()] = 200,
+    out: Annotated[Path, typer.Option()] = Path("benchmarks/uci_mcbn"),
+    threads: Annotated[int, typer.Option()] = 2,
+) -> None:
+    """MCBN vs CUBN over UCI datasets and Teye et al.'s splits -> markdown + figures."""
+    from bayesify.bench.uci import UCISettings
+    from bayesify.bench.uci_report import run_uci_benchmark
+
+    torch.set_num_threads(threads)
+    names = [d.strip() for d in datasets.split(",") if d.strip()]
+    text, _ = run_uci_benchmark(names, splits, UCISettings(epochs=epochs, samples=samples), out)
+    console.print(text)
+
+
+def main() -> None:  # pragma: no cover
+    logging.basicConfig(level=logging.WARNING)
+    app()

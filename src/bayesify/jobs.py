@@ -1,0 +1,127 @@
+"""Training and evaluation jobs on named datasets, shared by the CLI and the server."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bayesify import metrics
+from bayesify.bench.scores import NoiseFit, regression_scores
+from bayesify.data import UCI_DATASETS, load_fashion_mnist, load_uci
+from bayesify.methods import Method, get_method
+from bayesify.models import lenet, mlp, resnet
+from bayesify.predictive import Task
+
+IMAGE_DATASETS = ("fashion-mnist",)
+REGRESSION_KEYS = ["rmse", "pll", "crps", "pll_norm", "crps_norm"]
+CLASSIFICATION_KEYS = ["error", "nll", "ece", "brier", "mean_mi"]
+
+
+@dataclass
+class Job:
+    """A method with its data: training/validation parts and the test set it is scored on."""
+
+    method: Method
+    test: tuple[Tensor, Tensor]
+    train: tuple[Tensor, Tensor] | None = None
+    val: tuple[Tensor, Tensor] | None = None
+    loc: float = 0.0  # regression targets: original = loc + scale * model units
+    scale: float = 1.0
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def score_keys(self) -> list[str]:
+        if self.method.config.task is Task.REGRESSION:
+            return REGRESSION_KEYS
+        return CLASSIFICATION_KEYS
+
+    def evaluate(self, samples: int = 100, seed: int = 0) -> dict[str, float]:
+        """Test-set scores (regression in original target units)."""
+        x, y = self.test
+        pred = self.method.predict(x, samples=samples, seed=seed)
+        if self.method.config.task is Task.CLASSIFICATION:
+            probs = pred.mean
+            return {
+                "error": metrics.error_rate(probs, y).item(),
+                "nll": metrics.nll(probs, y).item(),
+                "ece": metrics.expected_calibration_error(probs, y).item(),
+                "brier": metrics.brier_score(probs, y).item(),
+                "mean_mi": pred.mutual_information.mean().item(),
+            }
+        nv = self.method.noise_variance
+        cv = self.method.constant_variance if self.method.constant_variance is not None else nv
+        fit = NoiseFit(noise_pll=nv, noise_crps=nv, constant_pll=cv, constant_crps=cv)
+        y_orig = (self.loc + self.scale * y.double()).to(pred.samples.dtype)
+        return regression_scores(pred, y_orig, fit, loc=self.loc, scale=self.scale)["MC"]
+
+
+def _check_data(data: str) -> None:
+    if data not in UCI_DATASETS and data not in IMAGE_DATASETS:
+        valid = ", ".join([*UCI_DATASETS, *IMAGE_DATASETS])
+        raise ValueError(f"unknown dataset {data!r}; valid: {valid}")
+
+
+def build_training(
+    method: str,
+    data: str,
+    *,
+    split: int = 0,
+    protocol: str = "teye",
+    model: str = "",
+    hidden: str = "50,50",
+    norm: str = "batch",
+    dropout: float = 0.0,
+    limit: int | None = None,
+    seed: int = 0,
+    options: dict[str, Any] | None = None,
+) -> Job:
+    """A fresh method on a named dataset, ready to ``fit(job.train, val=job.val)``."""
+    cls = get_method(method)
+    _check_data(data)
+    torch.manual_seed(seed)
+    meta: dict[str, Any] = {"data": data}
+    if data in UCI_DATASETS:
+        if model not in ("", "mlp"):
+            raise ValueError(f"UCI datasets use model 'mlp', got {model!r}")
+        sizes = tuple(int(h) for h in hidden.split(",") if h.strip())
+        s = load_uci(data, split, protocol=protocol)
+        net = mlp(s.n_features, 1, sizes, norm=norm, dropout=dropout)
+        meth = cls(net, task="regression", **(options or {}))
+        meta.update(split=split, protocol=protocol)
+        return Job(meth, (s.x_test, s.y_test), (s.x_train, s.y_train), (s.x_val, s.y_val),
+                   s.scaler.y_mean, s.scaler.y_std, meta)  # fmt: skip
+    model = model or "lenet"
+    if model == "lenet":
+        net = lenet(norm=norm, dropout=dropout)
+    elif model == "resnet":
+        net = resnet()
+    else:
+        raise ValueError(f"image models are 'lenet' or 'resnet', got {model!r}")
+    meth = cls(net, task="classification", **(options or {}))
+    train_set = load_fashion_mnist("train")
+    if limit is not None:
+        train_set = train_set.subset(limit, seed=seed)
+    n_val = max(1, len(train_set) // 10)
+    x, y = train_set.x, train_set.y
+    test = load_fashion_mnist("test")
+    meta.update(limit=limit)
+    return Job(meth, (test.x, test.y), (x[n_val:], y[n_val:]), (x[:n_val], y[:n_val]),
+               metadata=meta)  # fmt: skip
+
+
+def job_from_bundle(method: Method) -> Job:
+    """The test set a loaded bundle was trained for (from its metadata)."""
+    data = method.metadata.get("data")
+    if data is None:
+        raise ValueError("this bundle records no dataset; evaluate it from Python instead")
+    _check_data(data)
+    if data in UCI_DATASETS:
+        s = load_uci(data, method.metadata.get("split", 0),
+                     protocol=method.metadata.get("protocol", "teye"))  # fmt: skip
+        return Job(method, (s.x_test, s.y_test), loc=s.scaler.y_mean, scale=s.scaler.y_std,
+                   metadata=method.metadata)  # fmt: skip
+    test = load_fashion_mnist("test")
+    return Job(method, (test.x, test.y), metadata=method.metadata)
