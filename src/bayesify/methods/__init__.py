@@ -1,6 +1,7 @@
 """Posterior approximations behind one interface; registry by name."""
 
 from bayesify.methods.base import DEFAULT_MAX_ROWS, Method, MethodConfig
+from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ibnn import IBNN, IBNNConfig
 from bayesify.methods.mc_dropout import MCDropout, MCDropoutConfig
@@ -17,6 +18,9 @@ __all__ = [
     "MCBNConfig",
     "MCDropout",
     "MCDropoutConfig",
+    "BayesByBackprop",
+    "BBBConfig",
+    "KLSchedule",
     "Deterministic",
     "Method",
     "MethodConfig",

@@ -9,6 +9,7 @@ from torch import nn
 
 from bayesify.io import BundleError, read_bundle, resize_like
 from bayesify.methods.base import Method
+from bayesify.methods.bayes_by_backprop import BayesByBackprop
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ibnn import IBNN
 from bayesify.methods.mc_dropout import MCDropout
@@ -20,6 +21,7 @@ METHODS: dict[str, type[Method]] = {
     "deterministic": Deterministic,
     "mcbn": MCBN,
     "mc-dropout": MCDropout,
+    "bbb": BayesByBackprop,
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
 }

@@ -1,0 +1,303 @@
+"""Mean-field Gaussian layers for Bayes by Backprop (Blundell et al. 2015).
+
+Each weight has a posterior ``N(μ, σ²)`` with ``σ = softplus(ρ)``. Priors: a Gaussian
+``N(0, σ_p²)`` (closed-form KL) or Blundell's scale mixture
+``π N(0, σ₁²) + (1 − π) N(0, σ₂²)`` (one-sample Monte Carlo KL).
+
+Every row of a batch gets its own weight sample:
+
+* :class:`BayesLinear` uses the local reparameterisation trick (Kingma et al. 2015): the
+  pre-activation of a row is ``N(x μᵀ + b_μ, x² σ²ᵀ + σ_b²)``, sampled directly.
+* :class:`BayesConv2d` uses flipout (Wen et al. 2018): one shared perturbation ``ε ∘ σ`` and
+  per-row random signs, ``conv(x, μ) + conv(x ∘ s_in, σ ∘ ε) ∘ s_out`` (each row's weight is
+  marginally ``N(μ, σ²)``), plus a per-row bias sample.
+
+Outside sampling the layers are random in ``.train()`` (torch's global RNG, for the ELBO) and
+return the posterior-mean output in ``.eval()``. Inside :func:`bayesify.nn.sampling` the per-row
+noise comes from :class:`~bayesify.nn.dropout.RowNoise` (chunk-invariant, replayable per group)
+and flipout's shared ε is drawn once from the caller's generator in ``begin_sampling``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from bayesify.nn.dropout import RowNoise
+from bayesify.nn.stochastic import StochasticModule
+
+
+class PriorKind(StrEnum):
+    GAUSSIAN = "gaussian"
+    MIXTURE = "mixture"
+
+
+@dataclass(frozen=True)
+class Prior:
+    """Weight prior: ``N(0, sigma²)`` or ``pi N(0, sigma1²) + (1 - pi) N(0, sigma2²)``."""
+
+    kind: PriorKind = PriorKind.GAUSSIAN
+    sigma: float = 1.0
+    pi: float = 0.5
+    sigma1: float = 1.0
+    sigma2: float = math.exp(-6)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", PriorKind(self.kind))
+        if min(self.sigma, self.sigma1, self.sigma2) <= 0 or not 0 < self.pi <= 1:
+            raise ValueError(f"prior scales must be > 0 and pi in (0, 1], got {self}")
+
+    def log_prob(self, w: Tensor) -> Tensor:
+        """Sum of the prior log density over the elements of ``w`` (0-dim)."""
+        if self.kind is PriorKind.GAUSSIAN:
+            return torch.distributions.Normal(0.0, self.sigma).log_prob(w).sum()
+        a = math.log(self.pi) + torch.distributions.Normal(0.0, self.sigma1).log_prob(w)
+        if self.pi == 1:
+            return a.sum()
+        b = math.log1p(-self.pi) + torch.distributions.Normal(0.0, self.sigma2).log_prob(w)
+        return torch.logaddexp(a, b).sum()
+
+
+def gaussian_kl(mu: Tensor, sigma: Tensor, prior_sigma: float) -> Tensor:
+    """``KL(N(mu, sigma²) || N(0, prior_sigma²))`` summed over elements (0-dim)."""
+    ratio = (sigma / prior_sigma) ** 2
+    return 0.5 * (ratio + (mu / prior_sigma) ** 2 - 1.0 - torch.log(ratio)).sum()
+
+
+class _BayesLayer(StochasticModule):
+    """Shared parameters, KL and sampling state of BayesLinear / BayesConv2d."""
+
+    def _init_params(
+        self, weight: Tensor, bias: Tensor | None, prior: Prior, init_rho: float
+    ) -> None:
+        self.prior = prior
+        self.weight_mu = nn.Parameter(weight.detach().clone())
+        self.weight_rho = nn.Parameter(torch.full_like(self.weight_mu, init_rho))
+        if bias is not None:
+            self.bias_mu = nn.Parameter(bias.detach().clone())
+            self.bias_rho = nn.Parameter(torch.full_like(self.bias_mu, init_rho))
+        else:
+            self.register_parameter("bias_mu", None)
+            self.register_parameter("bias_rho", None)
+        self.noise = RowNoise()
+
+    @property
+    def weight_sigma(self) -> Tensor:
+        return F.softplus(self.weight_rho)
+
+    @property
+    def bias_sigma(self) -> Tensor | None:
+        return None if self.bias_rho is None else F.softplus(self.bias_rho)
+
+    def _pairs(self) -> list[tuple[Tensor, Tensor]]:
+        pairs = [(self.weight_mu, self.weight_sigma)]
+        if self.bias_mu is not None:
+            pairs.append((self.bias_mu, self.bias_sigma))
+        return pairs
+
+    def kl(self) -> Tensor:
+        """``KL(q || p)`` of this layer's weights and biases: closed form for the Gaussian
+        prior, a one-sample Monte Carlo estimate ``log q(w) − log p(w)`` for the mixture."""
+        if self.prior.kind is PriorKind.GAUSSIAN:
+            return sum(gaussian_kl(m, s, self.prior.sigma) for m, s in self._pairs())
+        total = self.weight_mu.new_zeros(())
+        for m, s in self._pairs():
+            w = m + s * torch.randn_like(m)
+            total = total + torch.distributions.Normal(m, s).log_prob(w).sum()
+            total = total - self.prior.log_prob(w)
+        return total
+
+    def _noisy(self) -> bool:
+        return self.stochastic and self.noise.keys is not None
+
+    def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
+        super().begin_sampling(samples, generator)
+        self.noise.begin(samples, generator)
+
+    def end_sampling(self) -> None:
+        super().end_sampling()
+        self.noise.end()
+
+    def select_group(self, t: int) -> None:
+        """Reference loop: behave as group ``t`` of the current sampling block, alone."""
+        self.noise.select_group(t)
+        self.groups = 1
+
+
+class BayesLinear(_BayesLayer):
+    """Mean-field Gaussian ``nn.Linear``: ``[N, *, in]`` -> ``[N, *, out]`` (local reparam.)."""
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        prior: Prior | None = None,
+        init_rho: float = -5.0,
+    ) -> None:
+        super().__init__()
+        ref = nn.Linear(in_features, out_features, bias=bias)  # torch's initialisation
+        self.in_features, self.out_features = in_features, out_features
+        self._init_params(ref.weight, ref.bias, prior or Prior(), init_rho)
+
+    @classmethod
+    def from_linear(
+        cls, layer: nn.Linear, prior: Prior | None = None, init_rho: float = -5.0
+    ) -> BayesLinear:
+        """Posterior means initialised from ``layer``'s (pretrained) weights."""
+        new = cls(layer.in_features, layer.out_features, layer.bias is not None, prior, init_rho)
+        new._init_params(layer.weight, layer.bias, new.prior, init_rho)
+        return new.to(layer.weight.device).train(layer.training)
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, prior={self.prior.kind.value}"
+
+    def forward(self, x: Tensor) -> Tensor:
+        mean = F.linear(x, self.weight_mu, self.bias_mu)  # [R, *, out]
+        noisy = self._noisy()
+        if not (noisy or self.training):
+            return mean
+        b_var = None if self.bias_rho is None else self.bias_sigma**2
+        var = F.linear(x**2, self.weight_sigma**2, b_var)  # [R, *, out]
+        if noisy:
+            rows = x.shape[0]
+            z = self.noise.normal(rows, mean[0].numel(), x.device).to(mean.dtype)
+            self.noise.advance(rows)
+            z = z.view_as(mean)
+        else:
+            z = torch.randn_like(mean)
+        return mean + torch.sqrt(var + 1e-16) * z
+
+
+class BayesConv2d(_BayesLayer):
+    """Mean-field Gaussian ``nn.Conv2d`` (zero padding): ``[N, C, H, W]`` -> ``[N, C', H', W']``
+    with flipout weight noise and per-row bias samples."""
+
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int | tuple[int, int],
+        stride: int | tuple[int, int] = 1,
+        padding: int | tuple[int, int] | str = 0,
+        dilation: int | tuple[int, int] = 1,
+        conv_groups: int = 1,
+        bias: bool = True,
+        prior: Prior | None = None,
+        init_rho: float = -5.0,
+    ) -> None:
+        super().__init__()
+        ref = nn.Conv2d(
+            in_channels, out_channels, kernel_size, stride, padding, dilation, conv_groups, bias
+        )
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.stride, self.padding, self.dilation = ref.stride, ref.padding, ref.dilation
+        self.conv_groups = conv_groups
+        self._init_params(ref.weight, ref.bias, prior or Prior(), init_rho)
+        self._eps: Tensor | None = None  # flipout's shared ε inside sampling
+
+    @classmethod
+    def from_conv2d(
+        cls, layer: nn.Conv2d, prior: Prior | None = None, init_rho: float = -5.0
+    ) -> BayesConv2d:
+        """Posterior means initialised from ``layer``'s (pretrained) weights."""
+        if layer.padding_mode != "zeros":
+            raise ValueError(f"BayesConv2d supports zero padding only, got {layer.padding_mode!r}")
+        new = cls(
+            layer.in_channels,
+            layer.out_channels,
+            layer.kernel_size,
+            layer.stride,
+            layer.padding,
+            layer.dilation,
+            layer.groups,
+            layer.bias is not None,
+            prior,
+            init_rho,
+        )
+        new._init_params(layer.weight, layer.bias, new.prior, init_rho)
+        return new.to(layer.weight.device).train(layer.training)
+
+    def extra_repr(self) -> str:
+        k = tuple(self.weight_mu.shape[2:])
+        return f"{self.in_channels}, {self.out_channels}, kernel_size={k}, flipout"
+
+    def _conv(self, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
+        return F.conv2d(x, w, b, self.stride, self.padding, self.dilation, self.conv_groups)
+
+    def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
+        super().begin_sampling(samples, generator)
+        eps = torch.randn(self.weight_mu.shape, generator=generator)
+        self._eps = eps.to(self.weight_mu)
+
+    def end_sampling(self) -> None:
+        super().end_sampling()
+        self._eps = None
+
+    def forward(self, x: Tensor) -> Tensor:
+        mean = self._conv(x, self.weight_mu, self.bias_mu)  # [R, C', H', W']
+        noisy = self._noisy()
+        if not (noisy or self.training):
+            return mean
+        rows, c_in, c_out = x.shape[0], x.shape[1], mean.shape[1]
+        if noisy:
+            dev = x.device
+            s_in = torch.where(self.noise.uniform(rows, c_in, dev, 1) < 0.5, -1.0, 1.0)
+            s_out = torch.where(self.noise.uniform(rows, c_out, dev, 2) < 0.5, -1.0, 1.0)
+            z_b = self.noise.normal(rows, c_out, dev, 3) if self.bias_mu is not None else None
+            self.noise.advance(rows)
+            eps = self._eps
+        else:
+            s_in = torch.randint(0, 2, (rows, c_in), device=x.device) * 2.0 - 1.0
+            s_out = torch.randint(0, 2, (rows, c_out), device=x.device) * 2.0 - 1.0
+            z_b = torch.randn(rows, c_out, device=x.device) if self.bias_mu is not None else None
+            eps = torch.randn_like(self.weight_mu)
+        s_in, s_out = s_in.to(x.dtype)[..., None, None], s_out.to(x.dtype)[..., None, None]
+        out = mean + self._conv(x * s_in, self.weight_sigma * eps) * s_out
+        if z_b is not None:
+            out = out + (self.bias_sigma * z_b.to(x.dtype))[..., None, None]
+        return out
+
+
+def bayesianize(
+    model: nn.Module,
+    *,
+    last_k: int | None = None,
+    prior: Prior | None = None,
+    init_rho: float = -5.0,
+) -> list[_BayesLayer]:
+    """Replace ``nn.Linear``/``nn.Conv2d`` layers of ``model`` (in place) by Bayesian ones whose
+    posterior means are the current (e.g. pretrained) weights.
+
+    ``last_k`` converts only the last k such layers in module order (a hybrid network); the
+    rest stay deterministic. Returns all Bayesian layers in order.
+    """
+    found = [
+        (parent, name, child)
+        for parent in model.modules()
+        for name, child in parent.named_children()
+        if type(child) in (nn.Linear, nn.Conv2d)
+    ]
+    if last_k is not None:
+        if last_k < 1:
+            raise ValueError(f"last_k must be >= 1, got {last_k}")
+        found = found[-last_k:]
+    for parent, name, child in found:
+        if isinstance(child, nn.Conv2d):
+            setattr(parent, name, BayesConv2d.from_conv2d(child, prior, init_rho))
+        else:
+            setattr(parent, name, BayesLinear.from_linear(child, prior, init_rho))
+    layers = [m for m in model.modules() if isinstance(m, _BayesLayer)]
+    if not layers:
+        raise ValueError(
+            f"Bayes by Backprop needs Linear or Conv2d layers; {type(model).__name__} has none"
+        )
+    return layers
+
+
+BayesLayer = _BayesLayer
