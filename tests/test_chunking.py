@@ -1,0 +1,85 @@
+"""The memory bound of one-pass prediction: ``max_rows`` chunks over N, invisibly.
+
+For every registered method: chunked samples equal one chunk for a large T·N (the per-group
+randomness must not depend on where a chunk starts), and with the default ``max_rows`` no forward
+call ever sees more than ``DEFAULT_MAX_ROWS`` rows, however large T·N is.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from bayesify.methods import DEFAULT_MAX_ROWS, METHODS, Method
+from bayesify.models import mlp
+
+N_TRAIN, D = 96, 5
+
+
+def _data() -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(N_TRAIN, D, generator=g)
+    return x, x[:, 0].sin() + 0.1 * torch.randn(N_TRAIN, generator=g)
+
+
+def _fitted(name: str) -> Method:
+    """A briefly trained method on an MLP that every method accepts (batch norm + dropout)."""
+    torch.manual_seed(0)
+    net = mlp(D, 1, (16, 16), norm="batch", dropout=0.1)
+    cls = METHODS[name]
+    try:
+        method = cls(net)
+    except (TypeError, ValueError) as e:  # a method that needs options we do not know here
+        pytest.skip(f"{name} cannot wrap a plain MLP with default options: {e}")
+    method.fit(_data(), epochs=1, batch_size=16, progress=False)
+    return method
+
+
+@pytest.fixture(scope="module", params=sorted(METHODS))
+def method(request: pytest.FixtureRequest) -> Method:
+    return _fitted(request.param)
+
+
+def test_chunked_equals_one_chunk_for_large_t_n(method: Method) -> None:
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(700, D, generator=g)  # T·N = 28,000 rows
+    t = 40
+    whole = method.sample(x, t, seed=3, max_rows=None)
+    default = method.sample(x, t, seed=3)  # DEFAULT_MAX_ROWS: 204 rows a chunk
+    odd = method.sample(x, t, seed=3, max_rows=t * 37 + 5)  # chunks of 37 rows, a ragged tail
+    assert whole.shape[:2] == (t, len(x))
+    torch.testing.assert_close(default, whole, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(odd, whole, rtol=1e-5, atol=1e-5)
+
+
+def _rows_per_call(method: Method) -> tuple[list[int], torch.utils.hooks.RemovableHandle]:
+    seen: list[int] = []
+
+    def hook(_module: nn.Module, args: tuple) -> None:
+        seen.append(int(args[0].shape[0]))
+
+    return seen, method.net.register_forward_pre_hook(hook)
+
+
+def test_huge_t_n_is_never_one_forward(method: Method) -> None:
+    x = torch.randn(2000, D)
+    t = 100  # T·N = 200,000 rows; one pass would hold them all at once
+    seen, handle = _rows_per_call(method)
+    try:
+        out = method.sample(x, t, seed=0)
+    finally:
+        handle.remove()
+    assert out.shape[:2] == (t, len(x))
+    assert seen and max(seen) <= DEFAULT_MAX_ROWS, f"a forward saw {max(seen)} rows"
+    assert sum(seen) == t * len(x)
+
+
+def test_max_rows_none_is_one_forward(method: Method) -> None:
+    x = torch.randn(50, D)
+    seen, handle = _rows_per_call(method)
+    try:
+        method.sample(x, 8, seed=0, max_rows=None)
+    finally:
+        handle.remove()
+    assert seen == [8 * 50]
