@@ -1,0 +1,166 @@
+"""MCBN's uncertainty collapse with large batches (Mukhoti et al. 2020, Fig. 1), and its fix.
+
+Train a batch-norm LeNet on Fashion-MNIST; then for MCBN batch sizes b = 16 … 1024 fill the
+statistics bank with mini-batches of b and measure mutual information on Fashion-MNIST test
+(in-distribution) and MNIST test (OOD), and the OOD AUROC of MI. Side by side: the Gaussian
+statistics model at the same b, and at the b chosen on validation data by
+:func:`~bayesify.methods.mcbn_tuning.tune_effective_batch_size`.
+
+    python -m bayesify.bench.mcbn_collapse --out benchmarks/mcbn_collapse
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import bayesify
+from bayesify.data import load_fashion_mnist, load_mnist
+from bayesify.methods.mcbn_tuning import tune_effective_batch_size
+from bayesify.metrics import auroc, error_rate
+from bayesify.models import lenet
+
+log = logging.getLogger(__name__)
+
+BATCH_SIZES = (16, 32, 64, 128, 256, 512, 1024)
+
+
+def ood_scores(method: bayesify.MCBN, x_in, x_out, samples: int, seed: int) -> dict[str, float]:
+    """Mean MI in / out, OOD AUROC of MI, and in-distribution predictive for error."""
+    p_in = method.predict(x_in, samples=samples, seed=seed)
+    p_out = method.predict(x_out, samples=samples, seed=seed)
+    mi_in, mi_out = p_in.mutual_information, p_out.mutual_information
+    return {
+        "mi_in": float(mi_in.mean()),
+        "mi_out": float(mi_out.mean()),
+        "auroc": float(auroc(mi_in, mi_out)),
+        "_pred": p_in,
+    }
+
+
+def run(args: argparse.Namespace) -> str:
+    torch.set_num_threads(1)
+    torch.manual_seed(args.seed)
+    train = load_fashion_mnist("train").subset(args.n_train + args.n_val, seed=args.seed)
+    xt, yt = train.x[: args.n_train], train.y[: args.n_train]
+    xv, yv = train.x[args.n_train :], train.y[args.n_train :]
+    test = load_fashion_mnist("test").subset(args.n_test, seed=args.seed)
+    ood = load_mnist("test").subset(args.n_test, seed=args.seed)
+
+    t0 = time.time()
+    method = bayesify.MCBN(lenet(norm="batch"), task="classification", bank_size=args.samples)
+    method.fit((xt, yt), epochs=args.epochs, batch_size=args.batch_size, lr=1e-3, seed=args.seed)
+    log.info("trained in %.0fs", time.time() - t0)
+    out = Path(args.out)
+    if args.bundle:
+        method.save(args.bundle)  # reused by bayesify.bench.bn_noise
+
+    rows = []
+    for b in BATCH_SIZES:
+        method.fill_bank((xt, yt), batch_size=b, bank_size=args.samples, seed=args.seed)
+        bank = ood_scores(method, test.x, ood.x, args.samples, args.seed)
+        gauss = bayesify.MCBN(method.net, task="classification", statistics="gaussian")
+        gauss.set_effective_batch_size(b)
+        g = ood_scores(gauss, test.x, ood.x, args.samples, args.seed)
+        err = float(error_rate(bank.pop("_pred").mean, test.y))
+        g.pop("_pred")
+        rows.append((b, bank, g, err))
+        log.info("b=%d bank %s gaussian %s", b, bank, g)
+
+    gauss = bayesify.MCBN(method.net, task="classification", statistics="gaussian")
+    grid = np.geomspace(1.5, 2048, 16)
+    scores = tune_effective_batch_size(gauss, (xv, yv), grid, samples=args.samples, seed=args.seed)
+    b_star = gauss.effective_batch_size
+    tuned = ood_scores(gauss, test.x, ood.x, args.samples, args.seed)
+    tuned_err = float(error_rate(tuned.pop("_pred").mean, test.y))
+    det = method.net.eval()
+    with torch.no_grad():
+        det_err = float(error_rate(torch.softmax(det(test.x), -1), test.y))
+
+    lines = [
+        "# MCBN collapse with batch size, and the Gaussian model with tuned n",
+        "",
+        f"Command: `{' '.join(['python -m bayesify.bench.mcbn_collapse', *sys.argv[1:]])}`  ",
+        f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread.  ",
+        f"Setup: LeNet (BN) trained on {args.n_train} Fashion-MNIST images, {args.epochs} epochs, "
+        f"batch {args.batch_size}, Adam 1e-3; {args.n_test} Fashion-MNIST test images "
+        f"(in-distribution) vs {args.n_test} MNIST test images (OOD); T = {args.samples} samples; "
+        f"MCBN bank of {args.samples} mini-batches of size b. Deterministic (running-stats) test "
+        f"error {det_err:.3f}. AUROC: MI as OOD score.",
+        "",
+        "| b | bank: MI in | bank: MI out | bank: AUROC | Gaussian: MI in | Gaussian: MI out "
+        "| Gaussian: AUROC | bank test error |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for b, bank, g, err in rows:
+        lines.append(
+            f"| {b} | {bank['mi_in']:.4f} | {bank['mi_out']:.4f} | {bank['auroc']:.3f} "
+            f"| {g['mi_in']:.4f} | {g['mi_out']:.4f} | {g['auroc']:.3f} | {err:.3f} |"
+        )
+    lines += [
+        "",
+        f"**Batch size chosen on {args.n_val} validation images** (Gaussian model, max validation "
+        f"log-likelihood over a geometric grid 1.5…2048): b* = {b_star:.3g}. "
+        f"MI in {tuned['mi_in']:.4f}, MI out {tuned['mi_out']:.4f}, "
+        f"**AUROC {tuned['auroc']:.3f}**, test error {tuned_err:.3f}.",
+        "",
+        "| grid b | validation log-likelihood |",
+        "| ---: | ---: |",
+        *[f"| {b:.3g} | {ll:.4f} |" for b, ll in scores.items()],
+    ]
+    _plot(rows, b_star, tuned, out / "mcbn_collapse.png")
+    lines += ["", "![MI and AUROC vs batch size](mcbn_collapse.png)", ""]
+    return "\n".join(lines)
+
+
+def _plot(rows, b_star, tuned, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bs = [r[0] for r in rows]
+    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
+    ax[0].plot(bs, [r[1]["mi_in"] for r in rows], "o-", label="bank, F-MNIST (in)")
+    ax[0].plot(bs, [r[1]["mi_out"] for r in rows], "o-", label="bank, MNIST (OOD)")
+    ax[0].plot(bs, [r[2]["mi_in"] for r in rows], "s--", label="Gaussian, in")
+    ax[0].plot(bs, [r[2]["mi_out"] for r in rows], "s--", label="Gaussian, OOD")
+    ax[0].set(xscale="log", yscale="log", xlabel="MCBN batch size b", ylabel="mean MI (nats)")
+    ax[0].legend(fontsize=7)
+    ax[1].plot(bs, [r[1]["auroc"] for r in rows], "o-", label="bank")
+    ax[1].plot(bs, [r[2]["auroc"] for r in rows], "s--", label="Gaussian")
+    ax[1].axhline(tuned["auroc"], color="k", lw=0.8, label=f"Gaussian, tuned b*={b_star:.3g}")
+    ax[1].set(xscale="log", xlabel="MCBN batch size b", ylabel="OOD AUROC (MI)")
+    ax[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", default="benchmarks/mcbn_collapse")
+    p.add_argument("--n-train", type=int, default=10000)
+    p.add_argument("--n-val", type=int, default=1000)
+    p.add_argument("--n-test", type=int, default=1000)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--samples", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bundle", default="/tmp/bayesify_bn_lenet", help="save the BN net here")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    text = run(args)
+    (Path(args.out) / "README.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
