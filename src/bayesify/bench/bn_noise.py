@@ -1,0 +1,181 @@
+"""How noisy is batch norm? (Shekhovtsov & Flach 2018, Fig. 4.)
+
+In a trained BN network, draw random training mini-batches of size k as in training, record each
+BN layer's batch mean M and (biased) variance S² (:meth:`bayesify.MCBN.fill_bank`), and compare
+them with the population statistics μ, σ² (running statistics). Training-time BN equals test-time
+BN up to an additive noise V = (μ − M)/σ and a multiplicative noise U = σ/S. With n = k·z values
+per channel (z = spatial size) and i.i.d. Gaussian activations, V ~ N(0, 1/n) and
+(n−1)S²/σ² ~ χ²(n−1), so std(V) ≈ 1/√n and std(U) ≈ 1/√(2(n−1)): both variances ∝ 1/(k·z).
+
+    python -m bayesify.bench.bn_noise --bundle /tmp/bayesify_bn_lenet --out benchmarks/bn_noise
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import platform
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+import bayesify
+from bayesify.data import load_fashion_mnist
+from bayesify.train import Data
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BNNoise:
+    """Per layer and batch size: spatial size z, and the std of U and V averaged over channels."""
+
+    layer: int
+    batch_size: int
+    spatial: int
+    std_mult: float  # std over batches of U = σ/S, mean over channels
+    std_add: float  # std over batches of V = (μ − M)/σ, mean over channels
+
+    @property
+    def n(self) -> int:
+        return self.batch_size * self.spatial
+
+    @property
+    def model_std_mult(self) -> float:
+        return 1.0 / math.sqrt(2.0 * max(self.n - 1, 1))
+
+    @property
+    def model_std_add(self) -> float:
+        return 1.0 / math.sqrt(self.n)
+
+
+def measure_bn_noise(
+    method: bayesify.MCBN,
+    train: Data,
+    batch_sizes: tuple[int, ...] = (8, 16, 32, 64, 128, 256),
+    *,
+    repeats: int = 64,
+    seed: int = 0,
+) -> list[BNNoise]:
+    """Standard deviations of BN's multiplicative and additive noise per layer and batch size.
+
+    Uses ``repeats`` random mini-batches per batch size; leaves the method's weights and
+    running statistics unchanged (its bank is overwritten)."""
+    out: list[BNNoise] = []
+    for k in batch_sizes:
+        method.fill_bank(train, batch_size=k, bank_size=repeats, seed=seed)
+        for i, layer in enumerate(method.layers):
+            mu, var = layer.running_mean, layer.running_var  # [C]
+            m, s2 = layer.bank_mean, layer.bank_var  # [R, C]
+            u = (var / s2.clamp_min(1e-12)).sqrt()  # σ / S
+            v = (mu - m) / var.sqrt()
+            keep = var > 1e-6  # dead channels have no noise to speak of
+            out.append(
+                BNNoise(
+                    layer=i,
+                    batch_size=k,
+                    spatial=int(layer.spatial_size),
+                    std_mult=float(u.std(0)[keep].mean()),
+                    std_add=float(v.std(0)[keep].mean()),
+                )
+            )
+            log.info("%s", out[-1])
+    return out
+
+
+def run(args: argparse.Namespace) -> str:
+    torch.set_num_threads(1)
+    method = bayesify.load(args.bundle)
+    data = load_fashion_mnist("train").subset(args.n_train, seed=args.seed)
+    rows = measure_bn_noise(
+        method, (data.x, data.y), tuple(args.batch_sizes), repeats=args.repeats, seed=args.seed
+    )
+    lines = [
+        "# Batch-norm noise vs batch size (Shekhovtsov & Flach 2018, Fig. 4)",
+        "",
+        f"Command: `{' '.join(['python -m bayesify.bench.bn_noise', *sys.argv[1:]])}`  ",
+        f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread.  ",
+        f"Network: the BN LeNet trained by `bayesify.bench.mcbn_collapse` (bundle {args.bundle}); "
+        f"{args.repeats} random mini-batches from {args.n_train} Fashion-MNIST training images "
+        "per batch size k. U = σ/S (multiplicative), V = (μ − M)/σ (additive); std over batches, "
+        "mean over channels; model: i.i.d. Gaussian activations, n = k·z.",
+        "",
+        "| layer | spatial z | k | n = k·z | std U | model 1/√(2(n−1)) | std V | model 1/√n |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in sorted(rows, key=lambda r: (r.layer, r.batch_size)):
+        lines.append(
+            f"| {r.layer} | {r.spatial} | {r.batch_size} | {r.n} | {r.std_mult:.4f} "
+            f"| {r.model_std_mult:.4f} | {r.std_add:.4f} | {r.model_std_add:.4f} |"
+        )
+    slopes = _slopes(rows)
+    lines += [
+        "",
+        "Log-log slope of var(V) and var(U) against k per layer (the model predicts −1):",
+        "",
+        "| layer | slope var(U) | slope var(V) |",
+        "| ---: | ---: | ---: |",
+        *[f"| {i} | {su:.2f} | {sv:.2f} |" for i, (su, sv) in slopes.items()],
+        "",
+        "![BN noise vs batch size](bn_noise.png)",
+        "",
+    ]
+    _plot(rows, Path(args.out) / "bn_noise.png")
+    return "\n".join(lines)
+
+
+def _slopes(rows: list[BNNoise]) -> dict[int, tuple[float, float]]:
+    out = {}
+    for i in sorted({r.layer for r in rows}):
+        rs = [r for r in rows if r.layer == i]
+        lk = torch.tensor([math.log(r.batch_size) for r in rs])
+        fits = []
+        for vals in ([r.std_mult for r in rs], [r.std_add for r in rs]):
+            lv = torch.tensor([2 * math.log(v) for v in vals])
+            lkc = lk - lk.mean()
+            fits.append(float((lkc * (lv - lv.mean())).sum() / lkc.pow(2).sum()))
+        out[i] = (fits[0], fits[1])
+    return out
+
+
+def _plot(rows: list[BNNoise], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(8.5, 3.4))
+    for i in sorted({r.layer for r in rows}):
+        rs = sorted((r for r in rows if r.layer == i), key=lambda r: r.n)
+        n = [r.n for r in rs]
+        (line,) = ax[0].plot(n, [r.std_mult**2 for r in rs], "o-", label=f"layer {i}")
+        ax[0].plot(n, [r.model_std_mult**2 for r in rs], ":", color=line.get_color())
+        ax[1].plot(n, [r.std_add**2 for r in rs], "o-", color=line.get_color())
+        ax[1].plot(n, [r.model_std_add**2 for r in rs], ":", color=line.get_color())
+    ax[0].set(xscale="log", yscale="log", xlabel="n = batch × spatial", ylabel="var U = σ/S")
+    ax[1].set(xscale="log", yscale="log", xlabel="n = batch × spatial", ylabel="var V")
+    ax[0].legend(fontsize=7, title="measured; dotted: model", title_fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bundle", default="/tmp/bayesify_bn_lenet")
+    p.add_argument("--out", default="benchmarks/bn_noise")
+    p.add_argument("--n-train", type=int, default=10000)
+    p.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
+    p.add_argument("--repeats", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    (Path(args.out) / "README.md").write_text(run(args))
+
+
+if __name__ == "__main__":
+    main()
