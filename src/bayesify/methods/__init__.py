@@ -3,6 +3,7 @@
 from bayesify.methods.base import DEFAULT_MAX_ROWS, Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
 from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
 from bayesify.methods.ibnn import IBNN, IBNNConfig
 from bayesify.methods.mc_dropout import MCDropout, MCDropoutConfig
 from bayesify.methods.mcbn import MCBN, MCBNConfig
@@ -21,6 +22,8 @@ __all__ = [
     "BayesByBackprop",
     "BBBConfig",
     "KLSchedule",
+    "DeepEnsemble",
+    "EnsembleConfig",
     "Deterministic",
     "Method",
     "MethodConfig",

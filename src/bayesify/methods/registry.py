@@ -11,6 +11,7 @@ from bayesify.io import BundleError, read_bundle, resize_like
 from bayesify.methods.base import Method
 from bayesify.methods.bayes_by_backprop import BayesByBackprop
 from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.ensemble import DeepEnsemble
 from bayesify.methods.ibnn import IBNN
 from bayesify.methods.mc_dropout import MCDropout
 from bayesify.methods.mcbn import MCBN
@@ -22,6 +23,7 @@ METHODS: dict[str, type[Method]] = {
     "mcbn": MCBN,
     "mc-dropout": MCDropout,
     "bbb": BayesByBackprop,
+    "ensemble": DeepEnsemble,
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
 }
