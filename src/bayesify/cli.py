@@ -40,6 +40,13 @@ def _parse_options(options: list[str]) -> dict[str, Any]:
     return out
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise _fail(f"expected comma-separated integers, got {text!r}") from None
+
+
 def _scores_table(title: str, rows: dict[str, dict[str, float]], keys: list[str]) -> Table:
     table = Table(title=title)
     table.add_column("method")
@@ -63,6 +70,9 @@ def demo(
     samples: Annotated[int, typer.Option(help="MC samples T per prediction.")] = 200,
     threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
     toy_epochs: Annotated[int, typer.Option(help="Epochs for the 1-D toy figure.")] = 400,
+    batch_sizes: Annotated[str, typer.Option(help="Batch sizes to choose from on validation.")] = (
+        "32,128"
+    ),
 ) -> None:
     """MCBN vs CUBN on real UCI data: a table of RMSE, PLL, CRPS and normalised scores, an
     uncertainty–error plot per dataset, and a 1-D toy plot."""
@@ -71,7 +81,7 @@ def demo(
 
     torch.set_num_threads(threads)
     names = [d.strip() for d in datasets.split(",") if d.strip()]
-    settings = UCISettings(epochs=epochs, samples=samples)
+    settings = UCISettings(epochs=epochs, samples=samples, batch_sizes=_ints(batch_sizes))
     console.print(f"MCBN vs CUBN on {', '.join(names)}, {splits} split(s) each -> {out}/")
 
     def show(name: str, split: int, scores: dict) -> None:
@@ -127,6 +137,8 @@ def train(
     seed: Annotated[int, typer.Option()] = 0,
     option: Annotated[list[str] | None, typer.Option(help="Method option key=value.")] = None,
     out: Annotated[Path, typer.Option(help="Bundle folder to write.")] = Path("runs/model"),
+    nproc: Annotated[int, typer.Option(help="Data-parallel processes (global batch).")] = 1,
+    batch_norm: Annotated[str, typer.Option(help="With --nproc: replica or sync.")] = "replica",
 ) -> None:
     """Train a method on a dataset and save a bundle (safetensors + JSON)."""
     from bayesify.jobs import build_training
@@ -135,8 +147,15 @@ def train(
         job = build_training(method, data, split=split, protocol=protocol, model=model,
                              hidden=hidden, norm=norm, dropout=dropout, limit=limit, seed=seed,
                              options=_parse_options(option or []))  # fmt: skip
-        job.method.fit(job.train, val=job.val, epochs=epochs, batch_size=batch_size, lr=lr,
-                       weight_decay=weight_decay, patience=patience, seed=seed)  # fmt: skip
+        fit_options = dict(epochs=epochs, batch_size=batch_size, lr=lr,
+                           weight_decay=weight_decay, patience=patience, seed=seed)  # fmt: skip
+        if nproc > 1:
+            from bayesify.distributed import fit_distributed
+
+            fit_distributed(job.method, job.train, job.val, nproc=nproc, batch_norm=batch_norm,
+                            progress=True, **fit_options)  # fmt: skip
+        else:
+            job.method.fit(job.train, val=job.val, **fit_options)
     except (ValueError, TypeError) as e:
         raise _fail(str(e)) from None
     job.method.metadata.update(job.metadata)
@@ -181,6 +200,9 @@ def bench_uci(
     samples: Annotated[int, typer.Option()] = 200,
     out: Annotated[Path, typer.Option()] = Path("benchmarks/uci_mcbn"),
     threads: Annotated[int, typer.Option()] = 2,
+    batch_sizes: Annotated[str, typer.Option(help="Batch sizes to choose from on validation.")] = (
+        "32,128"
+    ),
 ) -> None:
     """MCBN vs CUBN over UCI datasets and Teye et al.'s splits -> markdown + figures."""
     from bayesify.bench.uci import UCISettings
@@ -188,8 +210,60 @@ def bench_uci(
 
     torch.set_num_threads(threads)
     names = [d.strip() for d in datasets.split(",") if d.strip()]
-    text, _ = run_uci_benchmark(names, splits, UCISettings(epochs=epochs, samples=samples), out)
+    settings = UCISettings(epochs=epochs, samples=samples, batch_sizes=_ints(batch_sizes))
+    text, _ = run_uci_benchmark(names, splits, settings, out)
     console.print(text)
+
+
+@bench_app.command("speed")
+def bench_speed(
+    methods: Annotated[str, typer.Option(help="Comma-separated method names.")] = (
+        "MCBN,MCDropout,BayesByBackprop,IBNN,StochasticNorm,DeepEnsemble"
+    ),
+    models: Annotated[str, typer.Option(help="Comma-separated: mlp, lenet, resnet.")] = (
+        "mlp,lenet,resnet"
+    ),
+    n: Annotated[str, typer.Option(help="Query rows N, comma-separated.")] = "1,64",
+    t: Annotated[str, typer.Option(help="MC samples T, comma-separated.")] = "10,100",
+    repeats: Annotated[int, typer.Option(help="Timed repetitions per cell.")] = 5,
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up rounds per cell.")] = 1,
+    memory: Annotated[bool, typer.Option(help="Peak memory of the largest cells.")] = True,
+    train: Annotated[bool, typer.Option(help="Training time per epoch vs deterministic.")] = True,
+    max_cell_rows: Annotated[int, typer.Option(help="Skip cells with T*N above (0: none).")] = (
+        20_000
+    ),
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 1,
+    out: Annotated[Path, typer.Option(help="Markdown report.")] = Path("benchmarks/speed.md"),
+) -> None:
+    """One-pass prediction vs the loop of T passes (MCBN: also vs Teye's Algorithm 1), peak
+    memory and training time per epoch -> markdown."""
+    import shlex
+    import sys
+
+    from bayesify.bench.speed import SpeedSettings, run_speed, speed_markdown
+
+    def csv(text: str) -> tuple[str, ...]:
+        return tuple(v.strip() for v in text.split(",") if v.strip())
+
+    try:
+        settings = SpeedSettings(methods=csv(methods), models=csv(models),
+                                 ns=tuple(int(v) for v in csv(n)), ts=tuple(int(v) for v in csv(t)),
+                                 repeats=repeats, warmup=warmup, memory=memory, train=train,
+                                 max_rows_per_cell=max_cell_rows, device=device)  # fmt: skip
+    except ValueError as e:
+        raise _fail(f"bad grid option: {e}") from None
+    unknown = set(settings.models) - {"mlp", "lenet", "resnet"}
+    if unknown:
+        raise _fail(f"unknown model(s) {sorted(unknown)}; valid: mlp, lenet, resnet")
+    torch.set_num_threads(threads)
+    result = run_speed(settings)
+    command = "bayesify " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    text = speed_markdown(result, command)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    console.print(text)
+    console.print(f"wrote {out}")
 
 
 def main() -> None:  # pragma: no cover

@@ -43,10 +43,11 @@ def uncertainty_error_plot(
     err = (y - pred.mean)[order]
     idx = torch.arange(len(std))
     window = window or max(3, len(std) // 10)
-    kernel = torch.ones(1, 1, window) / window
-    running = torch.nn.functional.conv1d(
-        err.abs().view(1, 1, -1).float(), kernel.float(), padding=window // 2
-    ).view(-1)[: len(std)]
+    # centred running mean of |error|, averaging only over points inside the window at the ends
+    c = torch.cat([torch.zeros(1, dtype=err.dtype), err.abs().cumsum(0)])
+    lo = (idx - window // 2).clamp(min=0)
+    hi = (idx + window // 2 + 1).clamp(max=len(err))
+    running = (c[hi] - c[lo]) / (hi - lo)
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     ax.fill_between(idx, -1.96 * std, 1.96 * std, color="tab:blue", alpha=0.18, label="95% CI")
     ax.fill_between(idx, -0.674 * std, 0.674 * std, color="tab:blue", alpha=0.35, label="50% CI")
