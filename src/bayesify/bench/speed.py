@@ -1,0 +1,281 @@
+"""``bayesify bench speed``: one-pass prediction vs the loop of T passes (and, for MCBN, vs Teye
+et al.'s Algorithm 1), peak memory, and training time per epoch relative to the deterministic
+network. Cases and measurements live in :mod:`bayesify.bench.speed_cases`.
+
+Timings are wall seconds of complete ``Predictive`` constructions; the variants of a cell run
+interleaved (rotating order) after warm-up, so the per-repetition ratios are paired and machine
+noise hits all variants alike. We report medians and inter-quartile ranges.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import torch
+from tqdm.auto import tqdm
+
+from bayesify.bench.speed_cases import (
+    METHOD_CLASSES,
+    MODELS,
+    build_case,
+    peak_memory_cpu,
+    peak_memory_cuda,
+    random_data,
+    resolve_method,
+    time_interleaved,
+    variants,
+)
+from bayesify.methods import Method
+from bayesify.train import as_loader, make_optimizer, train_loop
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SpeedSettings:
+    """The grid and the measurement protocol."""
+
+    methods: tuple[str, ...] = METHOD_CLASSES
+    models: tuple[str, ...] = MODELS
+    ns: tuple[int, ...] = (1, 64)
+    ts: tuple[int, ...] = (10, 100)
+    repeats: int = 5
+    warmup: int = 1
+    bank_batch: int = 32
+    memory: bool = True  # peak memory of every cell (one extra call per variant)
+    train: bool = True
+    train_models: tuple[str, ...] = ("mlp", "lenet")
+    train_rows: int = 640  # one epoch = train_rows / batch_size steps
+    batch_size: int = 32
+    max_rows_per_cell: int = 20_000  # skip cells with T*N above this (0: no limit)
+    device: str = "cpu"
+
+
+def quartiles(xs: list[float]) -> tuple[float, float, float]:
+    """(q25, median, q75) of ``xs``."""
+    if len(xs) == 1:
+        return xs[0], xs[0], xs[0]
+    q = statistics.quantiles(xs, n=4, method="inclusive")
+    return q[0], q[1], q[2]
+
+
+@dataclass
+class Cell:
+    """Timings of one (method, model, N, T): seconds per repetition per variant."""
+
+    method: str
+    model: str
+    n: int
+    t: int
+    times: dict[str, list[float]]
+    memory: dict[str, float | None] = field(default_factory=dict)
+
+    def ratio(self, slow: str, fast: str = "one-pass") -> tuple[float, float, float] | None:
+        """(q25, median, q75) of the paired per-repetition ratios ``slow / fast``."""
+        if slow not in self.times:
+            return None
+        return quartiles([s / f for s, f in zip(self.times[slow], self.times[fast], strict=True)])
+
+
+@dataclass
+class TrainTiming:
+    method: str
+    model: str
+    times: dict[str, list[float]]  # "method" and "deterministic": seconds per epoch
+
+    @property
+    def ratio(self) -> tuple[float, float, float]:
+        m, d = self.times["method"], self.times["deterministic"]
+        return quartiles([a / b for a, b in zip(m, d, strict=True)])
+
+
+@dataclass
+class SpeedResult:
+    settings: SpeedSettings
+    cells: list[Cell] = field(default_factory=list)
+    training: list[TrainTiming] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _epoch_fn(method_name: str, model: str, s: SpeedSettings) -> Callable[[int], object]:
+    """One training epoch of ``method_name`` on ``model`` (the one training loop)."""
+    case = build_case(method_name, model, device=s.device)
+    m = case.method
+    x, y = random_data(model, s.train_rows, seed=3)
+    loader = as_loader((x, y), s.batch_size, shuffle=True, seed=0)
+    opt = make_optimizer(m.param_groups(1e-3, 0.0), "adam", 1e-3)
+    n = len(x)
+    dev = torch.device(s.device)
+
+    if type(m).fit is not Method.fit:  # the method trains itself (e.g. an ensemble's members)
+        return lambda _r: m.fit((x, y), epochs=1, batch_size=s.batch_size, progress=False)
+
+    def epoch(_r: int) -> object:
+        return train_loop(m.net, lambda a, b, p: m.objective(a, b, p, n), loader, opt, epochs=1,
+                          after_step=m.after_step, device=dev, progress=False)  # fmt: skip
+
+    return epoch
+
+
+def run_speed(s: SpeedSettings, progress: bool = True) -> SpeedResult:
+    """Run the grid of ``s``; methods that are not registered are skipped with a note."""
+    result = SpeedResult(s)
+    dev = torch.device(s.device)
+    names: list[str] = []
+    for requested in s.methods:
+        reg = resolve_method(requested)
+        if reg is None:
+            result.skipped.append(f"{requested}: not registered (not importable yet)")
+        else:
+            names.append(reg)
+    jobs = [(m, model, n, t) for m in names for model in s.models for n in s.ns for t in s.ts]
+    for name, model, n, t in tqdm(jobs, desc="bench speed", disable=not progress):
+        if s.max_rows_per_cell and n * t > s.max_rows_per_cell:
+            result.skipped.append(f"{name}/{model} N={n} T={t}: T·N above the cell limit")
+            continue
+        try:
+            case = build_case(name, model, bank_batch=s.bank_batch, device=s.device)
+        except (TypeError, ValueError, RuntimeError) as e:
+            result.skipped.append(f"{name}/{model}: cannot build ({e})")
+            continue
+        x, _ = random_data(model, n, seed=2)
+        fns = variants(case, x.to(dev), t, s.bank_batch)
+        cell = Cell(name, model, n, t, time_interleaved(fns, s.repeats, s.warmup, dev))
+        if s.memory:
+            for v, fn in fns.items():
+                if dev.type == "cuda":
+                    cell.memory[v] = peak_memory_cuda(lambda fn=fn: fn(0), dev)
+                else:
+                    cell.memory[v] = peak_memory_cpu(lambda fn=fn: fn(0))
+        result.cells.append(cell)
+        log.info("%s/%s N=%d T=%d: loop/one %.2f", name, model, n, t, cell.ratio("loop")[1])
+    if s.train:
+        pairs = [(m, model) for m in names for model in s.train_models]
+        for name, model in tqdm(pairs, desc="bench train", disable=not progress):
+            try:
+                fns = {"method": _epoch_fn(name, model, s),
+                       "deterministic": _epoch_fn("deterministic", model, s)}  # fmt: skip
+                times = time_interleaved(fns, s.repeats, s.warmup, dev)
+            except (TypeError, ValueError, RuntimeError) as e:
+                result.skipped.append(f"{name}/{model} training: {type(e).__name__}: {e}")
+                continue
+            result.training.append(TrainTiming(name, model, times))
+    return result
+
+
+# ---------------------------------------------------------------------- report
+def machine_description(device: str) -> str:
+    """CPU model, core count, torch version and threads (and the GPU when used)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    text = (f"{cpu}, {os.cpu_count()} logical CPUs (shared), {platform.system()} "
+            f"{platform.release()}, Python {platform.python_version()}, torch {torch.__version__}, "
+            f"torch threads {torch.get_num_threads()}")  # fmt: skip
+    if device.startswith("cuda") and torch.cuda.is_available():
+        text += f", GPU {torch.cuda.get_device_name(torch.device(device))}"
+    return text
+
+
+def _ms(xs: list[float]) -> str:
+    q25, med, q75 = quartiles(xs)
+    return f"{1e3 * med:.2f} ({1e3 * (q75 - q25):.2f})"
+
+
+def _ratio(r: tuple[float, float, float] | None) -> str:
+    return "" if r is None else f"{r[1]:.1f}× [{r[0]:.1f}, {r[2]:.1f}]"
+
+
+def _mib(v: float | None | str) -> str:
+    return "" if v is None or isinstance(v, str) else f"{v:.1f}"
+
+
+def targets(result: SpeedResult) -> list[str]:
+    """The issue's targets, each with the measured median and MET / MISSED."""
+    lines = []
+
+    def verdict(ok: bool) -> str:
+        return "**met**" if ok else "**missed**"
+
+    for c in result.cells:
+        if c.method == "mcbn" and c.model == "lenet" and c.n == 1 and c.t == 100:
+            r = c.ratio("teye")
+            if r is not None:
+                lines.append(f"- MCBN one-pass vs Teye's Algorithm 1, LeNet, N=1, T=100, "
+                             f"b={result.settings.bank_batch}: {r[1]:.1f}× "
+                             f"(target ≥ 20×) {verdict(r[1] >= 20)}")  # fmt: skip
+    for c in result.cells:
+        if c.n == 1 and c.t == 100:
+            r = c.ratio("loop")
+            lines.append(f"- {c.method} / {c.model}, N=1, T=100, one-pass vs loop: {r[1]:.1f}× "
+                         f"(target ≥ 3×) {verdict(r[1] >= 3)}")  # fmt: skip
+    limits = {"ibnn": 1.5, "bbb": 2.0}
+    for tr in result.training:
+        if tr.method in limits:
+            r, lim = tr.ratio[1], limits[tr.method]
+            lines.append(f"- training per epoch, {tr.method} / {tr.model}: {r:.2f}× "
+                         f"deterministic (target ≤ {lim}×) {verdict(r <= lim)}")  # fmt: skip
+    return lines
+
+
+def speed_markdown(result: SpeedResult, command: str) -> str:
+    """The committed report: command, machine, tables, targets."""
+    s = result.settings
+    out = [
+        "# Speed: one-pass Monte Carlo prediction vs the loop",
+        "",
+        f"Command: `{command}`",
+        "",
+        f"Machine: {machine_description(s.device)}; device `{s.device}`. "
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC.",
+        "",
+        "The machine is shared with other jobs and noisy: absolute times wander; the *ratios* are "
+        "paired (the variants of a cell run interleaved in a rotating order, after "
+        f"{s.warmup} warm-up round(s), {s.repeats} repetitions) and are the figures to read. "
+        "Times: median (IQR) in ms per complete `Predictive`; ratios: median "
+        "[25%, 75%] of the per-repetition ratios.",
+        "",
+        "Peak memory (MiB, one extra call per variant): on CPU the peak rise of the "
+        "process's resident set size during one call (glibc heap trimmed first, RSS polled "
+        "every 0.5 ms from /proc/self/statm; short-lived peaks can be missed, so a lower bound; "
+        "torch has no CPU allocator statistics); on CUDA `torch.cuda.max_memory_allocated` "
+        "above the level before the call.",
+        "",
+        "## Prediction",
+        "",
+        "| method | model | N | T | one-pass ms | loop ms | loop / one-pass | "
+        "Alg. 1 / one-pass | peak MiB one / loop / Alg. 1 |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for c in result.cells:
+        mem = " / ".join(_mib(c.memory.get(v)) for v in c.times) if c.memory else ""
+        out.append(f"| {c.method} | {c.model} | {c.n} | {c.t} | {_ms(c.times['one-pass'])} | "
+                   f"{_ms(c.times['loop'])} | {_ratio(c.ratio('loop'))} | "
+                   f"{_ratio(c.ratio('teye'))} | {mem} |")  # fmt: skip
+    if result.training:
+        out += [
+            "",
+            "## Training time per epoch",
+            "",
+            f"{s.train_rows} random rows, batch size {s.batch_size}, Adam; the deterministic "
+            "network is the same architecture variant without the method.",
+            "",
+            "| method | model | method ms/epoch | deterministic ms/epoch | ratio |",
+            "| --- | --- | ---: | ---: | ---: |",
+        ]
+        for tr in result.training:
+            out.append(f"| {tr.method} | {tr.model} | {_ms(tr.times['method'])} | "
+                       f"{_ms(tr.times['deterministic'])} | {_ratio(tr.ratio)} |")  # fmt: skip
+    out += ["", "## Targets (issue 5)", "", *(targets(result) or ["- (not in this grid)"])]
+    if result.skipped:
+        out += ["", "## Skipped", "", *(f"- {line}" for line in result.skipped)]
+    return "\n".join(out) + "\n"
