@@ -227,8 +227,9 @@ def bench_speed(
     t: Annotated[str, typer.Option(help="MC samples T, comma-separated.")] = "10,100",
     repeats: Annotated[int, typer.Option(help="Timed repetitions per cell.")] = 5,
     warmup: Annotated[int, typer.Option(help="Untimed warm-up rounds per cell.")] = 1,
-    memory: Annotated[bool, typer.Option(help="Peak memory of the largest cells.")] = True,
+    memory: Annotated[bool, typer.Option(help="Peak memory of every cell.")] = True,
     train: Annotated[bool, typer.Option(help="Training time per epoch vs deterministic.")] = True,
+    train_models: Annotated[str, typer.Option(help="Models for training time.")] = "mlp,lenet",
     max_cell_rows: Annotated[int, typer.Option(help="Skip cells with T*N above (0: none).")] = (
         20_000
     ),
@@ -250,6 +251,7 @@ def bench_speed(
         settings = SpeedSettings(methods=csv(methods), models=csv(models),
                                  ns=tuple(int(v) for v in csv(n)), ts=tuple(int(v) for v in csv(t)),
                                  repeats=repeats, warmup=warmup, memory=memory, train=train,
+                                 train_models=csv(train_models),
                                  max_rows_per_cell=max_cell_rows, device=device)  # fmt: skip
     except ValueError as e:
         raise _fail(f"bad grid option: {e}") from None
