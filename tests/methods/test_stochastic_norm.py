@@ -32,9 +32,7 @@ class TestStochasticNormClassification(MethodConformance):
         g = torch.Generator().manual_seed(0)
         x = torch.randn(48, 1, 28, 28, generator=g)
         y = torch.randint(0, 10, (48,), generator=g)
-        method = bayesify.StochasticNorm(
-            lenet(norm=None), task="classification", sigma_per="layer"
-        )
+        method = bayesify.StochasticNorm(lenet(norm=None), task="classification", sigma_per="layer")
         method.fit((x, y), epochs=1, batch_size=16, progress=False)
         return method, x[:7]
 
@@ -65,9 +63,11 @@ def test_unit_norm_after_every_step_and_no_weight_decay(noise):
     directions = {id(layer.layer.weight) for layer in method.layers}
     assert {id(p) for p in groups[0]["params"]} == directions and groups[0]["weight_decay"] == 0
     norms = []
-    method.after_step = lambda: (  # record norms right after each projection
-        type(method).after_step(method),
-        norms.append(torch.stack([layer.weight_norm() for layer in method.layers[:1]])),
+    method.after_step = (
+        lambda: (  # record norms right after each projection
+            type(method).after_step(method),
+            norms.append(torch.stack([layer.weight_norm() for layer in method.layers[:1]])),
+        )
     )
     method.fit((x, y), epochs=2, batch_size=32, lr=1e-2, weight_decay=0.1, progress=False)
     assert len(norms) == 2 * (160 // 32)
