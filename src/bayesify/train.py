@@ -112,12 +112,14 @@ def train_loop(
     device: torch.device | None = None,
     progress: bool = True,
     desc: str = "train",
+    on_epoch: Callable[[int], None] | None = None,
 ) -> History:
     """Minimise ``objective`` over ``epochs`` passes of ``loader``.
 
     With ``validate`` (a score, lower is better) the best epoch's weights are restored at the
     end, and training stops after ``patience`` epochs without improvement when given.
-    ``after_step`` runs after every optimiser step (e.g. a projection of weights).
+    ``after_step`` runs after every optimiser step (e.g. a projection of weights);
+    ``on_epoch(epoch)`` before every epoch (e.g. a distributed sampler's ``set_epoch``).
     """
     if epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {epochs}")
@@ -127,6 +129,8 @@ def train_loop(
     steps = max(len(loader), 1)
     bar = tqdm(range(epochs), desc=desc, disable=not progress, leave=False)
     for epoch in bar:
+        if on_epoch is not None:
+            on_epoch(epoch)
         model.train()
         total, count = 0.0, 0
         for i, (xb, yb) in enumerate(loader):

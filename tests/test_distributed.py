@@ -1,0 +1,68 @@
+"""Data-parallel training: 2 processes (gloo, loopback) equal one process with the same global
+batch, for a network without batch norm and plain SGD (mathematically the same steps)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+import bayesify
+from bayesify.distributed import DistributedSettings, fit_distributed
+from bayesify.models import mlp
+
+pytestmark = pytest.mark.skipif(
+    not torch.distributed.is_available(), reason="torch.distributed is not available"
+)
+
+
+def _data(n: int = 200, d: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(n, d, generator=g)
+    return x, (x[:, :2].sum(1) + 0.1 * torch.randn(n, generator=g))
+
+
+def _method() -> bayesify.Method:
+    torch.manual_seed(0)
+    return bayesify.get_method("deterministic")(mlp(6, 1, (32, 32), norm=None))
+
+
+def _flat(net: nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in net.parameters()])
+
+
+def test_two_processes_equal_one_with_the_same_global_batch() -> None:
+    data = _data()
+    opts = dict(epochs=2, batch_size=16, lr=0.05, optimizer="sgd", seed=3)
+    one = fit_distributed(_method(), data, nproc=1, **opts)
+    two = fit_distributed(_method(), data, nproc=2, **opts)
+    start = _flat(_method().net)
+    assert (_flat(one.net) - start).abs().max() > 1e-2, "training did not move the weights"
+    torch.testing.assert_close(_flat(two.net), _flat(one.net), rtol=0, atol=1e-5)
+    assert two.history.epochs == one.history.epochs == 2
+
+
+def test_single_process_path_is_the_ordinary_training_step() -> None:
+    """nproc=1 takes the global batch in the DistributedSampler's order: the same SGD steps as
+    Method.fit over a loader with that order."""
+    from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.distributed import DistributedSampler
+
+    x, y = _data()
+    ds = TensorDataset(x, y)
+    sampler = DistributedSampler(ds, num_replicas=1, rank=0, shuffle=True, seed=3, drop_last=True)
+    ref = _method().fit(DataLoader(ds, batch_size=16, sampler=sampler, drop_last=True), epochs=1,
+                        lr=0.05, optimizer="sgd", progress=False)  # fmt: skip
+    one = fit_distributed(_method(), (x, y), nproc=1, epochs=1, batch_size=16, lr=0.05,
+                          optimizer="sgd", seed=3)  # fmt: skip
+    torch.testing.assert_close(_flat(one.net), _flat(ref.net), rtol=0, atol=1e-6)
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="split evenly"):
+        DistributedSettings(nproc=3, batch_size=32)
+    with pytest.raises(ValueError, match="batch_norm"):
+        DistributedSettings(batch_norm="global")
+    mcbn = bayesify.get_method("mcbn")(mlp(6, 1, (8,), norm="batch"))
+    with pytest.raises(ValueError, match="per-replica"):
+        fit_distributed(mcbn, _data(), nproc=2, batch_norm="sync", epochs=1)
