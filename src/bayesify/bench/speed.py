@@ -227,6 +227,18 @@ def targets(result: SpeedResult) -> list[str]:
     return lines
 
 
+NOTES = [
+    "- Networks have random weights (timing does not depend on training); MCBN's bank holds "
+    "128 mini-batches of b = 32 random training rows; Algorithm 1 draws a fresh mini-batch of "
+    "b rows per sample from 512 random training rows and forwards it with the query.",
+    "- The loop reference is each method's `reference_samples` (T passes over N rows with the "
+    "same random draws as the one pass), converted to the same `Predictive`.",
+    "- Every method follows its network's device: per-group random numbers are drawn on CPU "
+    "generators (for reproducibility and chunk invariance) and moved to the parameters' device; "
+    "checked by reading the code, not yet on a GPU.",
+]
+
+
 def speed_markdown(result: SpeedResult, command: str) -> str:
     """The committed report: command, machine, tables, targets."""
     s = result.settings
@@ -276,6 +288,10 @@ def speed_markdown(result: SpeedResult, command: str) -> str:
             out.append(f"| {tr.method} | {tr.model} | {_ms(tr.times['method'])} | "
                        f"{_ms(tr.times['deterministic'])} | {_ratio(tr.ratio)} |")  # fmt: skip
     out += ["", "## Targets (issue 5)", "", *(targets(result) or ["- (not in this grid)"])]
+    out += ["", "## Notes", "", *NOTES]
+    if not s.device.startswith("cuda"):
+        out.append("- GPU figures are pending a machine with a GPU (none was lent to this run); "
+                   "rerun with `--device cuda`.")  # fmt: skip
     if result.skipped:
         out += ["", "## Skipped", "", *(f"- {line}" for line in result.skipped)]
     return "\n".join(out) + "\n"
