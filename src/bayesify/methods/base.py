@@ -218,10 +218,7 @@ class Method:
         max_rows: int | None = DEFAULT_MAX_ROWS,
     ) -> Tensor:
         """Raw network outputs for T samples in one pass: ``[T, N, ...]``."""
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples must be a positive integer, got {samples!r}")
-        x = self._check_inputs(x)
-        generator = _seeded_generator(generator, seed)
+        x, generator = self._sample_inputs(x, samples, generator, seed)
         per_chunk = len(x) if not max_rows else max(1, max_rows // samples)
         self.net.eval()
         outs = []
@@ -230,6 +227,14 @@ class Method:
                 out = self.net(repeat_samples(chunk, samples))  # [T*n, ...]
                 outs.append(fold_samples(out, samples))  # [T, n, ...]
         return torch.cat(outs, dim=1)
+
+    def _sample_inputs(
+        self, x: Tensor, samples: int, generator: torch.Generator | None, seed: int | None
+    ) -> tuple[Tensor, torch.Generator | None]:
+        """Checked inputs and the generator to draw with (from ``seed`` if given)."""
+        if not isinstance(samples, int) or samples < 1:
+            raise ValueError(f"samples must be a positive integer, got {samples!r}")
+        return self._check_inputs(x), _seeded_generator(generator, seed)
 
     def predict(
         self,

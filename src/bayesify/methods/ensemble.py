@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from bayesify.methods.base import DEFAULT_MAX_ROWS, Method, MethodConfig, _seeded_generator
+from bayesify.methods.base import DEFAULT_MAX_ROWS, Method, MethodConfig
 from bayesify.nn import repeat_samples
 from bayesify.train import Data, as_dataset
 
@@ -175,10 +175,7 @@ class DeepEnsemble(Method):
         max_rows: int | None = DEFAULT_MAX_ROWS,
     ) -> Tensor:
         """Raw outputs ``[T, N, ...]``: K = ceil(T/M) samples per member in one pass."""
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples must be a positive integer, got {samples!r}")
-        x = self._check_inputs(x)
-        generator = _seeded_generator(generator, seed)
+        x, generator = self._sample_inputs(x, samples, generator, seed)
         state = _clone_generator(generator)
         try:
             return self._sample(x, samples, generator, max_rows)
