@@ -92,5 +92,5 @@ def toy_regression_plot(
     ax.set_xlabel("x")
     ax.set_ylabel("y")
     ax.set_title(title)
-    ax.legend(fontsize=7, loc="upper left")
+    ax.legend(fontsize=7, loc="lower center", ncol=3)
     return _save(fig, path)
