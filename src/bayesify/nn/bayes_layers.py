@@ -28,8 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bayesify.nn.dropout import RowNoise
-from bayesify.nn.stochastic import StochasticModule
+from bayesify.nn.dropout import RowNoiseModule
 
 
 class PriorKind(StrEnum):
@@ -69,7 +68,7 @@ def gaussian_kl(mu: Tensor, sigma: Tensor, prior_sigma: float) -> Tensor:
     return 0.5 * (ratio + (mu / prior_sigma) ** 2 - 1.0 - torch.log(ratio)).sum()
 
 
-class _BayesLayer(StochasticModule):
+class _BayesLayer(RowNoiseModule):
     """Shared parameters, KL and sampling state of BayesLinear / BayesConv2d."""
 
     def _init_params(
@@ -84,7 +83,6 @@ class _BayesLayer(StochasticModule):
         else:
             self.register_parameter("bias_mu", None)
             self.register_parameter("bias_rho", None)
-        self.noise = RowNoise()
 
     @property
     def weight_sigma(self) -> Tensor:
@@ -114,19 +112,6 @@ class _BayesLayer(StochasticModule):
 
     def _noisy(self) -> bool:
         return self.stochastic and self.noise.keys is not None
-
-    def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
-        super().begin_sampling(samples, generator)
-        self.noise.begin(samples, generator)
-
-    def end_sampling(self) -> None:
-        super().end_sampling()
-        self.noise.end()
-
-    def select_group(self, t: int) -> None:
-        """Reference loop: behave as group ``t`` of the current sampling block, alone."""
-        self.noise.select_group(t)
-        self.groups = 1
 
 
 class BayesLinear(_BayesLayer):

@@ -110,31 +110,12 @@ class RowNoise:
             self.offset += total_rows // len(self.keys)
 
 
-class MCDropout(StochasticModule):
-    """Dropout with probability ``p``, active per row inside sampling whatever the train mode.
+class RowNoiseModule(StochasticModule):
+    """A stochastic layer whose per-row randomness comes from a :class:`RowNoise` (``noise``)."""
 
-    ``channelwise=True`` drops whole channels of ``[N, C, ...]`` (``Dropout1d/2d/3d``); otherwise
-    every element is dropped independently. Kept values are scaled by ``1 / (1 - p)``.
-    """
-
-    def __init__(self, p: float = 0.5, channelwise: bool = False) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        if not 0.0 <= p < 1.0:
-            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
-        self.p = float(p)
-        self.channelwise = channelwise
         self.noise = RowNoise()
-
-    @classmethod
-    def from_dropout(cls, layer: nn.Module, p: float | None = None) -> MCDropout:
-        """An MCDropout with the rate (or ``p``) and the element/channel mode of ``layer``."""
-        channelwise = isinstance(layer, nn.Dropout1d | nn.Dropout2d | nn.Dropout3d)
-        new = cls(layer.p if p is None else p, channelwise)
-        new.train(layer.training)
-        return new
-
-    def extra_repr(self) -> str:
-        return f"p={self.p}, channelwise={self.channelwise}"
 
     def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
         super().begin_sampling(samples, generator)
@@ -148,6 +129,32 @@ class MCDropout(StochasticModule):
         """Reference loop: behave as group ``t`` of the current sampling block, alone."""
         self.noise.select_group(t)
         self.groups = 1
+
+
+class MCDropout(RowNoiseModule):
+    """Dropout with probability ``p``, active per row inside sampling whatever the train mode.
+
+    ``channelwise=True`` drops whole channels of ``[N, C, ...]`` (``Dropout1d/2d/3d``); otherwise
+    every element is dropped independently. Kept values are scaled by ``1 / (1 - p)``.
+    """
+
+    def __init__(self, p: float = 0.5, channelwise: bool = False) -> None:
+        super().__init__()
+        if not 0.0 <= p < 1.0:
+            raise ValueError(f"dropout probability must be in [0, 1), got {p}")
+        self.p = float(p)
+        self.channelwise = channelwise
+
+    @classmethod
+    def from_dropout(cls, layer: nn.Module, p: float | None = None) -> MCDropout:
+        """An MCDropout with the rate (or ``p``) and the element/channel mode of ``layer``."""
+        channelwise = isinstance(layer, nn.Dropout1d | nn.Dropout2d | nn.Dropout3d)
+        new = cls(layer.p if p is None else p, channelwise)
+        new.train(layer.training)
+        return new
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, channelwise={self.channelwise}"
 
     def forward(self, x: Tensor) -> Tensor:
         if not (self.stochastic and self.noise.keys is not None):
