@@ -8,7 +8,7 @@ one vectorised pass over ``T*N`` rows (chunked over N to bound memory). It retur
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
@@ -44,6 +44,12 @@ class MethodConfig:
     def __post_init__(self) -> None:
         object.__setattr__(self, "task", Task(self.task))
         object.__setattr__(self, "noise_objective", NoiseObjective(self.noise_objective))
+
+    def _require(self, names: tuple[str, ...], ok: Callable[[Any], bool], what: str) -> None:
+        """Raise ``ValueError("<name> must be <what>, got <value>")`` for the first bad field."""
+        for name in names:
+            if not ok(getattr(self, name)):
+                raise ValueError(f"{name} must be {what}, got {getattr(self, name)}")
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(self).items()}

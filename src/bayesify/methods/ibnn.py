@@ -51,16 +51,10 @@ class IBNNConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("components", "train_samples"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("prior_std", "sigma_init", "variational_lr"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if not 0.0 <= self.kl_anneal <= 1.0:
-            raise ValueError(f"kl_anneal must be in [0, 1], got {self.kl_anneal}")
-        if self.mu_init_std < 0:
-            raise ValueError(f"mu_init_std must be >= 0, got {self.mu_init_std}")
+        self._require(("components", "train_samples"), lambda v: v >= 1, ">= 1")
+        self._require(("prior_std", "sigma_init", "variational_lr"), lambda v: v > 0, "> 0")
+        self._require(("kl_anneal",), lambda v: 0.0 <= v <= 1.0, "in [0, 1]")
+        self._require(("mu_init_std",), lambda v: v >= 0, ">= 0")
 
 
 class IBNN(Method):

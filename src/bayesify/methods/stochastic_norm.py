@@ -51,12 +51,8 @@ class StochasticNormConfig(MethodConfig):
                 raise ValueError(
                     f"unknown {name} {getattr(self, name)!r}; valid: {valid}"
                 ) from None
-        for name in ("sigma_init", "prior_std"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        for name in ("bn_mult_std", "bn_add_std"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        self._require(("sigma_init", "prior_std"), lambda v: v > 0, "> 0")
+        self._require(("bn_mult_std", "bn_add_std"), lambda v: v >= 0, ">= 0")
 
 
 class StochasticNorm(Method):
