@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -104,3 +106,23 @@ def test_clear_errors():
             epochs=3,
             progress=False,
         )
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw"])
+def test_fused_adam_takes_the_same_steps_as_the_reference_loop(name: str) -> None:
+    """make_optimizer uses torch's fused Adam kernel; its steps equal the per-tensor loop's."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+    ref = copy.deepcopy(net)
+    opt = make_optimizer([{"params": net.parameters(), "weight_decay": 0.01}], name, 0.05)
+    assert opt.defaults["fused"] or opt.param_groups[0].get("fused")
+    cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+    ref_opt = cls(ref.parameters(), lr=0.05, weight_decay=0.01, foreach=False)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    for _ in range(5):
+        for model, o in ((net, opt), (ref, ref_opt)):
+            o.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            o.step()
+    for a, b in zip(net.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)

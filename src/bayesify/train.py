@@ -94,9 +94,18 @@ def make_optimizer(
         raise ValueError(f"unknown optimizer {name!r}; valid: {valid}") from None
     if name is OptimizerName.SGD:
         return torch.optim.SGD(groups, lr=lr, momentum=momentum)
-    if name is OptimizerName.ADAMW:
-        return torch.optim.AdamW(groups, lr=lr)
-    return torch.optim.Adam(groups, lr=lr)
+    adam = torch.optim.AdamW if name is OptimizerName.ADAMW else torch.optim.Adam
+    # torch's fused kernel updates every tensor in one call (CPU and CUDA): several times faster
+    # than the per-tensor loop on CPU, same arithmetic; it needs floating-point parameters.
+    groups = [  # generators can be read only once; a lone tensor is one parameter
+        {**g, "params": [g["params"]] if isinstance(g["params"], Tensor) else list(g["params"])}
+        for g in groups
+    ]
+    params = [p for g in groups for p in g["params"]]
+    fused = bool(params) and all(
+        p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params
+    )
+    return adam(groups, lr=lr, fused=fused or None)
 
 
 def train_loop(

@@ -60,7 +60,13 @@ def run(args: argparse.Namespace) -> str:
             return bayesify.MCBN(lenet(norm="batch"), bank_size=args.samples, **cls)
         raise KeyError(name)
 
-    ibnn_opts = {"mu_init_std": 0.1, "sigma_init": 0.05, "prior_std": 0.3, "variational_lr": 1e-2}
+    ibnn_opts = {
+        "train_samples": 2,
+        "mu_init_std": 0.1,
+        "sigma_init": 0.05,
+        "prior_std": 0.3,
+        "variational_lr": 1e-2,
+    }
     names = ["deterministic", f"IBNN (K={k})", "StochasticNorm", "weight norm, no noise", "MCBN"]
     rows: dict[str, tuple[dict, dict, float]] = {}
     det_net = None

@@ -139,8 +139,9 @@ class BayesByBackprop(Method):
         cfg = self.config
         beta = kl_weight(cfg.kl_schedule, progress, cfg.kl_warmup, cfg.kl_cycles)
         loss = self.nll(self.net(x), y)
+        kl = sum(layer.take_kl() for layer in self.layers)  # recorded by that forward
         if beta * cfg.kl_weight > 0:
-            loss = loss + beta * cfg.kl_weight * self.kl() / n_data
+            loss = loss + beta * cfg.kl_weight * kl / n_data
         return loss
 
     def param_groups(self, lr: float, weight_decay: float) -> list[dict]:

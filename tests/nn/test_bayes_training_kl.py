@@ -1,0 +1,58 @@
+"""The fused σ/KL autograd node of the Bayes layers against autograd of the plain formula."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bayesify.nn.bayes_layers import BayesConv2d, BayesLinear, Prior, _SoftplusGaussian, gaussian_kl
+
+
+@pytest.mark.parametrize("use_sigma", [True, False])
+def test_fused_softplus_gaussian_gradients_equal_autograd_of_the_formula(use_sigma: bool) -> None:
+    g = torch.Generator().manual_seed(0)
+    mu = torch.randn(7, 5, generator=g, dtype=torch.float64)
+    rho = torch.randn(7, 5, generator=g, dtype=torch.float64) - 3.0
+    c = torch.randn(7, 5, generator=g, dtype=torch.float64)
+    grads = []
+    for fused in (True, False):
+        m, r = mu.clone().requires_grad_(), rho.clone().requires_grad_()
+        if fused:
+            sigma, kl = _SoftplusGaussian.apply(m, r, 0.7)
+        else:
+            sigma = F.softplus(r)
+            kl = gaussian_kl(m, sigma, 0.7)
+        loss = 0.3 * kl + ((sigma * c).sum() if use_sigma else 0.0)
+        loss.backward()
+        grads.append((kl.detach(), m.grad, r.grad))
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-10)
+
+
+def test_gaussian_kl_equals_torch_distributions() -> None:
+    mu, sigma = torch.randn(20, dtype=torch.float64), torch.rand(20, dtype=torch.float64) + 0.1
+    ref = torch.distributions.kl_divergence(
+        torch.distributions.Normal(mu, sigma), torch.distributions.Normal(0.0, 1.3)
+    ).sum()
+    torch.testing.assert_close(gaussian_kl(mu, sigma, 1.3), ref)
+
+
+@pytest.mark.parametrize("prior", [Prior(sigma=0.5), Prior(kind="mixture")])
+@pytest.mark.parametrize("make", [lambda p: BayesLinear(6, 4, prior=p),
+                                  lambda p: BayesConv2d(2, 3, 3, padding=1, prior=p)])  # fmt: skip
+def test_training_forward_records_the_step_kl_once(make, prior: Prior) -> None:
+    layer = make(prior).train()
+    x = torch.randn(5, 6) if isinstance(layer, BayesLinear) else torch.randn(5, 2, 4, 4)
+    layer(x)
+    torch.manual_seed(1)
+    recorded = layer.take_kl()
+    torch.manual_seed(1)
+    fresh = layer.kl()
+    if prior.kind.value == "gaussian":  # the mixture's KL is a Monte Carlo estimate
+        torch.testing.assert_close(recorded, fresh)
+    assert recorded.requires_grad
+    assert layer._step_kl is None  # taken once; the next take recomputes
+    with torch.no_grad():
+        layer(x)
+    assert layer._step_kl is None  # no graph kept from forwards without autograd
