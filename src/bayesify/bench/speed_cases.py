@@ -102,12 +102,17 @@ def build_case(
     bank_batch: int = 32,
     bank_size: int = 128,
     device: torch.device | str = "cpu",
+    net_of: str | None = None,
+    options: dict[str, Any] | None = None,
 ) -> Case:
     """Construct ``method`` (registry name) on ``model`` on ``device``; MCBN gets a bank of
-    ``bank_size`` mini-batches of ``bank_batch`` random training rows."""
+    ``bank_size`` mini-batches of ``bank_batch`` random training rows. ``net_of``: build the
+    network variant of that method instead (the deterministic baseline of a method is the
+    plain training of the method's own network); ``options``: method options."""
     torch.manual_seed(0)
     cls = Deterministic if method == "deterministic" else METHODS[method]
-    m = cls(build_net(model, method).to(device), task=task_of(model))
+    net = build_net(model, net_of or method)
+    m = cls(net.to(device), task=task_of(model), **(options or {}))
     train_x, train_y = (t.to(device) for t in random_data(model, TRAIN_ROWS, seed=1))
     if method == "mcbn":
         m.fill_bank((train_x, train_y), batch_size=bank_batch, bank_size=bank_size)
