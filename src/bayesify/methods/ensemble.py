@@ -5,7 +5,9 @@
 (default: the plain network, ``"deterministic"``). ``fit`` trains the members one after the
 other with the shared training loop and seeds ``seed + m``.
 
-Prediction with T samples: every member gives K = ceil(T / M) samples; all members run together
+Prediction with T samples: every member gives K = ceil(T / M) samples (members without any
+stochastic layer, e.g. plain networks, are forwarded once and their output repeated K times,
+since their K samples are equal); all members run together
 in one pass by stacking their parameters and buffers (``torch.func.stack_module_state``) and
 calling member 0's module with each member's state (``functional_call`` under ``vmap``). The
 per-group randomness (dropout keys, flipout ε) is drawn once by member 0's ``sampling`` and
@@ -36,7 +38,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
 from bayesify.methods.base import DEFAULT_MAX_ROWS, Method, MethodConfig
-from bayesify.nn import repeat_samples
+from bayesify.nn import repeat_samples, stochastic_modules
 from bayesify.train import Data, as_dataset
 
 log = logging.getLogger(__name__)
@@ -186,8 +188,18 @@ class DeepEnsemble(Method):
         self, x: Tensor, samples: int, generator: torch.Generator | None, max_rows: int | None
     ) -> Tensor:
         k = math.ceil(samples / self.members)
-        per_chunk = len(x) if not max_rows else max(1, max_rows // (k * self.members))
         self.net.eval()
+        if not stochastic_modules(self.net):
+            # members without randomness give K equal samples: forward each once and repeat
+            per_chunk = len(x) if not max_rows else max(1, max_rows // self.members)
+            if self._vmap_ok is False:
+                out = self._member_loop(x, 1, generator, per_chunk)
+            else:
+                with torch.no_grad():
+                    out = torch.cat([self._stacked_forward(c) for c in x.split(per_chunk)], 1)
+                out = out.unsqueeze(1)  # [M, 1, N, ...]
+            return self._interleave(out.expand(-1, k, *out.shape[2:]), samples)
+        per_chunk = len(x) if not max_rows else max(1, max_rows // (k * self.members))
         if self.config.method not in VMAP_SAFE or self._vmap_ok is False:
             return self._interleave(self._member_loop(x, k, generator, per_chunk), samples)
         outs = []
