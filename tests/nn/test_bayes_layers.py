@@ -9,7 +9,7 @@ import torch
 from scipy import integrate, stats
 from torch import nn
 
-from bayesify.nn import repeat_samples, sampling
+from bayesify.nn import reference_loop, repeat_samples, sampling
 from bayesify.nn.bayes_layers import (
     BayesConv2d,
     BayesLinear,
@@ -17,7 +17,6 @@ from bayesify.nn.bayes_layers import (
     bayesianize,
     gaussian_kl,
 )
-from bayesify.nn.dropout import reference_loop
 
 
 def test_gaussian_kl_closed_form_matches_numerical_integration():

@@ -1,11 +1,19 @@
-"""NodeNoise: KL eq. 22–24 vs torch.distributions, component t mod K, chunk invariance."""
+"""NodeNoise: KL eq. 22–24 vs torch.distributions, component t mod K (also when only a range of
+groups runs), chunk invariance, replay in the loop."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from bayesify.nn import NodeNoise, add_node_noise, noisy_training, only_group, sampling
+from bayesify.nn import (
+    NodeNoise,
+    add_node_noise,
+    noisy_training,
+    reference_loop,
+    sampling,
+    select_groups,
+)
 
 
 def test_kl_matches_torch_distributions():
@@ -40,6 +48,10 @@ def test_group_t_uses_component_t_mod_k():
         z = layer(x.repeat(7, 1)).view(7, 2, 4)
     for t in range(7):
         torch.testing.assert_close(z[t], layer.mu[t % k].detach().expand(2, 4), atol=1e-3, rtol=0)
+    with torch.no_grad(), sampling(layer, 7, torch.Generator().manual_seed(0)):
+        select_groups(layer, 4, 7)  # global groups 4, 5, 6: components 1, 2, 0
+        part = layer(x.repeat(3, 1)).view(3, 2, 4)
+    torch.testing.assert_close(part, z[4:7], rtol=0, atol=0)
 
 
 def test_per_row_noise_is_chunk_invariant_and_replays_in_the_loop():
@@ -50,12 +62,9 @@ def test_per_row_noise_is_chunk_invariant_and_replays_in_the_loop():
     with torch.no_grad(), sampling(layer, 4, torch.Generator().manual_seed(1)):
         parts = [layer(c.repeat(4, 1, 1, 1)).view(4, len(c), 6, 3, 3) for c in x.split(3)]
     torch.testing.assert_close(whole, torch.cat(parts, 1), rtol=0, atol=0)
-    with torch.no_grad(), sampling(layer, 4, torch.Generator().manual_seed(1)):
-        loop = []
-        for t in range(4):
-            with only_group(layer, t):
-                loop.append(layer(x))
-    torch.testing.assert_close(whole, torch.stack(loop), rtol=0, atol=0)
+    with torch.no_grad():
+        loop = reference_loop(layer, x, 4, torch.Generator().manual_seed(1))
+    torch.testing.assert_close(whole, loop, rtol=0, atol=0)
     ratio = whole / x
     assert torch.allclose(ratio, ratio[..., :1, :1].expand_as(ratio), atol=1e-4)
 

@@ -26,8 +26,8 @@ import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
-from bayesify.nn import repeat_samples, sampling
-from bayesify.nn.node_noise import NodeNoise, add_node_noise, noisy_training, only_group
+from bayesify.nn import noisy_training, reference_loop, repeat_samples
+from bayesify.nn.node_noise import NodeNoise, add_node_noise
 from bayesify.train import Data
 
 log = logging.getLogger(__name__)
@@ -158,17 +158,13 @@ class IBNN(Method):
     ) -> Tensor:
         """The loop of T passes with the same draws as :meth:`sample`: ``[T, N, ...]``.
 
-        ``sampling`` seeds one generator per group and layer exactly as in the one-pass call;
-        pass t then runs as group t alone (component t mod K, group t's noise stream).
+        Pass t runs sample group t alone (``select_groups(t, t + 1)``): group t's noise keys and
+        component t mod K, as in the one-pass call.
         """
         x = self._check_inputs(x)
         self.net.eval()
-        outs = []
-        with torch.no_grad(), sampling(self.net, samples, generator):
-            for t in range(samples):
-                with only_group(self.net, t):
-                    outs.append(self.net(x))
-        return torch.stack(outs)
+        with torch.no_grad():
+            return reference_loop(self.net, x, samples, generator)
 
     def extra_state(self) -> dict[str, Any]:
         return {"weight_lr": self.weight_lr}

@@ -23,7 +23,8 @@ from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.nn.dropout import MCDropout as MCDropoutLayer
-from bayesify.nn.dropout import convert_dropout, reference_loop
+from bayesify.nn.dropout import convert_dropout
+from bayesify.nn.stochastic import reference_loop
 
 
 @dataclass(frozen=True)

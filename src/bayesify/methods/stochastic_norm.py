@@ -18,8 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
-from bayesify.nn import sampling
-from bayesify.nn.node_noise import noisy_training, only_group
+from bayesify.nn import noisy_training, reference_loop
 from bayesify.nn.stochastic_scale import ScaleNoise, SigmaPer, StochasticScale, add_stochastic_scale
 
 log = logging.getLogger(__name__)
@@ -103,16 +102,11 @@ class StochasticNorm(Method):
         self, x: Tensor, samples: int, generator: torch.Generator | None = None
     ) -> Tensor:
         """The loop of T passes with the same draws as :meth:`sample`: ``[T, N, ...]``; pass t
-        replays sample group t's generator stream (see :func:`~bayesify.nn.node_noise.only_group`).
-        """
+        runs sample group t alone (see :func:`~bayesify.nn.stochastic.reference_loop`)."""
         x = self._check_inputs(x)
         self.net.eval()
-        outs = []
-        with torch.no_grad(), sampling(self.net, samples, generator):
-            for t in range(samples):
-                with only_group(self.net, t):
-                    outs.append(self.net(x))
-        return torch.stack(outs)
+        with torch.no_grad():
+            return reference_loop(self.net, x, samples, generator)
 
     def noise_levels(self) -> dict[str, Any]:
         """Learned σ per layer (mean over channels), for reports."""

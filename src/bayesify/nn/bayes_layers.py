@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bayesify.nn.dropout import RowNoiseModule
+from bayesify.nn.row_noise import RowNoiseModule
 
 
 class PriorKind(StrEnum):

@@ -4,6 +4,12 @@ A prediction with T samples is one forward pass over ``T*N`` rows: the input ``[
 repeated to ``[T*N, ...]`` (group t = rows ``t*N .. t*N+N-1``), every stochastic layer draws its
 randomness per group, and the output is folded back to ``[T, N, ...]``.
 
+A contiguous range of groups can run alone: ``select_groups(model, start, stop)`` makes every
+stochastic layer behave as groups ``start .. stop-1`` of the current sampling block (the same
+draws those groups get in the full pass). The reference loop of T passes uses the range
+``(t, t + 1)`` in pass t (:func:`reference_loop`); prediction chunks over T with it when T alone
+exceeds the row budget.
+
 Stochastic mode is a declared switch, independent of ``.train()`` / ``.eval()``: ``.eval()`` never
 turns sampling off, and turning sampling on never puts other layers in training mode.
 """
@@ -20,22 +26,36 @@ from torch import Tensor, nn
 class StochasticModule(nn.Module):
     """Base for layers whose randomness is drawn per sample group.
 
-    Subclasses read ``self.stochastic`` and ``self.groups`` in ``forward`` and draw what they
-    need per group in :meth:`begin_sampling`, which :func:`sampling` calls before the pass.
+    Subclasses read ``self.stochastic`` and ``self.groups`` (the groups in the current pass) in
+    ``forward``, draw what they need per group in :meth:`begin_sampling`, which :func:`sampling`
+    calls before the pass, and restrict those draws to a range in :meth:`select_groups`.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.stochastic = False
         self.groups = 1
+        self.block_samples = 0  # groups of the current sampling block (0: none)
 
     def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
         """Prepare randomness for ``samples`` groups (override when draws are per group)."""
         self.groups = samples
+        self.block_samples = samples
+
+    def select_groups(self, start: int, stop: int) -> None:
+        """Behave as groups ``start .. stop-1`` of the current sampling block, alone (override
+        to slice per-group draws, calling this too)."""
+        if not 0 <= start < stop <= self.block_samples:
+            raise ValueError(
+                f"group range [{start}, {stop}) is not inside the {self.block_samples} groups "
+                "of the current sampling block"
+            )
+        self.groups = stop - start
 
     def end_sampling(self) -> None:
         """Forget per-pass state."""
         self.groups = 1
+        self.block_samples = 0
 
 
 def stochastic_modules(model: nn.Module) -> list[StochasticModule]:
@@ -67,6 +87,27 @@ def sampling(
         for m, was in zip(layers, previous, strict=True):
             m.end_sampling()
             m.stochastic = was
+
+
+def select_groups(model: nn.Module, start: int, stop: int) -> None:
+    """Inside :func:`sampling`, make every stochastic layer of ``model`` behave as groups
+    ``start .. stop-1`` alone: a pass over ``(stop - start) * n`` rows then gets exactly the
+    draws of those groups in the full pass (row counts restart at data row 0)."""
+    for m in stochastic_modules(model):
+        m.select_groups(start, stop)
+
+
+def reference_loop(
+    model: nn.Module, x: Tensor, samples: int, generator: torch.Generator | None
+) -> Tensor:
+    """The plain loop of T passes over ``x [N, ...]`` with the draws a one-pass
+    ``sampling(model, T, generator)`` would make: group t alone in pass t. ``[T, N, ...]``."""
+    outs = []
+    with sampling(model, samples, generator):
+        for t in range(samples):
+            select_groups(model, t, t + 1)
+            outs.append(model(x))
+    return torch.stack(outs)
 
 
 def repeat_samples(x: Tensor, samples: int) -> Tensor:

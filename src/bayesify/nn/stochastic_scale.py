@@ -15,9 +15,12 @@ Modes (:class:`ScaleNoise`):
   normalisation);
 * ``none``: plain weight normalisation y = s ⊙ x̂ + b.
 
-Noise is per row and channel, shared over spatial positions. Rows draw it as in
-:class:`~bayesify.nn.node_noise.PerGroupNoise` (per-group generators while sampling, the global
-RNG in :func:`~bayesify.nn.node_noise.noisy_training`, no noise otherwise).
+Noise is per row and channel, shared over spatial positions: while sampling, the standard
+normals of (group t, data row i, channel j) are hashes of (key_t, i, j) from
+:class:`~bayesify.nn.row_noise.RowNoise` (chunk-invariant, replayable per group range); in
+training inside :func:`~bayesify.nn.row_noise.noisy_training` they come from torch's global RNG;
+otherwise there is no noise (S = s). The noise mode is the layer's ``mode`` (its ``noise`` is
+the row-noise source, as in every row-noise layer).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bayesify.nn.node_noise import PerGroupNoise
+from bayesify.nn.row_noise import TrainingNoiseModule
 
 
 class ScaleNoise(StrEnum):
@@ -61,7 +64,7 @@ def gaussian_kl(mean: Tensor, std: Tensor, prior_mean: float, prior_std: float) 
     return 0.5 * (math.log(p2) - var.log() + (var + (mean - prior_mean) ** 2) / p2 - 1.0)
 
 
-class StochasticScale(PerGroupNoise):
+class StochasticScale(TrainingNoiseModule):
     """Weight-normalised ``layer`` followed by a (stochastic) per-channel scale and bias."""
 
     def __init__(
@@ -76,7 +79,7 @@ class StochasticScale(PerGroupNoise):
         bn_add_std: float = 0.05,
     ) -> None:
         super().__init__()
-        self.noise, self.sigma_per = ScaleNoise(noise), SigmaPer(sigma_per)
+        self.mode, self.sigma_per = ScaleNoise(noise), SigmaPer(sigma_per)
         self.layer = layer
         c = layer.weight.shape[0]
         self.channels = c
@@ -87,7 +90,7 @@ class StochasticScale(PerGroupNoise):
             layer.weight.div_(norm.view(-1, *([1] * (ref.dim() - 1))))
         n_u = c if self.sigma_per is SigmaPer.CHANNEL else 1
         u0 = inverse_piecewise_sigma(sigma_init)
-        learned = self.noise is ScaleNoise.LEARNED
+        learned = self.mode is ScaleNoise.LEARNED
         self.u = nn.Parameter(torch.full((n_u,), u0, dtype=ref.dtype)) if learned else None
         self.stochastic_bias = stochastic_bias and learned and layer.bias is not None
         self.u_bias = (
@@ -97,7 +100,7 @@ class StochasticScale(PerGroupNoise):
         self.to(device=ref.device)
 
     def extra_repr(self) -> str:
-        return f"noise={self.noise.value}, sigma_per={self.sigma_per.value}"
+        return f"noise={self.mode.value}, sigma_per={self.sigma_per.value}"
 
     def weight_norm(self) -> Tensor:
         """‖w_c‖ per output channel ``[C]``."""
@@ -127,14 +130,6 @@ class StochasticScale(PerGroupNoise):
             total = total + gaussian_kl(self.layer.bias, sb, 0.0, prior_std).sum()
         return total
 
-    def _normal(self, rows: int, width: int, ref: Tensor) -> Tensor | None:
-        """Standard normals ``[rows, width]``, or None when the layer is deterministic now."""
-        if self.sampling_active:
-            return self.group_normal(rows, width, ref).reshape(rows, width)
-        if self.train_noise:
-            return torch.randn(rows, width, device=ref.device, dtype=ref.dtype)
-        return None
-
     def _linear(self, x: Tensor) -> Tensor:
         w, norm = self.layer.weight, self.weight_norm()
         if isinstance(self.layer, nn.Linear):
@@ -148,12 +143,12 @@ class StochasticScale(PerGroupNoise):
         rows, c = xhat.shape[0], self.channels
         view = (rows, c, *([1] * (xhat.dim() - 2)))
         bias = self.layer.bias
-        width = 2 * c if (self.noise is ScaleNoise.BN or self.stochastic_bias) else c
-        eps = None if self.noise is ScaleNoise.NONE else self._normal(rows, width, xhat)
+        width = 2 * c if (self.mode is ScaleNoise.BN or self.stochastic_bias) else c
+        eps = None if self.mode is ScaleNoise.NONE else self.standard_normal(rows, width, xhat)
         scale = self.scale.view(1, -1, *view[2:])
         if eps is None:
             out = xhat * scale
-        elif self.noise is ScaleNoise.BN:
+        elif self.mode is ScaleNoise.BN:
             u = 1.0 + self.bn_mult_std * eps[:, :c]
             v = self.bn_add_std * eps[:, c:]
             out = (xhat + v.view(view)) * u.view(view) * scale

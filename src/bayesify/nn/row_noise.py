@@ -1,0 +1,196 @@
+"""Per-row randomness that is independent of chunking and replayable per sample group.
+
+Every stochastic layer that draws noise per row (MC dropout masks, Bayes-by-Backprop
+pre-activation noise and flipout signs, IBNN node noise, stochastic-normalisation scales) takes
+it from a :class:`RowNoise`, a counter-based generator: the random number for (sample group t,
+data row i, element j, stream s) is a hash of (key_t, i, j, s). The per-group keys ``[T]`` are
+drawn from the caller's generator in ``begin_sampling``, once per sampling block. Hence
+
+* the same generator gives the same numbers;
+* chunking the N rows (``max_rows``) does not change them: the layer counts the data rows it has
+  seen (:meth:`RowNoise.advance`, once per forward), so row i keeps its index in every chunk;
+* a contiguous range of groups replays exactly with ``select_groups(start, stop)`` (keys
+  ``start .. stop-1``, row count restarted); the reference loop of T passes is the range
+  ``(t, t + 1)`` in pass t, and ``Method.sample`` runs ranges when T alone exceeds ``max_rows``.
+  The layer knows the global index of every active group (:meth:`RowNoise.group_ids`), so
+  per-group choices such as IBNN's mixture component t mod K survive a range.
+
+A noise layer must be called once per forward pass (no weight sharing of the same instance).
+
+Outside sampling, :class:`RowNoise` is unused. Layers derived from :class:`TrainingNoiseModule`
+then draw from torch's global RNG inside :func:`noisy_training` (the training objective) and are
+deterministic otherwise; MC dropout and the Bayes layers follow ``.train()`` instead.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor, nn
+
+from bayesify.nn.stochastic import StochasticModule
+
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x: Tensor, c: int) -> Tensor:
+    """``(x * c) mod 2**32`` for int64 ``x`` in ``[0, 2**32)`` without int64 overflow."""
+    lo, hi = c & 0xFFFF, c >> 16
+    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _M32
+
+
+def _mix32(x: Tensor) -> Tensor:
+    """A bijective 32-bit integer mixer (xor-shift-multiply), on int64 values in [0, 2**32)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def hash_uniform(keys: Tensor, rows: Tensor, features: int, stream: int = 0) -> Tensor:
+    """Uniforms in (0, 1) ``[T, n, features]`` from group keys ``[T]`` and row indices ``[n]``.
+
+    Deterministic in (key, row, feature, stream): the counter-based generator behind
+    :class:`RowNoise`.
+    """
+    j = torch.arange(features, device=rows.device, dtype=torch.int64)
+    counter = rows.view(-1, 1) * features + j  # [n, F], unique per (row, feature)
+    lo, hi = counter & _M32, (counter >> 32) & _M32
+    k = keys.view(-1, 1, 1)  # [T, 1, 1]
+    h = _mix32((lo ^ _mix32((k + stream * 0x9E3779B9) & _M32)) & _M32)  # [T, n, F]
+    h = _mix32(h ^ _mix32(hi ^ k))
+    return (h.double() + 0.5) * 2.0**-32  # strictly inside (0, 1)
+
+
+class RowNoise:
+    """Per-row random numbers for ``T`` sample groups, invariant to chunking (see module doc)."""
+
+    def __init__(self) -> None:
+        self.keys: Tensor | None = None  # [G] int64 in [0, 2**32), the groups now in use
+        self.all_keys: Tensor | None = None  # [T] every group's key of this sampling block
+        self.start = 0  # global index of the first group now in use
+        self.offset = 0  # data rows already seen since the groups were selected
+
+    @property
+    def active(self) -> bool:
+        """Whether a sampling block has drawn keys."""
+        return self.keys is not None
+
+    def begin(self, samples: int, generator: torch.Generator | None) -> None:
+        """Draw one key per sample group from ``generator``; all groups in use."""
+        self.keys = torch.randint(0, 2**32, (samples,), generator=generator, dtype=torch.int64)
+        self.all_keys, self.start, self.offset = self.keys, 0, 0
+
+    def end(self) -> None:
+        self.keys, self.all_keys, self.start, self.offset = None, None, 0, 0
+
+    def select_groups(self, start: int, stop: int) -> None:
+        """Use only groups ``start .. stop-1`` of the block (keys sliced, row count restarted)."""
+        if self.all_keys is None:
+            raise RuntimeError("select_groups needs an active sampling block")
+        if not 0 <= start < stop <= len(self.all_keys):
+            raise ValueError(
+                f"group range [{start}, {stop}) is not inside the {len(self.all_keys)} groups"
+            )
+        self.keys, self.start, self.offset = self.all_keys[start:stop], start, 0
+
+    def group_ids(self, device: torch.device | None = None) -> Tensor:
+        """Global index of every group in use ``[G]``."""
+        if self.keys is None:
+            raise RuntimeError("RowNoise used outside a sampling block")
+        return torch.arange(self.start, self.start + len(self.keys), device=device)
+
+    def _rows(self, total_rows: int, device: torch.device) -> Tensor:
+        if self.keys is None:
+            raise RuntimeError("RowNoise used outside a sampling block")
+        groups = len(self.keys)
+        if total_rows % groups:
+            raise ValueError(f"{total_rows} rows do not split into {groups} sample groups")
+        n = total_rows // groups
+        return torch.arange(self.offset, self.offset + n, device=device)
+
+    def uniform(
+        self, total_rows: int, features: int, device: torch.device, stream: int = 0
+    ) -> Tensor:
+        """Uniforms ``[G*n, features]`` (float64) for a pass over ``G*n`` rows."""
+        rows = self._rows(total_rows, device)
+        u = hash_uniform(self.keys.to(device), rows, features, stream)
+        return u.reshape(total_rows, features)
+
+    def normal(
+        self, total_rows: int, features: int, device: torch.device, stream: int = 0
+    ) -> Tensor:
+        """Standard normals ``[G*n, features]`` (float64, Box-Muller on two streams)."""
+        u1 = self.uniform(total_rows, features, device, 2 * stream + 1)
+        u2 = self.uniform(total_rows, features, device, 2 * stream + 2)
+        return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
+
+    def advance(self, total_rows: int) -> None:
+        """Count the data rows of a finished pass (call once per forward)."""
+        if self.keys is not None:
+            self.offset += total_rows // len(self.keys)
+
+
+class RowNoiseModule(StochasticModule):
+    """A stochastic layer whose per-row randomness comes from a :class:`RowNoise` (``noise``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.noise = RowNoise()
+
+    @property
+    def sampling_active(self) -> bool:
+        """Inside a sampling block with this layer switched on."""
+        return self.stochastic and self.noise.active
+
+    def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
+        super().begin_sampling(samples, generator)
+        self.noise.begin(samples, generator)
+
+    def end_sampling(self) -> None:
+        super().end_sampling()
+        self.noise.end()
+
+    def select_groups(self, start: int, stop: int) -> None:
+        """Behave as groups ``start .. stop-1`` of the current sampling block, alone."""
+        self.noise.select_groups(start, stop)
+        super().select_groups(start, stop)
+
+
+class TrainingNoiseModule(RowNoiseModule):
+    """A row-noise layer whose standard normal noise per row comes from :class:`RowNoise` while
+    sampling, from torch's global RNG inside :func:`noisy_training`, and is off otherwise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.train_noise = False
+
+    def standard_normal(self, rows: int, width: int, ref: Tensor) -> Tensor | None:
+        """Standard normals ``[rows, width]`` in ``ref``'s dtype and device, or None when the
+        layer is deterministic now. Call once per forward (it counts the rows while sampling)."""
+        if self.sampling_active:
+            eps = self.noise.normal(rows, width, ref.device)
+            self.noise.advance(rows)
+            return eps.to(ref.dtype)
+        if self.train_noise:
+            return torch.randn(rows, width, device=ref.device, dtype=ref.dtype)
+        return None
+
+
+@contextmanager
+def noisy_training(model: nn.Module) -> Iterator[None]:
+    """Within the block, :class:`TrainingNoiseModule` layers draw per-row noise from the global
+    RNG (outside a sampling block)."""
+    layers = [m for m in model.modules() if isinstance(m, TrainingNoiseModule)]
+    previous = [m.train_noise for m in layers]
+    for m in layers:
+        m.train_noise = True
+    try:
+        yield
+    finally:
+        for m, was in zip(layers, previous, strict=True):
+            m.train_noise = was

@@ -1,0 +1,160 @@
+"""RowNoise: the hash against a plain-integer reference, the laws of its uniforms and normals,
+chunk invariance, and replay of any range of sample groups with ``select_groups``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy import stats
+from torch import nn
+
+from bayesify.nn import (
+    NodeNoise,
+    RowNoise,
+    StochasticScale,
+    hash_uniform,
+    noisy_training,
+    reference_loop,
+    repeat_samples,
+    sampling,
+    select_groups,
+)
+from bayesify.nn.dropout import MCDropout
+
+CPU = torch.device("cpu")
+M = 2**32 - 1
+
+
+def _mix_reference(x: int) -> int:
+    """The 32-bit mixer with Python integers (no overflow tricks)."""
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & M
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & M
+    return x ^ (x >> 16)
+
+
+def _uniform_reference(key: int, row: int, feature: int, features: int, stream: int) -> float:
+    counter = row * features + feature
+    lo, hi = counter & M, counter >> 32
+    h = _mix_reference(lo ^ _mix_reference((key + stream * 0x9E3779B9) & M))
+    h = _mix_reference(h ^ _mix_reference(hi ^ key))
+    return (h + 0.5) / 2**32
+
+
+def test_hash_matches_a_plain_integer_reference():
+    keys = torch.tensor([0, 12345, 2**32 - 1], dtype=torch.int64)
+    rows = torch.tensor([0, 3, 2**33 + 7], dtype=torch.int64)  # a counter beyond 32 bits too
+    for stream in (0, 3):
+        u = hash_uniform(keys, rows, 5, stream)
+        for t, k in enumerate(keys.tolist()):
+            for i, r in enumerate(rows.tolist()):
+                for j in range(5):
+                    assert float(u[t, i, j]) == _uniform_reference(k, r, j, 5, stream)
+
+
+def test_uniforms_are_uniform_and_independent():
+    u = hash_uniform(torch.tensor([7, 8]), torch.arange(500), 40).flatten()
+    assert float(u.min()) > 0.0 and float(u.max()) < 1.0
+    assert stats.kstest(u.numpy(), "uniform").pvalue > 1e-3
+    a, b = u[:20000].numpy(), u[20000:].numpy()  # two groups' keys
+    assert abs(stats.pearsonr(a, b)[0]) < 0.03
+    s1 = hash_uniform(torch.tensor([7]), torch.arange(500), 40, stream=1).flatten().numpy()
+    assert abs(stats.pearsonr(a, s1)[0]) < 0.03  # streams are independent too
+    # neighbouring rows and features are not correlated
+    grid = u[:20000].view(500, 40).numpy()
+    assert abs(stats.pearsonr(grid[:-1].ravel(), grid[1:].ravel())[0]) < 0.03
+    assert abs(stats.pearsonr(grid[:, :-1].ravel(), grid[:, 1:].ravel())[0]) < 0.03
+
+
+def test_normals_are_standard_normal():
+    noise = RowNoise()
+    noise.begin(4, torch.Generator().manual_seed(0))
+    z = noise.normal(4 * 5000, 3, CPU).flatten().numpy()
+    assert stats.kstest(z, "norm").pvalue > 1e-3
+    assert abs(z.mean()) < 0.02 and abs(z.std() - 1.0) < 0.02
+
+
+def test_select_groups_replays_those_groups_chunk_by_chunk():
+    noise = RowNoise()
+    noise.begin(7, torch.Generator().manual_seed(1))
+    n, f = 6, 4
+    full_u = noise.uniform(7 * n, f, CPU, stream=2).view(7, n, f)
+    full_z = noise.normal(7 * n, f, CPU).view(7, n, f)
+    noise.advance(7 * n)
+    for start, stop in ((2, 5), (0, 7), (6, 7), (0, 1)):
+        noise.select_groups(start, stop)
+        g = stop - start
+        assert torch.equal(noise.group_ids(), torch.arange(start, stop))
+        parts_u, parts_z = [], []
+        for rows in (2, 3, 1):  # chunks of data rows, counted by advance
+            parts_u.append(noise.uniform(g * rows, f, CPU, stream=2).view(g, rows, f))
+            parts_z.append(noise.normal(g * rows, f, CPU).view(g, rows, f))
+            noise.advance(g * rows)
+        assert torch.equal(torch.cat(parts_u, 1), full_u[start:stop])
+        assert torch.equal(torch.cat(parts_z, 1), full_z[start:stop])
+    with pytest.raises(ValueError, match="range"):
+        noise.select_groups(3, 8)
+    noise.end()
+    with pytest.raises(RuntimeError, match="sampling block"):
+        noise.select_groups(0, 1)
+
+
+def test_same_generator_same_numbers_and_keys_from_the_generator():
+    a, b, c = RowNoise(), RowNoise(), RowNoise()
+    a.begin(3, torch.Generator().manual_seed(5))
+    b.begin(3, torch.Generator().manual_seed(5))
+    c.begin(3, torch.Generator().manual_seed(6))
+    ua, ub, uc = (r.uniform(12, 2, CPU) for r in (a, b, c))
+    assert torch.equal(ua, ub) and not torch.equal(ua, uc)
+
+
+def _noise_net() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        NodeNoise(5, components=3, mu_init_std=0.5, sigma_init=0.3),
+        nn.Linear(5, 8),
+        MCDropout(0.3),
+        StochasticScale(nn.Linear(8, 4), sigma_init=0.3, stochastic_bias=True),
+    ).eval()
+
+
+def test_group_ranges_of_a_network_equal_the_whole_pass():
+    net = _noise_net()
+    x = torch.randn(5, 5)
+    t = 9
+    with torch.no_grad():
+        with sampling(net, t, torch.Generator().manual_seed(3)):
+            whole = net(repeat_samples(x, t)).view(t, 5, 4)
+        with sampling(net, t, torch.Generator().manual_seed(3)):
+            ranges = []
+            for start, stop in ((0, 4), (4, 8), (8, 9)):
+                select_groups(net, start, stop)
+                g = stop - start
+                rows = [net(repeat_samples(c, g)).view(g, -1, 4) for c in x.split(2)]
+                ranges.append(torch.cat(rows, 1))
+        loop = reference_loop(net, x, t, torch.Generator().manual_seed(3))
+    assert whole.std(0).min() > 0  # every row varies over the samples
+    # same draws; only float32 summation order differs with the batch size
+    torch.testing.assert_close(torch.cat(ranges), whole, rtol=0, atol=1e-6)
+    torch.testing.assert_close(loop, whole, rtol=0, atol=1e-6)
+
+
+def test_noisy_training_switches_global_rng_noise_and_restores():
+    net = _noise_net()
+    node, scale = net[0], net[3]
+    x = torch.randn(4, 5)
+    node.train_components = torch.tensor([0, 1, 2, 0])
+    with torch.no_grad():
+        mean = net(x)
+        torch.testing.assert_close(net(x), mean, rtol=0, atol=0)  # deterministic outside
+        with noisy_training(net):
+            assert node.train_noise and scale.train_noise
+            torch.manual_seed(1)
+            a = net(x)
+            torch.manual_seed(1)
+            b = net(x)
+            c = net(x)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)  # the global RNG drives it
+    assert (a - c).abs().max() > 0 and (a - mean).abs().max() > 0
+    assert not node.train_noise and not scale.train_noise
