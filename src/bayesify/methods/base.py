@@ -1,8 +1,12 @@
 """The face every posterior approximation shares: ``fit``, ``predict``, ``save``/``load``.
 
 A method wraps a network, owns its training objective, and predicts with T Monte Carlo samples in
-one vectorised pass over ``T*N`` rows (chunked over N to bound memory). It returns a
-:class:`~bayesify.predictive.Predictive`.
+one vectorised pass over ``T*N`` rows. It returns a :class:`~bayesify.predictive.Predictive`.
+
+Memory is bounded by ``max_rows`` rows per forward: while T <= ``max_rows`` the N rows are split
+into chunks of ``max_rows // T``; beyond that the T groups are split too, into ranges of
+``max_rows`` groups run alone (``select_groups``) over one data row at a time. Every stochastic
+layer draws per (group, data row), so the chunked samples equal the one-pass samples.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from torch import Tensor, nn
 
 from bayesify.io import write_bundle
 from bayesify.metrics import fit_constant_std
-from bayesify.nn import fold_samples, repeat_samples, sampling
+from bayesify.nn import fold_samples, repeat_samples, sampling, select_groups
 from bayesify.predictive import Predictive, Task
 from bayesify.train import Data, History, as_dataset, as_loader, make_optimizer, train_loop
 from bayesify.tuning import NoiseObjective, fit_noise_variance
@@ -223,15 +227,34 @@ class Method:
         seed: int | None = None,
         max_rows: int | None = DEFAULT_MAX_ROWS,
     ) -> Tensor:
-        """Raw network outputs for T samples in one pass: ``[T, N, ...]``."""
+        """Raw network outputs for T samples in one pass: ``[T, N, ...]``.
+
+        ``max_rows`` bounds the rows of every forward (None: one forward over all ``T*N``
+        rows). Up to ``max_rows`` samples, the N inputs are split into chunks; more samples are
+        split into ranges of ``max_rows`` groups as well. The result does not depend on it.
+        """
         x, generator = self._sample_inputs(x, samples, generator, seed)
-        per_chunk = len(x) if not max_rows else max(1, max_rows // samples)
         self.net.eval()
-        outs = []
         with torch.no_grad(), self.sampling(samples, generator):
-            for chunk in x.split(per_chunk):
-                out = self.net(repeat_samples(chunk, samples))  # [T*n, ...]
-                outs.append(fold_samples(out, samples))  # [T, n, ...]
+            if not max_rows or samples <= max_rows:
+                per_chunk = len(x) if not max_rows else max(1, max_rows // samples)
+                return self._sample_groups(x, samples, per_chunk)
+            width = max_rows  # groups per range; each range runs over single data rows
+            per_chunk = max(1, max_rows // width)
+            outs = []
+            for start in range(0, samples, width):
+                stop = min(start + width, samples)
+                select_groups(self.net, start, stop)
+                outs.append(self._sample_groups(x, stop - start, per_chunk))
+            return torch.cat(outs, dim=0)
+
+    def _sample_groups(self, x: Tensor, groups: int, per_chunk: int) -> Tensor:
+        """The active ``groups`` of the current sampling block over ``x`` in row chunks of
+        ``per_chunk``: ``[groups, N, ...]``."""
+        outs = []
+        for chunk in x.split(per_chunk):
+            out = self.net(repeat_samples(chunk, groups))  # [G*n, ...]
+            outs.append(fold_samples(out, groups))  # [G, n, ...]
         return torch.cat(outs, dim=1)
 
     def _sample_inputs(

@@ -10,6 +10,10 @@ large-sample law given the population statistics (Teye et al. appendix; Shekhovt
 §3.1; Mukhoti et al.): mean ~ N(μ, σ²/n), variance ~ σ²·χ²(n−1)/(n−1), with μ, σ² the running
 statistics and n = ``effective_batch_size`` × spatial size (the values per channel a batch
 averages over). No training data is needed at prediction; n is a continuous knob.
+
+Either way the per-group statistics ``[T, C]`` are chosen once per sampling block (in
+``begin_sampling``); ``select_groups(start, stop)`` uses rows ``start .. stop-1`` of them, so a
+range of groups run alone is normalised exactly as in the full pass.
 """
 
 from __future__ import annotations
@@ -59,7 +63,8 @@ class MCBatchNorm(StochasticModule):
         self.register_buffer("bank_mean", torch.zeros(0, num_features))
         self.register_buffer("bank_var", torch.zeros(0, num_features))
         self._recorded: list[tuple[Tensor, Tensor]] | None = None
-        self._draw: tuple[Tensor, Tensor] | None = None  # ([T, C] mean, [T, C] var)
+        self._block_draw: tuple[Tensor, Tensor] | None = None  # ([T, C] mean, [T, C] var)
+        self._draw: tuple[Tensor, Tensor] | None = None  # the groups now in use ([G, C] each)
         self.rows: Tensor | None = None
 
     @classmethod
@@ -153,15 +158,23 @@ class MCBatchNorm(StochasticModule):
 
     def set_draw(self, mean: Tensor, var: Tensor) -> None:
         """Use these per-group statistics ``([G, C], [G, C])`` in the current sampling block."""
-        self._draw = (mean, var)
+        self._block_draw = self._draw = (mean, var)
 
     def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
         super().begin_sampling(samples, generator)
-        self._draw = self.draw_statistics(samples, generator)
+        self._block_draw = self._draw = self.draw_statistics(samples, generator)
+
+    def select_groups(self, start: int, stop: int) -> None:
+        """Normalise the next passes with the statistics of groups ``start .. stop-1``."""
+        if self._block_draw is None:
+            raise RuntimeError("select_groups needs an active sampling block")
+        super().select_groups(start, stop)
+        mean, var = self._block_draw
+        self._draw = (mean[start:stop], var[start:stop])
 
     def end_sampling(self) -> None:
         super().end_sampling()
-        self._draw = None
+        self._block_draw = self._draw = None
 
     # ------------------------------------------------------------------ forward
     def _check_input(self, x: Tensor) -> None:
