@@ -2,7 +2,7 @@
 
 For every registered method: chunked samples equal one chunk for a large T·N (the per-group
 randomness must not depend on where a chunk starts), and with the default ``max_rows`` no forward
-call ever sees more than ``DEFAULT_MAX_ROWS`` rows, however large T·N is. When T alone exceeds
+call ever sees more than the default ``max_rows`` rows, however large T·N is. When T alone exceeds
 ``max_rows`` the sample groups are split into ranges too, with the same samples.
 """
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from torch import nn
 
-from bayesify.methods import DEFAULT_MAX_ROWS, METHODS, Method
+from bayesify.methods import METHODS, Method, resolve_max_rows
 from bayesify.models import mlp
 
 N_TRAIN, D = 96, 5
@@ -47,7 +47,7 @@ def test_chunked_equals_one_chunk_for_large_t_n(method: Method) -> None:
     x = torch.randn(700, D, generator=g)  # T·N = 28,000 rows
     t = 40
     whole = method.sample(x, t, seed=3, max_rows=None)
-    default = method.sample(x, t, seed=3)  # DEFAULT_MAX_ROWS: 204 rows a chunk
+    default = method.sample(x, t, seed=3)  # max_rows="auto": 1024 // 40 = 25 rows a chunk
     odd = method.sample(x, t, seed=3, max_rows=t * 37 + 5)  # chunks of 37 rows, a ragged tail
     assert whole.shape[:2] == (t, len(x))
     torch.testing.assert_close(default, whole, rtol=1e-5, atol=1e-5)
@@ -81,7 +81,7 @@ def test_huge_t_n_is_never_one_forward(method: Method) -> None:
     assert out.shape[:2] == (t, len(x))
     assert seen, "no forward call was seen"
     biggest = max(max(rows) for rows in seen.values())
-    assert biggest <= DEFAULT_MAX_ROWS, f"a forward saw {biggest} rows"
+    assert biggest <= resolve_max_rows("auto", x) == 1024, f"a forward saw {biggest} rows"
     # every input row went through the net (a method may forward fewer than T·N rows when its
     # samples are equal, e.g. an ensemble of plain networks runs each member once over N rows)
     assert max(sum(rows) for rows in seen.values()) >= len(x)
@@ -128,3 +128,14 @@ def test_odd_max_rows_above_and_below_t_give_the_same_samples(method: Method) ->
         torch.testing.assert_close(
             method.sample(x, t, seed=7, max_rows=max_rows), whole, rtol=1e-6, atol=1e-6
         )
+
+
+def test_auto_max_rows_scales_with_the_input_size() -> None:
+    assert resolve_max_rows("auto", torch.zeros(3, 8)) == 1024  # capped: 2**17 // 8 > 1024
+    assert resolve_max_rows("auto", torch.zeros(3, 1, 28, 28)) == 2**17 // 784  # 167 images
+    assert resolve_max_rows("auto", torch.zeros(3, 3, 224, 224)) == 64  # floor
+    assert resolve_max_rows(None, torch.zeros(3, 8)) is None
+    assert resolve_max_rows(0, torch.zeros(3, 8)) is None
+    assert resolve_max_rows(50, torch.zeros(3, 8)) == 50
+    with pytest.raises(ValueError, match="max_rows"):
+        resolve_max_rows("big", torch.zeros(3, 8))  # type: ignore[arg-type]

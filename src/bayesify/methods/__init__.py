@@ -1,6 +1,6 @@
 """Posterior approximations behind one interface; registry by name."""
 
-from bayesify.methods.base import DEFAULT_MAX_ROWS, Method, MethodConfig
+from bayesify.methods.base import DEFAULT_MAX_ROWS, Method, MethodConfig, resolve_max_rows
 from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
@@ -30,6 +30,7 @@ __all__ = [
     "get_method",
     "load",
     "register_method",
+    "resolve_max_rows",
     "StochasticNorm",
     "StochasticNormConfig",
 ]

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -31,7 +31,27 @@ from bayesify.tuning import NoiseObjective, fit_noise_variance
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_ROWS = 8192
+MaxRows = int | Literal["auto"] | None
+DEFAULT_MAX_ROWS: MaxRows = "auto"
+#: ``max_rows="auto"``: input numbers per forward on CPU, and the bounds on rows per forward
+AUTO_CPU_INPUT_NUMBERS, AUTO_CPU_ROWS, AUTO_CUDA_ROWS = 2**17, (64, 1024), 8192
+
+
+def resolve_max_rows(max_rows: MaxRows, x: Tensor) -> int | None:
+    """Rows per forward pass for inputs ``x [N, ...]``: an int as given (None or 0: no limit).
+
+    ``"auto"``: on CUDA 8192 rows; elsewhere about 2**17 input numbers per forward, between 64
+    and 1024 rows (a LeNet image: 167 rows; a UCI row: 1024). Measured on CPU, larger forwards
+    run out of cache and cost more per row than they save in calls (benchmarks/speed.md).
+    """
+    if max_rows != "auto":
+        if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 0):
+            raise ValueError(f'max_rows must be a positive int, None or "auto", got {max_rows!r}')
+        return max_rows or None
+    if x.device.type == "cuda":
+        return AUTO_CUDA_ROWS
+    lo, hi = AUTO_CPU_ROWS
+    return min(hi, max(lo, AUTO_CPU_INPUT_NUMBERS // max(1, x[0].numel() if len(x) else 1)))
 
 
 @dataclass(frozen=True)
@@ -225,15 +245,17 @@ class Method:
         *,
         generator: torch.Generator | None = None,
         seed: int | None = None,
-        max_rows: int | None = DEFAULT_MAX_ROWS,
+        max_rows: MaxRows = DEFAULT_MAX_ROWS,
     ) -> Tensor:
         """Raw network outputs for T samples in one pass: ``[T, N, ...]``.
 
         ``max_rows`` bounds the rows of every forward (None: one forward over all ``T*N``
-        rows). Up to ``max_rows`` samples, the N inputs are split into chunks; more samples are
-        split into ranges of ``max_rows`` groups as well. The result does not depend on it.
+        rows; ``"auto"``: see :func:`resolve_max_rows`). Up to ``max_rows`` samples, the N
+        inputs are split into chunks; more samples are split into ranges of ``max_rows`` groups
+        as well. The result does not depend on it.
         """
         x, generator = self._sample_inputs(x, samples, generator, seed)
+        max_rows = resolve_max_rows(max_rows, x)
         self.net.eval()
         with torch.no_grad(), self.sampling(samples, generator):
             if not max_rows or samples <= max_rows:
@@ -272,7 +294,7 @@ class Method:
         *,
         generator: torch.Generator | None = None,
         seed: int | None = None,
-        max_rows: int | None = DEFAULT_MAX_ROWS,
+        max_rows: MaxRows = DEFAULT_MAX_ROWS,
     ) -> Predictive:
         """The predictive distribution at ``x [N, ...]`` from T samples, in one vectorised pass."""
         out = self.sample(x, samples, generator=generator, seed=seed, max_rows=max_rows)

@@ -28,8 +28,8 @@ import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
+from bayesify.nn import reference_loop
 from bayesify.nn.bayes_layers import BayesLayer, Prior, PriorKind, bayesianize
-from bayesify.nn.dropout import reference_loop
 from bayesify.predictive import Task
 from bayesify.train import Data
 

@@ -14,7 +14,7 @@ Every row of a batch gets its own weight sample:
 
 Outside sampling the layers are random in ``.train()`` (torch's global RNG, for the ELBO) and
 return the posterior-mean output in ``.eval()``. Inside :func:`bayesify.nn.sampling` the per-row
-noise comes from :class:`~bayesify.nn.dropout.RowNoise` (chunk-invariant, replayable per group)
+noise comes from :class:`~bayesify.nn.row_noise.RowNoise` (chunk-invariant, replayable per group)
 and flipout's shared ε is drawn once from the caller's generator in ``begin_sampling``.
 """
 

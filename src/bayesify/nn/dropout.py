@@ -7,8 +7,8 @@ mode while the masks are drawn.
 
 The masks come from :class:`~bayesify.nn.row_noise.RowNoise` (the uniform for group t, data
 row i, unit j is a hash of (key_t, i, j)): the same generator gives the same masks, chunking
-over N or over T does not change them, and :func:`reference_loop` replays group t alone in
-pass t.
+over N or over T does not change them, and :func:`bayesify.nn.stochastic.reference_loop`
+replays group t alone in pass t.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bayesify.nn.row_noise import RowNoiseModule
-from bayesify.nn.stochastic import reference_loop, stochastic_modules
+from bayesify.nn.stochastic import stochastic_modules
 
-__all__ = ["MCDropout", "convert_dropout", "reference_loop"]
+__all__ = ["MCDropout", "convert_dropout"]
 
 _DROPOUTS = (nn.Dropout, nn.Dropout1d, nn.Dropout2d, nn.Dropout3d)
 
