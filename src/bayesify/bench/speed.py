@@ -256,9 +256,12 @@ NOTES = [
     "b rows per sample from 512 random training rows and forwards it with the query.",
     "- The loop reference is each method's `reference_samples` (T passes over N rows with the "
     "same random draws as the one pass), converted to the same `Predictive`.",
-    "- Every method follows its network's device: per-group random numbers are drawn on CPU "
-    "generators (for reproducibility and chunk invariance) and moved to the parameters' device; "
-    "checked by reading the code, not yet on a GPU.",
+    "- Every method follows its network's device: per-group keys (and MCBN's bank rows) are "
+    "drawn from the caller's generator on its device, the per-row numbers are hashed on the "
+    "parameters' device (`bayesify.nn.row_noise`); `tests/test_cuda.py` checks it and is "
+    "skipped where no GPU is present.",
+    '- Prediction runs with the default `max_rows="auto"` (CPU: about 2**17 input numbers per '
+    "forward, 64–1024 rows); plain-network ensemble members are forwarded once each.",
 ]
 
 

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from bayesify.methods.base import Method, MethodConfig
-from bayesify.nn import MCBatchNorm, convert_batchnorm, sampling
+from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampling
 from bayesify.train import Data, as_loader
 
 log = logging.getLogger(__name__)
@@ -188,9 +188,10 @@ class MCBN(Method):
         n = self.bank_size
         if n == 0:
             raise RuntimeError("the MCBN statistics bank is empty: call fit() or fill_bank()")
+        dev = generator_device(generator)
         if samples <= n:
-            return torch.randperm(n, generator=generator)[:samples]
-        return torch.randint(n, (samples,), generator=generator)
+            return torch.randperm(n, generator=generator, device=dev)[:samples].cpu()
+        return torch.randint(n, (samples,), generator=generator, device=dev).cpu()
 
     def _configure_layers(self) -> None:
         for layer in self.layers:

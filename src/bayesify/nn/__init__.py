@@ -12,6 +12,7 @@ from bayesify.nn.row_noise import (
 from bayesify.nn.stochastic import (
     StochasticModule,
     fold_samples,
+    generator_device,
     reference_loop,
     repeat_samples,
     sampling,
@@ -33,6 +34,7 @@ __all__ = [
     "add_stochastic_scale",
     "convert_batchnorm",
     "fold_samples",
+    "generator_device",
     "hash_uniform",
     "noisy_training",
     "reference_loop",

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bayesify.nn.row_noise import RowNoiseModule
+from bayesify.nn.stochastic import generator_device
 
 
 class PriorKind(StrEnum):
@@ -282,7 +283,9 @@ class BayesConv2d(_BayesLayer):
 
     def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
         super().begin_sampling(samples, generator)
-        eps = torch.randn(self.weight_mu.shape, generator=generator)
+        eps = torch.randn(
+            self.weight_mu.shape, generator=generator, device=generator_device(generator)
+        )
         self._eps = eps.to(self.weight_mu)
 
     def end_sampling(self) -> None:

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from bayesify.nn.stochastic import StochasticModule
+from bayesify.nn.stochastic import StochasticModule, generator_device
 
 
 class MCBatchNorm(StochasticModule):
@@ -145,7 +145,9 @@ class MCBatchNorm(StochasticModule):
         n = self.effective_n
         if n <= 1:
             raise ValueError(f"the effective sample size n must be > 1, got {n}")
-        seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+        seed = int(
+            torch.randint(0, 2**62, (1,), generator=generator, device=generator_device(generator))
+        )
         rng = np.random.default_rng(seed)
         c = self.num_features
         z = torch.from_numpy(rng.standard_normal((samples, c)))

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from bayesify.nn.stochastic import StochasticModule
+from bayesify.nn.stochastic import StochasticModule, generator_device
 
 _M32 = 0xFFFFFFFF
 
@@ -82,7 +82,11 @@ class RowNoise:
 
     def begin(self, samples: int, generator: torch.Generator | None) -> None:
         """Draw one key per sample group from ``generator``; all groups in use."""
-        self.keys = torch.randint(0, 2**32, (samples,), generator=generator, dtype=torch.int64)
+        dev = generator_device(generator)
+        keys = torch.randint(
+            0, 2**32, (samples,), generator=generator, dtype=torch.int64, device=dev
+        )
+        self.keys = keys.cpu()
         self.all_keys, self.start, self.offset = self.keys, 0, 0
 
     def end(self) -> None:

@@ -58,6 +58,12 @@ class StochasticModule(nn.Module):
         self.block_samples = 0
 
 
+def generator_device(generator: torch.Generator | None) -> torch.device:
+    """Where draws from ``generator`` must be made (torch ties a generator to one device); the
+    default generator draws on CPU. Per-group draws are made there and then moved."""
+    return torch.device("cpu") if generator is None else generator.device
+
+
 def stochastic_modules(model: nn.Module) -> list[StochasticModule]:
     """All stochastic layers of ``model`` in registration order."""
     return [m for m in model.modules() if isinstance(m, StochasticModule)]
