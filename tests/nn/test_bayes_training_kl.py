@@ -56,3 +56,41 @@ def test_training_forward_records_the_step_kl_once(make, prior: Prior) -> None:
     with torch.no_grad():
         layer(x)
     assert layer._step_kl is None  # no graph kept from forwards without autograd
+
+
+@pytest.mark.parametrize("estimator", ["shared", "flipout"])
+def test_conv_training_noise_has_the_posterior_moments(estimator: str) -> None:
+    """Each output element is a sum of independent Gaussian weights: mean conv(x, μ) + b_μ and
+    variance conv(x², σ²) + σ_b², whichever training estimator draws it."""
+    torch.manual_seed(0)
+    layer = BayesConv2d(2, 3, 3, padding=1, init_rho=-1.0).train()
+    bayesianize_estimator(layer, estimator)
+    x = torch.randn(2, 2, 4, 4)
+    with torch.no_grad():
+        outs = torch.stack([layer(x) for _ in range(4000)])  # [draws, 2, 3, 4, 4]
+        mean = F.conv2d(x, layer.weight_mu, layer.bias_mu, padding=1)
+        var = F.conv2d(x**2, layer.weight_sigma**2, layer.bias_sigma**2, padding=1)
+    z = (outs.mean(0) - mean) / (var / len(outs)).sqrt()  # standard errors of the mean
+    assert z.abs().max() < 5.0
+    torch.testing.assert_close(outs.var(0) / var, torch.ones_like(var), atol=0.12, rtol=0.0)
+    same_rows = layer(torch.cat([x[:1], x[:1]]))
+    shared = torch.allclose(same_rows[0], same_rows[1])
+    assert shared == (estimator == "shared")  # one weight sample per mini-batch, or per row
+
+
+def bayesianize_estimator(layer: BayesConv2d, estimator: str) -> None:
+    layer.train_estimator = estimator
+
+
+def test_bbb_validates_and_applies_the_conv_estimator() -> None:
+    from bayesify import BayesByBackprop
+    from bayesify.models import lenet
+
+    with pytest.raises(ValueError, match="conv_estimator"):
+        BayesByBackprop(lenet(norm=None), task="classification", conv_estimator="bogus")
+    m = BayesByBackprop(lenet(norm=None), task="classification", conv_estimator="flipout")
+    convs = [layer for layer in m.layers if isinstance(layer, BayesConv2d)]
+    assert convs and all(c.train_estimator == "flipout" for c in convs)
+    assert BayesByBackprop(lenet(norm=None), task="classification").config.conv_estimator == (
+        "shared"
+    )

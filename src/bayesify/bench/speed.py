@@ -44,12 +44,13 @@ class SpeedSettings:
 
     methods: tuple[str, ...] = METHOD_CLASSES
     models: tuple[str, ...] = MODELS
-    ns: tuple[int, ...] = (1, 64)
+    ns: tuple[int, ...] = (1, 64, 1024)
     ts: tuple[int, ...] = (10, 100)
     repeats: int = 5
     warmup: int = 1
     bank_batch: int = 32
     memory: bool = True  # peak memory of every cell (one extra call per variant)
+    predict: bool = True  # the prediction grid (off: training times only)
     train: bool = True
     train_models: tuple[str, ...] = ("mlp", "lenet")
     train_rows: int = 640  # one epoch = train_rows / batch_size steps
@@ -59,6 +60,7 @@ class SpeedSettings:
     #: extra training rows: (method, option overrides) for settings users trade speed against
     train_variants: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = (
         ("ibnn", (("train_samples", 2),)),
+        ("bbb", (("conv_estimator", "flipout"),)),
         ("bbb", (("last_k", 2),)),
     )
 
@@ -154,6 +156,7 @@ def run_speed(s: SpeedSettings, progress: bool = True) -> SpeedResult:
         else:
             names.append(reg)
     jobs = [(m, model, n, t) for m in names for model in s.models for n in s.ns for t in s.ts]
+    jobs = jobs if s.predict else []
     for name, model, n, t in tqdm(jobs, desc="bench speed", disable=not progress):
         if s.max_rows_per_cell and n * t > s.max_rows_per_cell:
             result.skipped.append(f"{name}/{model} N={n} T={t}: T·N above the cell limit")

@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.nn import reference_loop
-from bayesify.nn.bayes_layers import BayesLayer, Prior, PriorKind, bayesianize
+from bayesify.nn.bayes_layers import CONV_ESTIMATORS, BayesLayer, Prior, PriorKind, bayesianize
 from bayesify.predictive import Task
 from bayesify.train import Data
 
@@ -63,8 +63,10 @@ def kl_weight(
 @dataclass(frozen=True)
 class BBBConfig(MethodConfig):
     """Prior (``gaussian``: N(0, prior_sigma²); ``mixture``: Blundell's scale mixture),
-    posterior σ initialisation ``softplus(init_rho)``, hybrid ``last_k``, KL annealing, and the
-    learned regression noise's initial variance."""
+    posterior σ initialisation ``softplus(init_rho)``, hybrid ``last_k``, KL annealing, the
+    learned regression noise's initial variance, and the convolutions' training noise
+    ``conv_estimator`` (``shared``: one weight sample per mini-batch, one convolution, as in
+    Blundell et al.; ``flipout``: per-row noise, lower-variance gradients, two convolutions)."""
 
     prior: PriorKind = PriorKind.GAUSSIAN
     prior_sigma: float = 1.0
@@ -78,6 +80,7 @@ class BBBConfig(MethodConfig):
     kl_cycles: int = 4
     kl_weight: float = 1.0
     init_noise_variance: float = 0.1
+    conv_estimator: str = "shared"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -92,6 +95,9 @@ class BBBConfig(MethodConfig):
         if self.init_noise_variance <= 0:
             raise ValueError(f"init_noise_variance must be > 0, got {self.init_noise_variance}")
         self.weight_prior()  # validates the scales
+        self._require(
+            ("conv_estimator",), lambda v: v in CONV_ESTIMATORS, "in " + str(CONV_ESTIMATORS)
+        )
 
     def weight_prior(self) -> Prior:
         return Prior(
@@ -109,7 +115,11 @@ class BayesByBackprop(Method):
     def _prepare(self, net: nn.Module) -> None:
         cfg = self.config
         self.layers: list[BayesLayer] = bayesianize(
-            net, last_k=cfg.last_k, prior=cfg.weight_prior(), init_rho=cfg.init_rho
+            net,
+            last_k=cfg.last_k,
+            prior=cfg.weight_prior(),
+            init_rho=cfg.init_rho,
+            conv_estimator=cfg.conv_estimator,
         )
         if cfg.task is Task.REGRESSION and not hasattr(net, LOG_NOISE):
             ref = self.layers[-1].weight_mu

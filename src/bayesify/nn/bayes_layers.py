@@ -4,13 +4,17 @@ Each weight has a posterior ``N(μ, σ²)`` with ``σ = softplus(ρ)``. Priors: 
 ``N(0, σ_p²)`` (closed-form KL) or Blundell's scale mixture
 ``π N(0, σ₁²) + (1 − π) N(0, σ₂²)`` (one-sample Monte Carlo KL).
 
-Every row of a batch gets its own weight sample:
+Noise per row:
 
 * :class:`BayesLinear` uses the local reparameterisation trick (Kingma et al. 2015): the
-  pre-activation of a row is ``N(x μᵀ + b_μ, x² σ²ᵀ + σ_b²)``, sampled directly.
-* :class:`BayesConv2d` uses flipout (Wen et al. 2018): one shared perturbation ``ε ∘ σ`` and
-  per-row random signs, ``conv(x, μ) + conv(x ∘ s_in, σ ∘ ε) ∘ s_out`` (each row's weight is
-  marginally ``N(μ, σ²)``), plus a per-row bias sample.
+  pre-activation of a row is ``N(x μᵀ + b_μ, x² σ²ᵀ + σ_b²)``, sampled directly, in training
+  and prediction.
+* :class:`BayesConv2d` samples per row at prediction with flipout (Wen et al. 2018): one shared
+  perturbation ``ε ∘ σ`` and per-row random signs, ``conv(x, μ) + conv(x ∘ s_in, σ ∘ ε) ∘ s_out``
+  (each row's weight is marginally ``N(μ, σ²)``), plus a per-row bias sample. In training it
+  draws one weight sample per mini-batch by default (``train_estimator="shared"``, Blundell et
+  al.'s plain reparameterisation: one convolution); ``"flipout"`` trains with per-row noise and
+  lower-variance gradients at the price of a second convolution.
 
 Outside sampling the layers are random in ``.train()`` (torch's global RNG, for the ELBO) and
 return the posterior-mean output in ``.eval()``. Inside :func:`bayesify.nn.sampling` the per-row
@@ -30,6 +34,9 @@ from torch import Tensor, nn
 
 from bayesify.nn.row_noise import RowNoiseModule
 from bayesify.nn.stochastic import generator_device
+
+#: training estimators of :class:`BayesConv2d`
+CONV_ESTIMATORS = ("shared", "flipout")
 
 
 class PriorKind(StrEnum):
@@ -249,6 +256,9 @@ class BayesConv2d(_BayesLayer):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.stride, self.padding, self.dilation = ref.stride, ref.padding, ref.dilation
         self.conv_groups = conv_groups
+        #: training noise: "shared" (one weight sample per mini-batch, one convolution) or
+        #: "flipout" (per-row, two convolutions); prediction always samples per row
+        self.train_estimator = "shared"
         self._init_params(ref.weight, ref.bias, prior or Prior(), init_rho)
         self._eps: Tensor | None = None  # flipout's shared ε inside sampling
 
@@ -292,9 +302,19 @@ class BayesConv2d(_BayesLayer):
         super().end_sampling()
         self._eps = None
 
+    def _shared_sample_forward(self, x: Tensor) -> Tensor:
+        """Training with one weight sample for the whole mini-batch (Blundell et al.'s plain
+        reparameterisation): one convolution instead of flipout's two, gradients noisier."""
+        sigmas = self._training_sigmas()
+        w = self.weight_mu + sigmas[0] * torch.randn_like(self.weight_mu)
+        b = None if self.bias_mu is None else self.bias_mu + sigmas[1] * torch.randn_like(sigmas[1])
+        return self._conv(x, w, b)
+
     def forward(self, x: Tensor) -> Tensor:
-        mean = self._conv(x, self.weight_mu, self.bias_mu)  # [R, C', H', W']
         noisy = self._noisy()
+        if self.training and not noisy and self.train_estimator == "shared":
+            return self._shared_sample_forward(x)
+        mean = self._conv(x, self.weight_mu, self.bias_mu)  # [R, C', H', W']
         if not (noisy or self.training):
             return mean
         rows, c_in, c_out = x.shape[0], x.shape[1], mean.shape[1]
@@ -324,13 +344,19 @@ def bayesianize(
     last_k: int | None = None,
     prior: Prior | None = None,
     init_rho: float = -5.0,
+    conv_estimator: str = "shared",
 ) -> list[_BayesLayer]:
     """Replace ``nn.Linear``/``nn.Conv2d`` layers of ``model`` (in place) by Bayesian ones whose
     posterior means are the current (e.g. pretrained) weights.
 
     ``last_k`` converts only the last k such layers in module order (a hybrid network); the
-    rest stay deterministic. Returns all Bayesian layers in order.
+    rest stay deterministic. ``conv_estimator``: the convolutions' training noise, ``"shared"``
+    or ``"flipout"`` (see :class:`BayesConv2d`). Returns all Bayesian layers in order.
     """
+    if conv_estimator not in CONV_ESTIMATORS:
+        raise ValueError(
+            f"unknown conv_estimator {conv_estimator!r}; valid: {', '.join(CONV_ESTIMATORS)}"
+        )
     found = [
         (parent, name, child)
         for parent in model.modules()
@@ -347,6 +373,9 @@ def bayesianize(
         else:
             setattr(parent, name, BayesLinear.from_linear(child, prior, init_rho))
     layers = [m for m in model.modules() if isinstance(m, _BayesLayer)]
+    for layer in layers:
+        if isinstance(layer, BayesConv2d):
+            layer.train_estimator = conv_estimator
     if not layers:
         raise ValueError(
             f"Bayes by Backprop needs Linear or Conv2d layers; {type(model).__name__} has none"
