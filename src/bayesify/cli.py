@@ -12,6 +12,16 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from bayesify.bench import (
+    bn_noise,
+    fashion_nodes,
+    fmnist_calibration,
+    mcbn_collapse,
+    toy_depth,
+    uci_methods,
+)
+from bayesify.bench.options import add_bench_command
+
 app = typer.Typer(help="Approximate Bayesian deep learning: train, evaluate, benchmark.",
                   no_args_is_help=True)  # fmt: skip
 bench_app = typer.Typer(help="Benchmarks on real data.", no_args_is_help=True)
@@ -266,6 +276,19 @@ def bench_speed(
     out.write_text(text)
     console.print(text)
     console.print(f"wrote {out}")
+
+
+# The other benchmarks: one command each, built from the module's options dataclass (its fields
+# are the command's options) and run by the module's ``run(options)``.
+for _options, _run in (
+    (bn_noise.BNNoiseOptions, bn_noise.run),
+    (fashion_nodes.FashionNodesOptions, fashion_nodes.run),
+    (fmnist_calibration.FMNISTCalibrationOptions, fmnist_calibration.run),
+    (mcbn_collapse.MCBNCollapseOptions, mcbn_collapse.run),
+    (toy_depth.ToyDepthOptions, toy_depth.run),
+    (uci_methods.UCIMethodsOptions, uci_methods.run),
+):
+    add_bench_command(bench_app, _options, _run)
 
 
 def main() -> None:  # pragma: no cover

@@ -7,26 +7,43 @@ BN up to an additive noise V = (μ − M)/σ and a multiplicative noise U = σ/S
 per channel (z = spatial size) and i.i.d. Gaussian activations, V ~ N(0, 1/n) and
 (n−1)S²/σ² ~ χ²(n−1), so std(V) ≈ 1/√n and std(U) ≈ 1/√(2(n−1)): both variances ∝ 1/(k·z).
 
-    python -m bayesify.bench.bn_noise --bundle /tmp/bayesify_bn_lenet --out benchmarks/bn_noise
+    bayesify bench bn-noise --bundle /tmp/bayesify_bn_lenet --out benchmarks/bn_noise
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import platform
-import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
 import bayesify
+from bayesify.bench.options import command_line, option, write_report
 from bayesify.data import load_fashion_mnist
 from bayesify.train import Data
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class BNNoiseOptions:
+    """Options of ``bayesify bench bn-noise``."""
+
+    command: ClassVar[str] = "bn-noise"
+    bundle: str = option(
+        "/tmp/bayesify_bn_lenet", "BN LeNet bundle, as saved by `bayesify bench mcbn-collapse`."
+    )
+    out: str = option("benchmarks/bn_noise", "Folder for README.md and the figure.")
+    n_train: int = option(10000, "Training images to draw batches from.")
+    batch_sizes: tuple[int, ...] = option(
+        (8, 16, 32, 64, 128, 256), "Batch sizes k, comma-separated."
+    )
+    repeats: int = option(64, "Random mini-batches per batch size.")
+    seed: int = option(0, "Seed for the subset and the batches.")
 
 
 @dataclass(frozen=True)
@@ -86,20 +103,21 @@ def measure_bn_noise(
     return out
 
 
-def run(args: argparse.Namespace) -> str:
+def run(opts: BNNoiseOptions) -> str:
+    """Measure, plot, write ``out/README.md``; returns its markdown."""
     torch.set_num_threads(1)
-    method = bayesify.load(args.bundle)
-    data = load_fashion_mnist("train").subset(args.n_train, seed=args.seed)
+    method = bayesify.load(opts.bundle)
+    data = load_fashion_mnist("train").subset(opts.n_train, seed=opts.seed)
     rows = measure_bn_noise(
-        method, (data.x, data.y), tuple(args.batch_sizes), repeats=args.repeats, seed=args.seed
+        method, (data.x, data.y), opts.batch_sizes, repeats=opts.repeats, seed=opts.seed
     )
     lines = [
         "# Batch-norm noise vs batch size (Shekhovtsov & Flach 2018, Fig. 4)",
         "",
-        f"Command: `{' '.join(['python -m bayesify.bench.bn_noise', *sys.argv[1:]])}`  ",
+        f"Command: `{command_line(opts)}`  ",
         f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread.  ",
-        f"Network: the BN LeNet trained by `bayesify.bench.mcbn_collapse` (bundle {args.bundle}); "
-        f"{args.repeats} random mini-batches from {args.n_train} Fashion-MNIST training images "
+        f"Network: the BN LeNet trained by `bayesify bench mcbn-collapse` (bundle {opts.bundle}); "
+        f"{opts.repeats} random mini-batches from {opts.n_train} Fashion-MNIST training images "
         "per batch size k. U = σ/S (multiplicative), V = (μ − M)/σ (additive); std over batches, "
         "mean over channels; model: i.i.d. Gaussian activations, n = k·z.",
         "",
@@ -123,8 +141,9 @@ def run(args: argparse.Namespace) -> str:
         "![BN noise vs batch size](bn_noise.png)",
         "",
     ]
-    _plot(rows, Path(args.out) / "bn_noise.png")
-    return "\n".join(lines)
+    Path(opts.out).mkdir(parents=True, exist_ok=True)
+    _plot(rows, Path(opts.out) / "bn_noise.png")
+    return write_report(Path(opts.out) / "README.md", "\n".join(lines))
 
 
 def _slopes(rows: list[BNNoise]) -> dict[int, tuple[float, float]]:
@@ -161,21 +180,3 @@ def _plot(rows: list[BNNoise], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--bundle", default="/tmp/bayesify_bn_lenet")
-    p.add_argument("--out", default="benchmarks/bn_noise")
-    p.add_argument("--n-train", type=int, default=10000)
-    p.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 16, 32, 64, 128, 256])
-    p.add_argument("--repeats", type=int, default=64)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "README.md").write_text(run(args))
-
-
-if __name__ == "__main__":
-    main()

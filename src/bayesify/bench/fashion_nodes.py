@@ -3,27 +3,45 @@ StochasticNorm, weight normalisation without noise, a deterministic net and MCBN
 
 Reports test error, NLL and ECE, and validation NLL (the predictive mixture), as markdown.
 
-    python -m bayesify.bench.fashion_nodes --out benchmarks/fashion_nodes
+    bayesify bench fashion-nodes --out benchmarks/fashion_nodes
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import logging
 import platform
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
 import bayesify
+from bayesify.bench.options import command_line, option, write_report
 from bayesify.data import load_fashion_mnist
 from bayesify.metrics import error_rate, expected_calibration_error, nll
 from bayesify.models import lenet
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class FashionNodesOptions:
+    """Options of ``bayesify bench fashion-nodes``."""
+
+    command: ClassVar[str] = "fashion-nodes"
+    out: str = option("benchmarks/fashion_nodes", "Folder for README.md.")
+    n_train: int = option(10000, "Training images (stratified subset).")
+    n_val: int = option(2000, "Validation images (from the train file).")
+    n_test: int = option(2000, "Test images (stratified subset).")
+    epochs: int = option(3, "Training epochs per method.")
+    pretrained_epochs: int = option(1, "Epochs of IBNN node-posterior learning from pretrained.")
+    batch_size: int = option(64, "Mini-batch size (and MCBN's b).")
+    components: int = option(4, "IBNN mixture components K.")
+    samples: int = option(20, "MC samples T per prediction.")
+    seed: int = option(0, "Seed for subsets, weights and sampling.")
 
 
 def evaluate(method: bayesify.Method, x, y, samples: int, seed: int) -> dict[str, float]:
@@ -36,18 +54,19 @@ def evaluate(method: bayesify.Method, x, y, samples: int, seed: int) -> dict[str
     }
 
 
-def run(args: argparse.Namespace) -> str:
+def run(opts: FashionNodesOptions) -> str:
+    """Train and score every method, write ``out/README.md``; returns its markdown."""
     torch.set_num_threads(1)
-    data = load_fashion_mnist("train").subset(args.n_train + args.n_val, seed=args.seed)
-    train = (data.x[: args.n_train], data.y[: args.n_train])
-    val = (data.x[args.n_train :], data.y[args.n_train :])
-    test = load_fashion_mnist("test").subset(args.n_test, seed=args.seed)
-    fit = {"epochs": args.epochs, "batch_size": args.batch_size, "lr": 1e-3, "seed": args.seed}
+    data = load_fashion_mnist("train").subset(opts.n_train + opts.n_val, seed=opts.seed)
+    train = (data.x[: opts.n_train], data.y[: opts.n_train])
+    val = (data.x[opts.n_train :], data.y[opts.n_train :])
+    test = load_fashion_mnist("test").subset(opts.n_test, seed=opts.seed)
+    fit = {"epochs": opts.epochs, "batch_size": opts.batch_size, "lr": 1e-3, "seed": opts.seed}
     cls = {"task": "classification"}
-    k = args.components
+    k = opts.components
 
     def build(name: str) -> bayesify.Method:
-        torch.manual_seed(args.seed)
+        torch.manual_seed(opts.seed)
         if name == "deterministic":
             return bayesify.Deterministic(lenet(norm=None), **cls)
         if name == f"IBNN (K={k})":
@@ -57,7 +76,7 @@ def run(args: argparse.Namespace) -> str:
         if name == "weight norm, no noise":
             return bayesify.StochasticNorm(lenet(norm=None), noise="none", **cls)
         if name == "MCBN":
-            return bayesify.MCBN(lenet(norm="batch"), bank_size=args.samples, **cls)
+            return bayesify.MCBN(lenet(norm="batch"), bank_size=opts.samples, **cls)
         raise KeyError(name)
 
     ibnn_opts = {
@@ -75,36 +94,36 @@ def run(args: argparse.Namespace) -> str:
         method = build(name).fit(train, **fit, progress=False)
         if name == "deterministic":
             det_net = copy.deepcopy(method.net)
-        rows[name] = _scores(method, val, test, args, time.time() - t0)
+        rows[name] = _scores(method, val, test, opts, time.time() - t0)
         log.info("%s: %s", name, rows[name])
     t0 = time.time()
     pre = bayesify.IBNN.from_pretrained(
         det_net,
         train,
-        epochs=args.pretrained_epochs,
-        batch_size=args.batch_size,
+        epochs=opts.pretrained_epochs,
+        batch_size=opts.batch_size,
         components=k,
-        seed=args.seed,
+        seed=opts.seed,
         **ibnn_opts,
         **cls,
     )
-    rows[f"IBNN (K={k}) from pretrained"] = _scores(pre, val, test, args, time.time() - t0)
+    rows[f"IBNN (K={k}) from pretrained"] = _scores(pre, val, test, opts, time.time() - t0)
 
     lines = [
         "# Fashion-MNIST, LeNet-style CNN: node- and normalisation-based methods",
         "",
-        f"Command: `{' '.join(['python -m bayesify.bench.fashion_nodes', *sys.argv[1:]])}`  ",
+        f"Command: `{command_line(opts)}`  ",
         f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread (2 shared "
         "cores).  ",
-        f"Setup: stratified subset of {args.n_train} training images, {args.n_val} validation "
-        f"images (also from the training file), {args.n_test} test images; {args.epochs} epochs, "
-        f"batch {args.batch_size}, Adam lr 1e-3, seed {args.seed}; T = {args.samples} MC samples "
-        f"(IBNN: {args.samples // k} per component). IBNN: K = {k}, S = 2, μ ~ N(1, 0.1²), "
+        f"Setup: stratified subset of {opts.n_train} training images, {opts.n_val} validation "
+        f"images (also from the training file), {opts.n_test} test images; {opts.epochs} epochs, "
+        f"batch {opts.batch_size}, Adam lr 1e-3, seed {opts.seed}; T = {opts.samples} MC samples "
+        f"(IBNN: {opts.samples // k} per component). IBNN: K = {k}, S = 2, μ ~ N(1, 0.1²), "
         "σ₀ = 0.05, prior N(1, 0.3²), variational lr 1e-2, β annealed over the first half; "
-        f"from pretrained: the deterministic net's weights frozen, {args.pretrained_epochs} "
+        f"from pretrained: the deterministic net's weights frozen, {opts.pretrained_epochs} "
         "epoch(s) of node-posterior learning. StochasticNorm: learned per-channel σ, prior "
         "N(1, 10²), projection ‖w‖ = 1 after every step. MCBN: BN LeNet, bank of T mini-batches "
-        f"of {args.batch_size}. NLL: of the mean predictive; ECE: 15 bins.",
+        f"of {opts.batch_size}. NLL: of the mean predictive; ECE: 15 bins.",
         "",
         "| method | test error | test NLL | test ECE | val NLL | train+eval s |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
@@ -114,36 +133,14 @@ def run(args: argparse.Namespace) -> str:
             f"| {name} | {te['error']:.4f} | {te['nll']:.4f} | {te['ece']:.4f} "
             f"| {va['nll']:.4f} | {secs:.0f} |"
         )
-    return "\n".join(lines) + "\n"
+    return write_report(Path(opts.out) / "README.md", "\n".join(lines) + "\n")
 
 
-def _scores(method, val, test, args, secs) -> tuple[dict, dict, float]:
+def _scores(method, val, test, opts, secs) -> tuple[dict, dict, float]:
     noiseless = isinstance(method, bayesify.Deterministic) or (
         isinstance(method, bayesify.StochasticNorm) and method.config.noise.value == "none"
     )
-    t = 1 if noiseless else args.samples
-    te = evaluate(method, test.x, test.y, t, args.seed)
-    va = evaluate(method, val[0], val[1], t, args.seed)
+    t = 1 if noiseless else opts.samples
+    te = evaluate(method, test.x, test.y, t, opts.seed)
+    va = evaluate(method, val[0], val[1], t, opts.seed)
     return te, va, secs
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="benchmarks/fashion_nodes")
-    p.add_argument("--n-train", type=int, default=10000)
-    p.add_argument("--n-val", type=int, default=2000)
-    p.add_argument("--n-test", type=int, default=2000)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--pretrained-epochs", type=int, default=1)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--components", type=int, default=4)
-    p.add_argument("--samples", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "README.md").write_text(run(args))
-
-
-if __name__ == "__main__":
-    main()

@@ -4,27 +4,50 @@ A LeNet-style CNN (batch norm; dropout 0.5 before the last layer for MC dropout)
 epochs on a stratified subset of the training images on CPU; the temperature is fitted on a
 held-out validation subset, scores are on (a subset of) the test set.
 
-    python -m bayesify.bench.fmnist_calibration --train 5000 --epochs 2
+    bayesify bench fmnist-calibration --train 5000 --epochs 2
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import platform
-import sys
 import time
+from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
+from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.calibration import apply_temperature, fit_temperature
 from bayesify.data import load_fashion_mnist
 from bayesify.methods import MCBN, BayesByBackprop, DeepEnsemble, Deterministic, MCDropout
 from bayesify.metrics import error_rate, expected_calibration_error, nll
 from bayesify.models import lenet
-from bayesify.plots_calibration import reliability_diagram
 
 log = logging.getLogger(__name__)
+
+METHOD_NAMES = ("deterministic", "mc-dropout", "mcbn", "bbb", "ensemble")
+
+
+@dataclass(frozen=True)
+class FMNISTCalibrationOptions:
+    """Options of ``bayesify bench fmnist-calibration``."""
+
+    command: ClassVar[str] = "fmnist-calibration"
+    train: int = option(5000, "Training subset size.")
+    val: int = option(1000, "Validation images (temperature fit).")
+    test: int = option(2000, "Test images (stratified subset).")
+    epochs: int = option(2, "Training epochs per method.")
+    samples: int = option(20, "MC samples T per prediction.")
+    members: int = option(3, "Deep-ensemble members.")
+    methods: tuple[str, ...] = option(
+        METHOD_NAMES, f"Comma-separated, from {', '.join(METHOD_NAMES)}."
+    )
+    out: str = option("benchmarks/fmnist_calibration.md", "Markdown report.")
+    png: str = option("benchmarks/fmnist_reliability.png", "Reliability diagrams.")
+
+    def __post_init__(self) -> None:
+        check_choices("methods", self.methods, METHOD_NAMES)
 
 
 def build(method: str, members: int):
@@ -43,35 +66,24 @@ def build(method: str, members: int):
     raise ValueError(f"unknown method {method!r}")
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--train", type=int, default=5000, help="training subset size")
-    p.add_argument("--val", type=int, default=1000)
-    p.add_argument("--test", type=int, default=2000)
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--samples", type=int, default=20)
-    p.add_argument("--members", type=int, default=3)
-    p.add_argument(
-        "--methods", nargs="*", default=["deterministic", "mc-dropout", "mcbn", "bbb", "ensemble"]
-    )
-    p.add_argument("--out", default="benchmarks/fmnist_calibration.md")
-    p.add_argument("--png", default="benchmarks/fmnist_reliability.png")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+def run(opts: FMNISTCalibrationOptions) -> str:
+    """Train and score every method, write the report and the figure; returns the markdown."""
+    from bayesify.plots_calibration import reliability_diagram  # matplotlib: only when run
+
     torch.set_num_threads(1)
     start = time.time()
     full = load_fashion_mnist("train")
-    pool = full.subset(args.train + args.val, seed=0)
+    pool = full.subset(opts.train + opts.val, seed=0)
     perm = torch.randperm(len(pool), generator=torch.Generator().manual_seed(0))
-    tr, va = perm[: args.train], perm[args.train :]
+    tr, va = perm[: opts.train], perm[opts.train :]
     x, y, xv, yv = pool.x[tr], pool.y[tr], pool.x[va], pool.y[va]
-    test = load_fashion_mnist("test").subset(args.test, seed=0)
+    test = load_fashion_mnist("test").subset(opts.test, seed=0)
     rows, scaled_preds = [], {}
-    for method in args.methods:
-        m = build(method, args.members)
-        m.fit((x, y), epochs=args.epochs, batch_size=64, lr=1e-3, seed=0, progress=False)
-        pv = m.predict(xv, samples=args.samples, seed=1)
-        pt = m.predict(test.x, samples=args.samples, seed=2)
+    for method in opts.methods:
+        m = build(method, opts.members)
+        m.fit((x, y), epochs=opts.epochs, batch_size=64, lr=1e-3, seed=0, progress=False)
+        pv = m.predict(xv, samples=opts.samples, seed=1)
+        pt = m.predict(test.x, samples=opts.samples, seed=2)
         t = fit_temperature(pv, yv)
         pts = apply_temperature(pt, t)
         scores = [
@@ -84,35 +96,28 @@ def main(argv: list[str] | None = None) -> None:
         scaled_preds[method] = pt
         scaled_preds[f"{method}+TS"] = pts
     fig_preds = {k: v for k, v in scaled_preds.items() if not k.startswith("deterministic+")}
-    reliability_diagram(fig_preds, test.y, path=args.png, dpi=45)
+    reliability_diagram(fig_preds, test.y, path=opts.png, dpi=45)
     minutes = (time.time() - start) / 60
-    cmd = "python -m bayesify.bench.fmnist_calibration " + " ".join(
-        sys.argv[1:] if argv is None else argv
-    )
     lines = [
         "# Fashion-MNIST calibration before and after temperature scaling",
         "",
-        f"Command: `{cmd}`  ",
+        f"Command: `{command_line(opts)}`  ",
         f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread (shared, "
         f"loaded machine); {minutes:.1f} min.  ",
-        f"Data: stratified subset of {args.train} training images (seed 0), {args.val} "
-        f"validation images (temperature fit), {args.test} test images (stratified subset).  ",
-        f"Model: LeNet-style CNN with batch norm, {args.epochs} epochs, Adam 1e-3, batch 64; "
-        f"{args.samples} MC samples; MC dropout p = 0.5 before the last layer; BBB on the last "
-        f"two layers; ensemble of {args.members} members. Short CPU training: absolute errors "
+        f"Data: stratified subset of {opts.train} training images (seed 0), {opts.val} "
+        f"validation images (temperature fit), {opts.test} test images (stratified subset).  ",
+        f"Model: LeNet-style CNN with batch norm, {opts.epochs} epochs, Adam 1e-3, batch 64; "
+        f"{opts.samples} MC samples; MC dropout p = 0.5 before the last layer; BBB on the last "
+        f"two layers; ensemble of {opts.members} members. Short CPU training: absolute errors "
         "are far from converged numbers.",
         "",
         "| method | error | NLL | ECE | error (TS) | NLL (TS) | ECE (TS) | T |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
         *rows,
         "",
-        f"Reliability diagrams (15 bins, per-bin counts below): `{args.png}`.",
+        f"Reliability diagrams (15 bins, per-bin counts below): `{opts.png}`.",
         "",
     ]
-    with open(args.out, "w") as f:
-        f.write("\n".join(lines))
-    log.info("wrote %s", args.out)
-
-
-if __name__ == "__main__":
-    main()
+    text = write_report(opts.out, "\n".join(lines))
+    log.info("wrote %s", opts.out)
+    return text

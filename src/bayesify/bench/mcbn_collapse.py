@@ -6,22 +6,23 @@ statistics bank with mini-batches of b and measure mutual information on Fashion
 statistics model at the same b, and at the b chosen on validation data by
 :func:`~bayesify.methods.mcbn_tuning.tune_effective_batch_size`.
 
-    python -m bayesify.bench.mcbn_collapse --out benchmarks/mcbn_collapse
+    bayesify bench mcbn-collapse --out benchmarks/mcbn_collapse
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import platform
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
 
 import bayesify
+from bayesify.bench.options import command_line, option, write_report
 from bayesify.data import load_fashion_mnist, load_mnist
 from bayesify.methods.mcbn_tuning import tune_effective_batch_size
 from bayesify.metrics import auroc, error_rate
@@ -30,6 +31,24 @@ from bayesify.models import lenet
 log = logging.getLogger(__name__)
 
 BATCH_SIZES = (16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class MCBNCollapseOptions:
+    """Options of ``bayesify bench mcbn-collapse``."""
+
+    command: ClassVar[str] = "mcbn-collapse"
+    out: str = option("benchmarks/mcbn_collapse", "Folder for README.md and the figure.")
+    n_train: int = option(10000, "Fashion-MNIST training images.")
+    n_val: int = option(1000, "Validation images for tuning b.")
+    n_test: int = option(1000, "Test images, in-distribution and OOD.")
+    epochs: int = option(3, "Training epochs.")
+    batch_size: int = option(32, "Training mini-batch size.")
+    samples: int = option(16, "MC samples T (and MCBN bank size).")
+    seed: int = option(0, "Seed for subsets, weights and sampling.")
+    bundle: str = option(
+        "/tmp/bayesify_bn_lenet", "Save the BN net here (for `bench bn-noise`); empty: do not save."
+    )
 
 
 def ood_scores(method: bayesify.MCBN, x_in, x_out, samples: int, seed: int) -> dict[str, float]:
@@ -45,30 +64,31 @@ def ood_scores(method: bayesify.MCBN, x_in, x_out, samples: int, seed: int) -> d
     }
 
 
-def run(args: argparse.Namespace) -> str:
+def run(opts: MCBNCollapseOptions) -> str:
+    """Train, measure, plot, write ``out/README.md``; returns its markdown."""
     torch.set_num_threads(1)
-    torch.manual_seed(args.seed)
-    train = load_fashion_mnist("train").subset(args.n_train + args.n_val, seed=args.seed)
-    xt, yt = train.x[: args.n_train], train.y[: args.n_train]
-    xv, yv = train.x[args.n_train :], train.y[args.n_train :]
-    test = load_fashion_mnist("test").subset(args.n_test, seed=args.seed)
-    ood = load_mnist("test").subset(args.n_test, seed=args.seed)
+    torch.manual_seed(opts.seed)
+    train = load_fashion_mnist("train").subset(opts.n_train + opts.n_val, seed=opts.seed)
+    xt, yt = train.x[: opts.n_train], train.y[: opts.n_train]
+    xv, yv = train.x[opts.n_train :], train.y[opts.n_train :]
+    test = load_fashion_mnist("test").subset(opts.n_test, seed=opts.seed)
+    ood = load_mnist("test").subset(opts.n_test, seed=opts.seed)
 
     t0 = time.time()
-    method = bayesify.MCBN(lenet(norm="batch"), task="classification", bank_size=args.samples)
-    method.fit((xt, yt), epochs=args.epochs, batch_size=args.batch_size, lr=1e-3, seed=args.seed)
+    method = bayesify.MCBN(lenet(norm="batch"), task="classification", bank_size=opts.samples)
+    method.fit((xt, yt), epochs=opts.epochs, batch_size=opts.batch_size, lr=1e-3, seed=opts.seed)
     log.info("trained in %.0fs", time.time() - t0)
-    out = Path(args.out)
-    if args.bundle:
-        method.save(args.bundle)  # reused by bayesify.bench.bn_noise
+    out = Path(opts.out)
+    if opts.bundle:
+        method.save(opts.bundle)  # reused by `bayesify bench bn-noise`
 
     rows = []
     for b in BATCH_SIZES:
-        method.fill_bank((xt, yt), batch_size=b, bank_size=args.samples, seed=args.seed)
-        bank = ood_scores(method, test.x, ood.x, args.samples, args.seed)
+        method.fill_bank((xt, yt), batch_size=b, bank_size=opts.samples, seed=opts.seed)
+        bank = ood_scores(method, test.x, ood.x, opts.samples, opts.seed)
         gauss = bayesify.MCBN(method.net, task="classification", statistics="gaussian")
         gauss.set_effective_batch_size(b)
-        g = ood_scores(gauss, test.x, ood.x, args.samples, args.seed)
+        g = ood_scores(gauss, test.x, ood.x, opts.samples, opts.seed)
         err = float(error_rate(bank.pop("_pred").mean, test.y))
         g.pop("_pred")
         rows.append((b, bank, g, err))
@@ -76,9 +96,9 @@ def run(args: argparse.Namespace) -> str:
 
     gauss = bayesify.MCBN(method.net, task="classification", statistics="gaussian")
     grid = np.geomspace(1.5, 2048, 16)
-    scores = tune_effective_batch_size(gauss, (xv, yv), grid, samples=args.samples, seed=args.seed)
+    scores = tune_effective_batch_size(gauss, (xv, yv), grid, samples=opts.samples, seed=opts.seed)
     b_star = gauss.effective_batch_size
-    tuned = ood_scores(gauss, test.x, ood.x, args.samples, args.seed)
+    tuned = ood_scores(gauss, test.x, ood.x, opts.samples, opts.seed)
     tuned_err = float(error_rate(tuned.pop("_pred").mean, test.y))
     det = method.net.eval()
     with torch.no_grad():
@@ -87,12 +107,12 @@ def run(args: argparse.Namespace) -> str:
     lines = [
         "# MCBN collapse with batch size, and the Gaussian model with tuned n",
         "",
-        f"Command: `{' '.join(['python -m bayesify.bench.mcbn_collapse', *sys.argv[1:]])}`  ",
+        f"Command: `{command_line(opts)}`  ",
         f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread.  ",
-        f"Setup: LeNet (BN) trained on {args.n_train} Fashion-MNIST images, {args.epochs} epochs, "
-        f"batch {args.batch_size}, Adam 1e-3; {args.n_test} Fashion-MNIST test images "
-        f"(in-distribution) vs {args.n_test} MNIST test images (OOD); T = {args.samples} samples; "
-        f"MCBN bank of {args.samples} mini-batches of size b. Deterministic (running-stats) test "
+        f"Setup: LeNet (BN) trained on {opts.n_train} Fashion-MNIST images, {opts.epochs} epochs, "
+        f"batch {opts.batch_size}, Adam 1e-3; {opts.n_test} Fashion-MNIST test images "
+        f"(in-distribution) vs {opts.n_test} MNIST test images (OOD); T = {opts.samples} samples; "
+        f"MCBN bank of {opts.samples} mini-batches of size b. Deterministic (running-stats) test "
         f"error {det_err:.3f}. AUROC: MI as OOD score.",
         "",
         "| b | bank: MI in | bank: MI out | bank: AUROC | Gaussian: MI in | Gaussian: MI out "
@@ -106,7 +126,7 @@ def run(args: argparse.Namespace) -> str:
         )
     lines += [
         "",
-        f"**Batch size chosen on {args.n_val} validation images** (Gaussian model, max validation "
+        f"**Batch size chosen on {opts.n_val} validation images** (Gaussian model, max validation "
         f"log-likelihood over a geometric grid 1.5…2048): b* = {b_star:.3g}. "
         f"MI in {tuned['mi_in']:.4f}, MI out {tuned['mi_out']:.4f}, "
         f"**AUROC {tuned['auroc']:.3f}**, test error {tuned_err:.3f}.",
@@ -115,9 +135,10 @@ def run(args: argparse.Namespace) -> str:
         "| ---: | ---: |",
         *[f"| {b:.3g} | {ll:.4f} |" for b, ll in scores.items()],
     ]
+    out.mkdir(parents=True, exist_ok=True)
     _plot(rows, b_star, tuned, out / "mcbn_collapse.png")
     lines += ["", "![MI and AUROC vs batch size](mcbn_collapse.png)", ""]
-    return "\n".join(lines)
+    return write_report(out / "README.md", "\n".join(lines))
 
 
 def _plot(rows, b_star, tuned, path: Path) -> None:
@@ -142,25 +163,3 @@ def _plot(rows, b_star, tuned, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="benchmarks/mcbn_collapse")
-    p.add_argument("--n-train", type=int, default=10000)
-    p.add_argument("--n-val", type=int, default=1000)
-    p.add_argument("--n-test", type=int, default=1000)
-    p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--samples", type=int, default=16)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--bundle", default="/tmp/bayesify_bn_lenet", help="save the BN net here")
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    text = run(args)
-    (Path(args.out) / "README.md").write_text(text)
-
-
-if __name__ == "__main__":
-    main()

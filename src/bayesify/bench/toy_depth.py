@@ -6,22 +6,23 @@ Targets are divided by 3·√2 so that the mean squared error IBNN minimises is 
 with the true noise σ = 3 (up to a constant); BBB learns its noise variance (started at that
 value). Epistemic spread = std over MC samples of the predicted mean.
 
-    python -m bayesify.bench.toy_depth --out benchmarks/toy_depth
+    bayesify bench toy-depth --out benchmarks/toy_depth
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import platform
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 
 import bayesify
+from bayesify.bench.options import command_line, option, write_report
 from bayesify.data import toy_cubic, toy_grid
 from bayesify.models import mlp
 
@@ -30,13 +31,28 @@ log = logging.getLogger(__name__)
 SCALE = 3.0 * math.sqrt(2.0)
 
 
-def make(kind: str, depth: int, args: argparse.Namespace) -> bayesify.Method:
-    torch.manual_seed(args.seed)
-    net = mlp(1, 1, (args.width,) * depth, norm=None)
+@dataclass(frozen=True)
+class ToyDepthOptions:
+    """Options of ``bayesify bench toy-depth``."""
+
+    command: ClassVar[str] = "toy-depth"
+    out: str = option("benchmarks/toy_depth", "Folder for README.md and the figure.")
+    max_depth: int = option(5, "Hidden layers 1 … max-depth.")
+    width: int = option(256, "Units per hidden layer.")
+    epochs: int = option(1500, "Full-batch Adam steps.")
+    lr: float = option(1e-2, "Adam learning rate.")
+    components: int = option(2, "IBNN mixture components K.")
+    samples: int = option(100, "MC samples T on the grid.")
+    seed: int = option(0, "Seed for data, weights and sampling.")
+
+
+def make(kind: str, depth: int, opts: ToyDepthOptions) -> bayesify.Method:
+    torch.manual_seed(opts.seed)
+    net = mlp(1, 1, (opts.width,) * depth, norm=None)
     if kind == "IBNN":
         return bayesify.IBNN(
             net,
-            components=args.components,
+            components=opts.components,
             train_samples=4,
             prior_std=0.3,
             mu_init_std=0.1,
@@ -49,37 +65,39 @@ def make(kind: str, depth: int, args: argparse.Namespace) -> bayesify.Method:
     return BayesByBackprop(net, init_noise_variance=0.5, kl_schedule="linear", kl_warmup=0.3)
 
 
-def run(args: argparse.Namespace) -> str:
+def run(opts: ToyDepthOptions) -> str:
+    """Fit every depth, plot, write ``out/README.md``; returns its markdown."""
     torch.set_num_threads(1)
-    x, y = toy_cubic(30, seed=args.seed)
+    x, y = toy_cubic(30, seed=opts.seed)
     grid = toy_grid(-6.0, 6.0, 241)  # [G, 1]
     inside = grid.squeeze(1).abs() <= 4
     results: dict[tuple[str, int], tuple[torch.Tensor, float]] = {}
-    for depth in range(1, args.max_depth + 1):
+    for depth in range(1, opts.max_depth + 1):
         for kind in ("IBNN", "BBB"):
             t0 = time.time()
-            method = make(kind, depth, args)
+            method = make(kind, depth, opts)
             method.fit(
                 (x, y / SCALE),
-                epochs=args.epochs,
+                epochs=opts.epochs,
                 batch_size=30,
-                lr=args.lr,
-                seed=args.seed,
+                lr=opts.lr,
+                seed=opts.seed,
                 progress=False,
             )
-            samples = method.predict(grid, samples=args.samples, seed=args.seed).samples * SCALE
+            samples = method.predict(grid, samples=opts.samples, seed=opts.seed).samples * SCALE
             results[(kind, depth)] = (samples, time.time() - t0)
             log.info("%s depth %d: %.0fs", kind, depth, time.time() - t0)
-    _plot(x, y, grid, results, args, Path(args.out) / "toy_depth.png")
+    Path(opts.out).mkdir(parents=True, exist_ok=True)
+    _plot(x, y, grid, results, opts, Path(opts.out) / "toy_depth.png")
 
     lines = [
         "# Toy y = x³: IBNN vs Bayes by Backprop with depth (Trinh et al. Fig. 1 style)",
         "",
-        f"Command: `{' '.join(['python -m bayesify.bench.toy_depth', *sys.argv[1:]])}`  ",
+        f"Command: `{command_line(opts)}`  ",
         f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread.  ",
-        f"Setup: 30 points y = x³ + N(0, 3²), x ~ U[-4, 4]; ReLU MLP, {args.width} units per "
-        f"layer; full batch, {args.epochs} Adam steps, lr {args.lr}; T = {args.samples}. "
-        f"IBNN: K = {args.components}, S = 4, prior N(1, 0.3²), μ ~ N(1, 0.1²), σ₀ = 0.05, "
+        f"Setup: 30 points y = x³ + N(0, 3²), x ~ U[-4, 4]; ReLU MLP, {opts.width} units per "
+        f"layer; full batch, {opts.epochs} Adam steps, lr {opts.lr}; T = {opts.samples}. "
+        f"IBNN: K = {opts.components}, S = 4, prior N(1, 0.3²), μ ~ N(1, 0.1²), σ₀ = 0.05, "
         "variational lr 1e-2, β annealed over the first 30 %. BBB: Gaussian N(0, 1) prior, "
         "learned noise, linear KL warm-up over 30 %. Epistemic std = std over samples of the "
         "predicted mean, averaged over the grid inside [-4, 4] and outside (4 < |x| ≤ 6).",
@@ -89,7 +107,7 @@ def run(args: argparse.Namespace) -> str:
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     truth = grid.squeeze(1) ** 3
-    for depth in range(1, args.max_depth + 1):
+    for depth in range(1, opts.max_depth + 1):
         cells = []
         for kind in ("IBNN", "BBB"):
             s, _ = results[(kind, depth)]
@@ -102,17 +120,17 @@ def run(args: argparse.Namespace) -> str:
             ]
         lines.append(f"| {depth} | " + " | ".join(cells) + " |")
     lines += ["", "![toy fits](toy_depth.png)", ""]
-    return "\n".join(lines)
+    return write_report(Path(opts.out) / "README.md", "\n".join(lines))
 
 
-def _plot(x, y, grid, results, args, path: Path) -> None:
+def _plot(x, y, grid, results, opts, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    d = args.max_depth
-    fig, axes = plt.subplots(2, d, figsize=(2.4 * d, 4.4), sharex=True, sharey=True)
+    d = opts.max_depth
+    fig, axes = plt.subplots(2, d, figsize=(2.4 * d, 4.4), sharex=True, sharey=True, squeeze=False)
     g = grid.squeeze(1)
     for row, kind in enumerate(("IBNN", "BBB")):
         for col in range(d):
@@ -128,23 +146,3 @@ def _plot(x, y, grid, results, args, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=80)
     plt.close(fig)
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="benchmarks/toy_depth")
-    p.add_argument("--max-depth", type=int, default=5)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--epochs", type=int, default=1500)
-    p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--components", type=int, default=2)
-    p.add_argument("--samples", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO)
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    (Path(args.out) / "README.md").write_text(run(args))
-
-
-if __name__ == "__main__":
-    main()

@@ -6,21 +6,21 @@ validation epoch kept), and τ fitted on the validation part of the training spl
 mixture's log-likelihood (``noise_objective="pll"``). RMSE and test log-likelihood are in
 original target units, averaged over splits (± standard error).
 
-    python -m bayesify.bench.uci_methods --splits 5 --out benchmarks/uci_methods.md
+    bayesify bench uci-methods --splits 5 --out benchmarks/uci_methods.md
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import math
 import platform
-import sys
 import time
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
+from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.data import load_uci
 from bayesify.methods import MCBN, BayesByBackprop, DeepEnsemble, MCDropout, Method
 from bayesify.metrics import rmse
@@ -49,6 +49,25 @@ class Settings:
     dropout: float = 0.05
     samples: int = 50
     members: int = 5
+
+
+@dataclass(frozen=True)
+class UCIMethodsOptions:
+    """Options of ``bayesify bench uci-methods``."""
+
+    command: ClassVar[str] = "uci-methods"
+    splits: int = option(5, "Gal's first splits per dataset.")
+    epochs: int = option(Settings.epochs, "Training epochs (best kept).")
+    lr: float = option(Settings.lr, "Adam learning rate.")
+    datasets: tuple[str, ...] = option(DATASETS, "Comma-separated UCI datasets.")
+    methods: tuple[str, ...] = option(
+        METHOD_NAMES, f"Comma-separated, from {', '.join(METHOD_NAMES)}."
+    )
+    out: str = option("benchmarks/uci_methods.md", "Markdown report.")
+
+    def __post_init__(self) -> None:
+        check_choices("datasets", self.datasets, GAL_2016)
+        check_choices("methods", self.methods, METHOD_NAMES)
 
 
 def build(method: str, d: int, s: Settings) -> Method:
@@ -91,32 +110,22 @@ def _mean_se(v: list[float]) -> str:
     return f"{float(t.mean()):.2f} ± {se:.2f}"
 
 
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--splits", type=int, default=5)
-    p.add_argument("--epochs", type=int, default=Settings.epochs)
-    p.add_argument("--lr", type=float, default=Settings.lr)
-    p.add_argument("--datasets", nargs="*", default=list(DATASETS))
-    p.add_argument("--methods", nargs="*", default=list(METHOD_NAMES))
-    p.add_argument("--out", default="benchmarks/uci_methods.md")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+def run(opts: UCIMethodsOptions) -> str:
+    """Every method on every dataset; rewrites the report after each (dataset, method) so a
+    long run shows its progress; returns the final markdown."""
     torch.set_num_threads(1)
-    s = Settings(epochs=args.epochs, lr=args.lr)
+    s = Settings(epochs=opts.epochs, lr=opts.lr)
     rows, start = [], time.time()
 
-    def write(rows: list[str], done: str) -> None:
+    def write(rows: list[str], done: str) -> str:
         minutes = (time.time() - start) / 60
-        cmd = "python -m bayesify.bench.uci_methods " + " ".join(
-            sys.argv[1:] if argv is None else argv
-        )
         lines = [
             "# UCI regression: MC dropout, Bayes by Backprop, deep ensemble, MCBN",
             "",
-            f"Command: `{cmd}`  ",
+            f"Command: `{command_line(opts)}`  ",
             f"Machine: {platform.machine()} CPU, {platform.processor() or 'unknown'}, "
             f"torch {torch.__version__}, 1 thread; {minutes:.1f} min.  ",
-            f"Splits: Gal's first {args.splits} standard 90/10 splits (protocol='gal'); "
+            f"Splits: Gal's first {opts.splits} standard 90/10 splits (protocol='gal'); "
             "the last 20% of each training split is validation "
             "(best epoch, and τ fitted for test log-likelihood).",
             f"Settings: {s} — one hidden layer of {s.hidden} units for every method "
@@ -127,30 +136,26 @@ def main(argv: list[str] | None = None) -> None:
             "Gal & Ghahramani's column is their published MC dropout result (20 splits, 40 epochs, "
             "τ and dropout rate tuned by grid search), for reference.",
             "",
-            "| dataset | " + " | ".join(args.methods) + " | Gal & Ghahramani 2016 |",
-            "| --- | " + " | ".join("---" for _ in args.methods) + " | --- |",
+            "| dataset | " + " | ".join(opts.methods) + " | Gal & Ghahramani 2016 |",
+            "| --- | " + " | ".join("---" for _ in opts.methods) + " | --- |",
             *rows,
             "",
         ]
         lines.append(f"Finished: {done}")
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
+        return write_report(opts.out, "\n".join(lines) + "\n")
 
-    for name in args.datasets:
+    for name in opts.datasets:
         cells = []
-        for method in args.methods:
-            scores = [run_split(name, i, method, s) for i in range(args.splits)]
+        for method in opts.methods:
+            scores = [run_split(name, i, method, s) for i in range(opts.splits)]
             log.info("%s %s: %s", name, method, scores)
             cells.append(
                 f"{_mean_se([r for r, _ in scores])} / {_mean_se([ll for _, ll in scores])}"
             )
             gal = GAL_2016[name]
-            pad = ["(not run)"] * (len(args.methods) - len(cells))
+            pad = ["(not run)"] * (len(opts.methods) - len(cells))
             row = f"| {name} | " + " | ".join(cells + pad) + f" | {gal[0]:.2f} / {gal[1]:.2f} |"
-            write([*rows, row], f"{name} {method}")
+            text = write([*rows, row], f"{name} {method}")
         rows.append(row)
-    log.info("wrote %s", args.out)
-
-
-if __name__ == "__main__":
-    main()
+    log.info("wrote %s", opts.out)
+    return text

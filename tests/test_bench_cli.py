@@ -1,0 +1,219 @@
+"""`bayesify bench <name>`: every benchmark is a sub-command, built from its options dataclass."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+import pytest
+import torch
+import typer
+from typer.testing import CliRunner
+
+from bayesify.bench.options import add_bench_command, command_line
+from bayesify.cli import app
+
+runner = CliRunner()
+
+#: Each new command with its options' documented defaults, as `--help` shows them.
+NEW_COMMANDS = {
+    "bn-noise": {
+        "--bundle": "/tmp/bayesify_bn_lenet",
+        "--out": "benchmarks/bn_noise",
+        "--n-train": "10000",
+        "--batch-sizes": "8,16,32,64,128,256",
+        "--repeats": "64",
+        "--seed": "0",
+    },
+    "fashion-nodes": {
+        "--out": "benchmarks/fashion_nodes",
+        "--n-train": "10000",
+        "--n-val": "2000",
+        "--n-test": "2000",
+        "--epochs": "3",
+        "--pretrained-epochs": "1",
+        "--batch-size": "64",
+        "--components": "4",
+        "--samples": "20",
+        "--seed": "0",
+    },
+    "fmnist-calibration": {
+        "--train": "5000",
+        "--val": "1000",
+        "--test": "2000",
+        "--epochs": "2",
+        "--samples": "20",
+        "--members": "3",
+        "--methods": "deterministic,mc-dropout,mcbn,bbb,ensemble",
+        "--out": "benchmarks/fmnist_calibration.md",
+        "--png": "benchmarks/fmnist_reliability.png",
+    },
+    "mcbn-collapse": {
+        "--out": "benchmarks/mcbn_collapse",
+        "--n-train": "10000",
+        "--n-val": "1000",
+        "--n-test": "1000",
+        "--epochs": "3",
+        "--batch-size": "32",
+        "--samples": "16",
+        "--seed": "0",
+        "--bundle": "/tmp/bayesify_bn_lenet",
+    },
+    "toy-depth": {
+        "--out": "benchmarks/toy_depth",
+        "--max-depth": "5",
+        "--width": "256",
+        "--epochs": "1500",
+        "--lr": "0.01",
+        "--components": "2",
+        "--samples": "100",
+        "--seed": "0",
+    },
+    "uci-methods": {
+        "--splits": "5",
+        "--epochs": "20",
+        "--lr": "0.01",
+        "--datasets": "bostonHousing,concrete,energy,wine-quality-red,yacht",
+        "--methods": "mc-dropout,bbb,ensemble,mcbn",
+        "--out": "benchmarks/uci_methods.md",
+    },
+}
+
+
+def _plain(text: str) -> str:
+    """Help text without rich's box drawing and line wrapping: words separated by one space."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
+
+
+def _defaults(help_text: str) -> dict[str, str]:
+    """``--option -> default`` from a command's ``--help`` (long defaults may wrap)."""
+    out = {}
+    for m in re.finditer(r"(--[a-z][a-z-]*) .*?\[default: ([^\]]*)\]", _plain(help_text)):
+        out[m.group(1)] = m.group(2).replace(" ", "")
+    return out
+
+
+def test_bench_help_lists_all_eight_commands():
+    result = runner.invoke(app, ["bench", "--help"])
+    assert result.exit_code == 0, result.output
+    for name in ["uci", "speed", *NEW_COMMANDS]:
+        assert re.search(rf"│ {re.escape(name)} ", result.output), name
+
+
+@pytest.mark.parametrize("name", sorted(NEW_COMMANDS))
+def test_command_help_shows_options_with_defaults(name):
+    result = runner.invoke(app, ["bench", name, "--help"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert _defaults(result.output) == NEW_COMMANDS[name]
+    text = _plain(result.output)
+    assert "Show this message and exit" in text
+    # every option has its own help text besides the default
+    for option in NEW_COMMANDS[name]:
+        assert re.search(rf"{option} \S+ \w", text), option
+
+
+@pytest.mark.parametrize("name", sorted(NEW_COMMANDS))
+def test_unknown_option_exits_nonzero(name):
+    result = runner.invoke(app, ["bench", name, "--no-such-option", "1"])
+    assert result.exit_code == 2
+    assert "No such option" in _plain(result.output)
+
+
+def test_bad_list_and_bad_choice_are_usage_errors():
+    result = runner.invoke(app, ["bench", "bn-noise", "--batch-sizes", "8,x"])
+    assert result.exit_code == 2 and "comma-separated int" in _plain(result.output)
+    result = runner.invoke(app, ["bench", "uci-methods", "--methods", "mcbn,nope"])
+    assert result.exit_code == 2 and "unknown methods ['nope']" in _plain(result.output)
+    result = runner.invoke(app, ["bench", "fmnist-calibration", "--methods", ""])
+    assert result.exit_code == 2 and "no methods given" in _plain(result.output)
+
+
+@dataclass(frozen=True)
+class TinyOptions:
+    """A stand-in benchmark's options."""
+
+    command: ClassVar[str] = "tiny"
+    n_train: int = field(default=100, metadata={"help": "Rows."})
+    lr: float = field(default=1e-3, metadata={"help": "Step size."})
+    sizes: tuple[int, ...] = field(default=(8, 16), metadata={"help": "Batch sizes."})
+    scales: tuple[float, ...] = field(default=(0.5,), metadata={"help": "Scales."})
+    names: tuple[str, ...] = field(default=("a", "b"), metadata={"help": "Names."})
+    out: str = field(default="out/tiny", metadata={"help": "Folder."})
+    plot: bool = field(default=True, metadata={"help": "Draw a figure."})
+
+
+@pytest.fixture
+def tiny():
+    """A Typer app with the tiny command; ``received`` collects the options ``run`` gets."""
+    received: list[TinyOptions] = []
+
+    def run(options: TinyOptions) -> str:
+        received.append(options)
+        return f"# report for {options.n_train}"
+
+    tiny_app = typer.Typer()
+    add_bench_command(tiny_app, TinyOptions, run)
+
+    @tiny_app.callback()
+    def _group() -> None:  # keeps `tiny` a sub-command, as under `bayesify bench`
+        pass
+
+    return tiny_app, received
+
+
+def test_adapter_defaults(tiny):
+    tiny_app, received = tiny
+    result = runner.invoke(tiny_app, ["tiny"])
+    assert result.exit_code == 0, result.output
+    assert received == [TinyOptions()]
+    assert "# report for 100" in result.output
+
+
+def test_adapter_maps_ints_floats_lists_strings_bools(tiny):
+    tiny_app, received = tiny
+    args = ["tiny", "--n-train", "7", "--lr", "0.25", "--sizes", "1, 2,3", "--scales", "1e-2,2",
+            "--names", "x", "--out", "/tmp/o", "--no-plot"]  # fmt: skip
+    result = runner.invoke(tiny_app, args)
+    assert result.exit_code == 0, result.output
+    (options,) = received
+    assert options == TinyOptions(n_train=7, lr=0.25, sizes=(1, 2, 3), scales=(0.01, 2.0),
+                                  names=("x",), out="/tmp/o", plot=False)  # fmt: skip
+    assert isinstance(options.n_train, int) and isinstance(options.lr, float)
+    assert all(isinstance(v, int) for v in options.sizes)
+    assert all(isinstance(v, float) for v in options.scales)
+
+
+def test_adapter_rejects_bad_values(tiny):
+    tiny_app, received = tiny
+    for args in (["--n-train", "1.5"], ["--sizes", "8,a"], ["--scales", "x"], ["--bogus"]):
+        result = runner.invoke(tiny_app, ["tiny", *args])
+        assert result.exit_code != 0, args
+    assert received == []
+
+
+def test_command_line_names_only_changed_options():
+    assert command_line(TinyOptions()) == "bayesify bench tiny"
+    options = TinyOptions(n_train=7, sizes=(1, 2), plot=False, out="a b")
+    assert command_line(options) == (
+        "bayesify bench tiny --n-train 7 --sizes 1,2 --out 'a b' --no-plot"
+    )
+
+
+def test_toy_depth_smoke(tmp_path):
+    """The one benchmark small enough to run here: a depth-1 and depth-2 net, a few steps."""
+    out = tmp_path / "toy"
+    args = ["bench", "toy-depth", "--out", str(out), "--max-depth", "2", "--width", "8",
+            "--epochs", "3", "--samples", "4"]  # fmt: skip
+    threads = torch.get_num_threads()
+    try:
+        result = runner.invoke(app, args)
+    finally:
+        torch.set_num_threads(threads)  # the benchmark sets 1 thread for itself
+    assert result.exit_code == 0, result.output
+    text = (out / "README.md").read_text()
+    assert text in result.output
+    assert f"Command: `bayesify bench toy-depth --out {out} --max-depth 2 --width 8" in text
+    assert "| 1 |" in text and "| 2 |" in text
+    assert (out / "toy_depth.png").is_file()
