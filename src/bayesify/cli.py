@@ -233,10 +233,11 @@ def bench_speed(
     models: Annotated[str, typer.Option(help="Comma-separated: mlp, lenet, resnet.")] = (
         "mlp,lenet,resnet"
     ),
-    n: Annotated[str, typer.Option(help="Query rows N, comma-separated.")] = "1,64",
+    n: Annotated[str, typer.Option(help="Query rows N, comma-separated.")] = "1,64,1024",
     t: Annotated[str, typer.Option(help="MC samples T, comma-separated.")] = "10,100",
     repeats: Annotated[int, typer.Option(help="Timed repetitions per cell.")] = 5,
     warmup: Annotated[int, typer.Option(help="Untimed warm-up rounds per cell.")] = 1,
+    predict: Annotated[bool, typer.Option(help="The prediction grid (off: training only).")] = True,
     memory: Annotated[bool, typer.Option(help="Peak memory of every cell.")] = True,
     train: Annotated[bool, typer.Option(help="Training time per epoch vs deterministic.")] = True,
     train_models: Annotated[str, typer.Option(help="Models for training time.")] = "mlp,lenet",
@@ -261,6 +262,7 @@ def bench_speed(
         settings = SpeedSettings(methods=csv(methods), models=csv(models),
                                  ns=tuple(int(v) for v in csv(n)), ts=tuple(int(v) for v in csv(t)),
                                  repeats=repeats, warmup=warmup, memory=memory, train=train,
+                                 predict=predict,
                                  train_models=csv(train_models),
                                  max_rows_per_cell=max_cell_rows, device=device)  # fmt: skip
     except ValueError as e:
