@@ -24,7 +24,7 @@ from torch import Tensor, nn
 
 from bayesify.io import write_bundle
 from bayesify.metrics import fit_constant_std
-from bayesify.nn import fold_samples, repeat_samples, sampling, select_groups
+from bayesify.nn import repeat_samples, sampling, select_groups
 from bayesify.predictive import Predictive, Task
 from bayesify.train import Data, History, as_dataset, as_loader, make_optimizer, train_loop
 from bayesify.tuning import NoiseObjective, fit_noise_variance
@@ -52,6 +52,45 @@ def resolve_max_rows(max_rows: MaxRows, x: Tensor) -> int | None:
         return AUTO_CUDA_ROWS
     lo, hi = AUTO_CPU_ROWS
     return min(hi, max(lo, AUTO_CPU_INPUT_NUMBERS // max(1, x[0].numel() if len(x) else 1)))
+
+
+def chunk_plan(
+    k: int, n: int, max_rows: int | None, factor: int = 1
+) -> tuple[list[tuple[int, int]], int]:
+    """Group ranges and data rows per forward for ``k`` sample groups over ``n`` rows, so that
+    ``factor * groups * rows <= max_rows`` (``factor``: networks run together per row, e.g. an
+    ensemble's members under vmap). Up to ``max_rows`` groups the N rows are chunked; beyond,
+    the groups are split into ranges run over one data row at a time."""
+    if not max_rows:
+        return [(0, k)], max(1, n)
+    if k * factor <= max_rows:
+        return [(0, k)], max(1, max_rows // (k * factor))
+    width = max(1, max_rows // factor)
+    return [(a, min(a + width, k)) for a in range(0, k, width)], 1
+
+
+def forward_in_chunks(
+    net: nn.Module,
+    x: Tensor,
+    ranges: list[tuple[int, int]],
+    per_chunk: int,
+    forward: Callable[[Tensor], Tensor],
+    group_dim: int,
+) -> Tensor:
+    """``forward`` over every group range (``select_groups`` on ``net`` when there are several)
+    and row chunk of ``x``, inside an open sampling block; outputs joined along the group axis
+    ``group_dim`` (0: ``[K, N, ...]``; 1: stacked members ``[M, K, N, ...]``)."""
+    parts = []
+    for a, b in ranges:
+        if len(ranges) > 1:
+            select_groups(net, a, b)
+        chunks = []
+        for chunk in x.split(per_chunk):
+            out = forward(repeat_samples(chunk, b - a))  # [(M,) G*n, ...]
+            lead = out.shape[:group_dim]
+            chunks.append(out.reshape(*lead, b - a, len(chunk), *out.shape[group_dim + 1 :]))
+        parts.append(torch.cat(chunks, dim=group_dim + 1))
+    return torch.cat(parts, dim=group_dim)
 
 
 @dataclass(frozen=True)
@@ -257,27 +296,9 @@ class Method:
         x, generator = self._sample_inputs(x, samples, generator, seed)
         max_rows = resolve_max_rows(max_rows, x)
         self.net.eval()
+        ranges, per_chunk = chunk_plan(samples, len(x), max_rows)
         with torch.no_grad(), self.sampling(samples, generator):
-            if not max_rows or samples <= max_rows:
-                per_chunk = len(x) if not max_rows else max(1, max_rows // samples)
-                return self._sample_groups(x, samples, per_chunk)
-            width = max_rows  # groups per range; each range runs over single data rows
-            per_chunk = max(1, max_rows // width)
-            outs = []
-            for start in range(0, samples, width):
-                stop = min(start + width, samples)
-                select_groups(self.net, start, stop)
-                outs.append(self._sample_groups(x, stop - start, per_chunk))
-            return torch.cat(outs, dim=0)
-
-    def _sample_groups(self, x: Tensor, groups: int, per_chunk: int) -> Tensor:
-        """The active ``groups`` of the current sampling block over ``x`` in row chunks of
-        ``per_chunk``: ``[groups, N, ...]``."""
-        outs = []
-        for chunk in x.split(per_chunk):
-            out = self.net(repeat_samples(chunk, groups))  # [G*n, ...]
-            outs.append(fold_samples(out, groups))  # [G, n, ...]
-        return torch.cat(outs, dim=1)
+            return forward_in_chunks(self.net, x, ranges, per_chunk, self.net, group_dim=0)
 
     def _sample_inputs(
         self, x: Tensor, samples: int, generator: torch.Generator | None, seed: int | None

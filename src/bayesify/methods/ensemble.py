@@ -37,8 +37,16 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from bayesify.methods.base import DEFAULT_MAX_ROWS, MaxRows, Method, MethodConfig, resolve_max_rows
-from bayesify.nn import repeat_samples, select_groups, stochastic_modules
+from bayesify.methods.base import (
+    DEFAULT_MAX_ROWS,
+    MaxRows,
+    Method,
+    MethodConfig,
+    chunk_plan,
+    forward_in_chunks,
+    resolve_max_rows,
+)
+from bayesify.nn import stochastic_modules
 from bayesify.train import Data, as_dataset
 
 log = logging.getLogger(__name__)
@@ -197,11 +205,11 @@ class DeepEnsemble(Method):
                 out = torch.cat([self.net(c) for c in x.split(per_chunk)], 1).unsqueeze(1)
             return self._interleave(out.expand(-1, k, *out.shape[2:]), samples)  # [M,1,N,...]
         if self.config.method not in VMAP_SAFE or self._vmap_ok is False:
-            ranges, per_chunk = _plan(k, len(x), max_rows, 1)
+            ranges, per_chunk = chunk_plan(k, len(x), max_rows, 1)
             return self._interleave(self._member_loop(x, k, generator, ranges, per_chunk), samples)
-        ranges, per_chunk = _plan(k, len(x), max_rows, self.members)  # vmap: M rows per row
+        ranges, per_chunk = chunk_plan(k, len(x), max_rows, self.members)  # vmap: M rows per row
         with torch.no_grad(), self.member_methods[0].sampling(k, generator):
-            out = _over_ranges(self.member_methods[0].net, x, ranges, per_chunk,
+            out = forward_in_chunks(self.member_methods[0].net, x, ranges, per_chunk,
                                self._stacked_forward, group_dim=1)  # fmt: skip
         return self._interleave(out, samples)  # [T, N, ...]
 
@@ -218,7 +226,7 @@ class DeepEnsemble(Method):
         outs = []
         for member in self.member_methods:
             with torch.no_grad(), member.sampling(k, _clone_generator(generator)):
-                outs.append(_over_ranges(member.net, x, ranges, per_chunk, member.net, 0))
+                outs.append(forward_in_chunks(member.net, x, ranges, per_chunk, member.net, 0))
         return torch.stack(outs)
 
     def _interleave(self, out: Tensor, samples: int) -> Tensor:
@@ -259,41 +267,6 @@ class DeepEnsemble(Method):
             mm.constant_variance = s.get("constant_variance")
             mm.input_shape = tuple(s["input_shape"]) if s.get("input_shape") else None
             mm.load_extra_state(s.get("extra", {}))
-
-
-def _plan(k: int, n: int, max_rows: int | None, factor: int) -> tuple[list[tuple[int, int]], int]:
-    """Group ranges and data rows per forward so that ``factor * groups * rows <= max_rows``
-    (``factor``: members run together per row)."""
-    if not max_rows:
-        return [(0, k)], max(1, n)
-    if k * factor <= max_rows:
-        return [(0, k)], max(1, max_rows // (k * factor))
-    width = max(1, max_rows // factor)
-    return [(a, min(a + width, k)) for a in range(0, k, width)], 1
-
-
-def _over_ranges(
-    net: nn.Module,
-    x: Tensor,
-    ranges: list[tuple[int, int]],
-    per_chunk: int,
-    forward: Callable[[Tensor], Tensor],
-    group_dim: int,
-) -> Tensor:
-    """``forward`` over every group range (``select_groups`` on ``net`` when there are several)
-    and row chunk of ``x``, inside an open sampling block; outputs joined along the group axis
-    ``group_dim`` (0: ``[K, N, ...]``; 1: stacked members ``[M, K, N, ...]``)."""
-    parts = []
-    for a, b in ranges:
-        if len(ranges) > 1:
-            select_groups(net, a, b)
-        chunks = []
-        for chunk in x.split(per_chunk):
-            out = forward(repeat_samples(chunk, b - a))  # [(M,) G*n, ...]
-            lead = out.shape[:group_dim]
-            chunks.append(out.reshape(*lead, b - a, len(chunk), *out.shape[group_dim + 1 :]))
-        parts.append(torch.cat(chunks, dim=group_dim + 1))
-    return torch.cat(parts, dim=group_dim)
 
 
 class _RetryChunk(Exception):
