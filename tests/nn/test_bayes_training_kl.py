@@ -94,3 +94,52 @@ def test_bbb_validates_and_applies_the_conv_estimator() -> None:
     assert BayesByBackprop(lenet(norm=None), task="classification").config.conv_estimator == (
         "shared"
     )
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_fused_local_reparam_linear_equals_autograd_of_the_formula(bias: bool) -> None:
+    """BayesLinear's one-node training step against autograd of the plain expressions (same ε),
+    values and all gradients in float64; and torch's numerical gradcheck."""
+    from bayesify.nn.bayes_layers import _LocalReparamLinear
+
+    g = torch.Generator().manual_seed(3)
+
+    def rand(*shape: int, shift: float = 0.0) -> torch.Tensor:
+        return torch.randn(*shape, generator=g, dtype=torch.float64) + shift
+
+    x, eps, g_out = rand(6, 4), rand(6, 3), rand(6, 3)
+    params = [rand(3, 4), rand(3, 4, shift=-2.0)] + ([rand(3), rand(3, shift=-2.0)] if bias else [])
+    grads = []
+    for fused in (True, False):
+        xs = x.clone().requires_grad_()
+        ps = [p.clone().requires_grad_() for p in params]
+        w_mu, w_rho = ps[0], ps[1]
+        b_mu, b_rho = (ps[2], ps[3]) if bias else (None, None)
+        if fused:
+            out, kl = _LocalReparamLinear.apply(xs, w_mu, w_rho, b_mu, b_rho, eps, 0.8)
+        else:
+            w_sig = F.softplus(w_rho)
+            b_var = F.softplus(b_rho) ** 2 if bias else None
+            var = F.linear(xs**2, w_sig**2, b_var)
+            out = F.linear(xs, w_mu, b_mu) + torch.sqrt(var + 1e-16) * eps
+            kl = gaussian_kl(w_mu, w_sig, 0.8)
+            if bias:
+                kl = kl + gaussian_kl(b_mu, F.softplus(b_rho), 0.8)
+        ((out * g_out).sum() + 0.37 * kl).backward()
+        grads.append([out.detach(), kl.detach(), xs.grad, *(p.grad for p in ps)])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+    inputs = (x.clone().requires_grad_(), *(p.clone().requires_grad_() for p in params[:2]))
+    b_in = tuple(p.clone().requires_grad_() for p in params[2:]) if bias else (None, None)
+    assert torch.autograd.gradcheck(
+        lambda *a: _LocalReparamLinear.apply(*a[:3], *b_in, eps, 0.8), inputs
+    )
+
+
+def test_bayes_linear_training_uses_the_fused_node_and_records_its_kl() -> None:
+    layer = BayesLinear(5, 2, prior=Prior(sigma=0.5)).train()
+    out = layer(torch.randn(3, 4, 5))  # extra middle axis
+    assert out.shape == (3, 4, 2)
+    node = out.grad_fn.next_functions[0][0]  # under the reshape back to [3, 4, 2]
+    assert "LocalReparamLinear" in type(node).__name__
+    torch.testing.assert_close(layer.take_kl(), layer.kl())
