@@ -149,32 +149,38 @@ class _LocalReparamLinear(torch.autograd.Function):
         need = ctx.needs_input_grad
         has_b = b_mu is not None
         g_x = g_w_mu = g_w_rho = g_b_mu = g_b_rho = None
-        g_w_sig = g_b_sig = None
+        k = None if g_kl is None else g_kl * ctx.inv_p2
         if g_out is not None:
             g_var = (g_out * eps).div_(std).mul_(0.5)  # d out / d var = ε / (2 std)
             if need[0]:
                 g_x = (g_var @ w_var).mul_(x).mul_(2.0).addmm_(g_out, w_mu)
             g_w_mu = g_out.t() @ x
-            g_w_sig = (g_var.t() @ xx).mul_(w_sig).mul_(2.0)
+            g_w_rho = _rho_grad(g_var.t() @ xx, w_sig, w_rho, g_kl, k)
             if has_b:
                 g_b_mu = g_out.sum(0)
-                g_b_sig = g_var.sum(0).mul_(b_sig).mul_(2.0)
-        if g_kl is not None:  # ∂KL/∂μ = μ/p², ∂KL/∂σ = σ/p² − 1/σ
-            k = g_kl * ctx.inv_p2
-            g_w_mu = _add(g_w_mu, w_mu * k)
-            g_w_sig = _add(g_w_sig, torch.reciprocal(w_sig).mul_(-g_kl).addcmul_(w_sig, k))
+                g_b_rho = _rho_grad(g_var.sum(0), b_sig, b_rho, g_kl, k)
+        elif g_kl is not None:
+            g_w_mu, g_w_rho = torch.zeros_like(w_mu), _rho_grad(None, w_sig, w_rho, g_kl, k)
             if has_b:
-                g_b_mu = _add(g_b_mu, b_mu * k)
-                g_b_sig = _add(g_b_sig, torch.reciprocal(b_sig).mul_(-g_kl).addcmul_(b_sig, k))
-        if g_w_sig is not None:
-            g_w_rho = g_w_sig.mul_(torch.sigmoid(w_rho))
-        if g_b_sig is not None:
-            g_b_rho = g_b_sig.mul_(torch.sigmoid(b_rho))
+                g_b_mu, g_b_rho = torch.zeros_like(b_mu), _rho_grad(None, b_sig, b_rho, g_kl, k)
+        if k is not None:  # ∂KL/∂μ = μ/p², in place
+            g_w_mu.addcmul_(w_mu, k)
+            if has_b:
+                g_b_mu.addcmul_(b_mu, k)
         return g_x, g_w_mu, g_w_rho, g_b_mu, g_b_rho, None, None
 
 
-def _add(a: Tensor | None, b: Tensor) -> Tensor:
-    return b if a is None else a.add_(b)
+def _rho_grad(
+    g_var: Tensor | None, sigma: Tensor, rho: Tensor, g_kl: Tensor | None, k: Tensor | None
+) -> Tensor:
+    """∂/∂ρ of ``σ² · g_var`` (summed) plus ``g_kl`` × KL, σ = softplus(ρ), updating ``g_var``
+    in place: ``(2σ g_var + g_kl (σ/p² − 1/σ)) sigmoid(ρ)`` with ``k = g_kl / p²``."""
+    g = torch.zeros_like(sigma) if g_var is None else g_var.mul_(2.0)
+    if g_kl is not None:
+        g.add_(k).mul_(sigma).addcdiv_(g_kl.expand_as(sigma), sigma, value=-1.0)
+    else:
+        g.mul_(sigma)
+    return g.mul_(torch.sigmoid(rho))
 
 
 class _BayesLayer(RowNoiseModule):
