@@ -10,13 +10,8 @@ from scipy import integrate, stats
 from torch import nn
 
 from bayesify.nn import reference_loop, repeat_samples, sampling
-from bayesify.nn.bayes_layers import (
-    BayesConv2d,
-    BayesLinear,
-    Prior,
-    bayesianize,
-    gaussian_kl,
-)
+from bayesify.nn.bayes_layers import BayesConv2d, BayesLinear, bayesianize
+from bayesify.nn.gaussian_posterior import Prior, gaussian_kl
 
 
 def test_gaussian_kl_closed_form_matches_numerical_integration():

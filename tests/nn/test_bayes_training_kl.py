@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from bayesify.nn.bayes_layers import BayesConv2d, BayesLinear, Prior, _SoftplusGaussian, gaussian_kl
+from bayesify.nn.bayes_layers import BayesConv2d, BayesLinear
+from bayesify.nn.gaussian_posterior import Prior, _SoftplusGaussian, gaussian_kl
 
 
 @pytest.mark.parametrize("use_sigma", [True, False])
@@ -100,7 +101,7 @@ def test_bbb_validates_and_applies_the_conv_estimator() -> None:
 def test_fused_local_reparam_linear_equals_autograd_of_the_formula(bias: bool) -> None:
     """BayesLinear's one-node training step against autograd of the plain expressions (same ε),
     values and all gradients in float64; and torch's numerical gradcheck."""
-    from bayesify.nn.bayes_layers import _LocalReparamLinear
+    from bayesify.nn.gaussian_posterior import _LocalReparamLinear
 
     g = torch.Generator().manual_seed(3)
 

@@ -29,7 +29,8 @@ from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.nn import reference_loop
-from bayesify.nn.bayes_layers import CONV_ESTIMATORS, BayesLayer, Prior, PriorKind, bayesianize
+from bayesify.nn.bayes_layers import CONV_ESTIMATORS, BayesLayer, bayesianize
+from bayesify.nn.gaussian_posterior import Prior, PriorKind
 from bayesify.predictive import Task
 from bayesify.train import Data
 
