@@ -2,7 +2,8 @@
 
 Each weight has a posterior ``N(μ, σ²)`` with ``σ = softplus(ρ)``. Priors: a Gaussian
 ``N(0, σ_p²)`` (closed-form KL) or Blundell's scale mixture
-``π N(0, σ₁²) + (1 − π) N(0, σ₂²)`` (one-sample Monte Carlo KL).
+``π N(0, σ₁²) + (1 − π) N(0, σ₂²)`` (one-sample Monte Carlo KL); they, the KL and the fused
+training nodes live in :mod:`bayesify.nn.gaussian_posterior`.
 
 Noise per row:
 
