@@ -96,6 +96,11 @@ class _BayesLayer(RowNoiseModule):
             sigmas.append(s)
         return sigmas, kl
 
+    def _sigmas(self, training: bool) -> list[Tensor]:
+        """σ of the weights (and bias) for a forward: in training with the step's KL recorded
+        (:meth:`_training_sigmas`), else σ alone."""
+        return self._training_sigmas() if training else [s for _, s in self._pairs()]
+
     def _training_sigmas(self) -> list[Tensor]:
         """σ for a training forward; the step's KL is computed alongside and kept for
         :meth:`take_kl` (one softplus per step serves both)."""
@@ -147,7 +152,7 @@ class BayesLinear(_BayesLayer):
         mean = F.linear(x, self.weight_mu, self.bias_mu)  # [R, *, out]
         if not (noisy or self.training):
             return mean
-        sigmas = self._training_sigmas() if not noisy else [s for _, s in self._pairs()]
+        sigmas = self._sigmas(training=not noisy)
         b_var = sigmas[1].square() if len(sigmas) > 1 else None
         var = F.linear(x.square(), sigmas[0].square(), b_var)  # [R, *, out]
         if noisy:
@@ -270,7 +275,7 @@ class BayesConv2d(_BayesLayer):
             s_out = torch.randint(0, 2, (rows, c_out), device=x.device) * 2.0 - 1.0
             z_b = torch.randn(rows, c_out, device=x.device) if self.bias_mu is not None else None
             eps = torch.randn_like(self.weight_mu)
-        sigmas = self._training_sigmas() if not noisy else [s for _, s in self._pairs()]
+        sigmas = self._sigmas(training=not noisy)
         s_in, s_out = s_in.to(x.dtype)[..., None, None], s_out.to(x.dtype)[..., None, None]
         out = mean + self._conv(x * s_in, sigmas[0] * eps) * s_out
         if z_b is not None:
