@@ -53,18 +53,27 @@ def test_kl_is_annealed_and_variational_group_has_own_lr():
     assert groups[1]["lr"] == 1e-3
 
 
-def test_minibatch_split_evenly_over_components():
-    method = bayesify.IBNN(mlp(3, hidden=(8,), norm=None), components=4, train_samples=3)
-    seen = []
+@pytest.mark.parametrize("batch", [12, 10])  # K divides B (fused node) or not (gather)
+def test_minibatch_split_evenly_over_components(batch):
+    method = bayesify.IBNN(
+        mlp(3, hidden=(8,), norm=None), components=4, train_samples=3, sigma_init=1e-6,
+        mu_init_std=1.0,
+    )  # fmt: skip
     layer = method.layers[0]
-    hook = layer.register_forward_pre_hook(lambda m, i: seen.append(m.train_components.clone()))
-    method.objective(torch.randn(12, 3), torch.randn(12), 0.5, 100)
+    comps = layer.training_components(3 * batch)
+    assert comps.shape == (3 * batch,)  # S * B rows
+    expected = torch.arange(batch) * 4 // batch
+    assert torch.equal(comps, expected.repeat(3))
+    if batch == 12:
+        assert torch.equal(expected, torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]))
+    seen = []
+    hook = layer.register_forward_hook(lambda m, i, o: seen.append(o / i[0]))
+    x = torch.rand(batch, 3) + 0.5
+    method.objective(x, torch.randn(batch), 0.5, 100)
     hook.remove()
-    comps = seen[0]
-    assert comps.shape == (36,)  # S * B rows
-    assert torch.equal(comps[:12], torch.tensor([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]))
-    assert torch.equal(comps, comps[:12].repeat(3))
-    assert layer.train_components is None
+    z = seen[0]  # [S*B, F]: the noise each row got, σ ≈ 0 so z ≈ μ of its component
+    torch.testing.assert_close(z, layer.mu.detach()[comps], atol=1e-4, rtol=0)
+    assert not layer.train_noise
 
 
 def test_from_pretrained_keeps_weights_when_frozen():

@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.nn import noisy_training, reference_loop, repeat_samples
+from bayesify.nn.mixture_posterior import mixture_mean_kl
 from bayesify.nn.node_noise import NodeNoise, add_node_noise
 from bayesify.train import Data
 
@@ -73,6 +74,7 @@ class IBNN(Method):
             c.components,
             mu_init_std=c.mu_init_std,
             sigma_init=c.sigma_init,
+            train_repeats=c.train_samples,
             generator=torch.Generator().manual_seed(c.init_seed),
         )
         # learning rate of the deterministic weights: None = fit's lr, 0 = frozen
@@ -130,7 +132,7 @@ class IBNN(Method):
 
     def kl(self) -> Tensor:
         """Σ over layers of KL(q̂_ℓ ‖ N(1, s²)) (eq. 22–24), a scalar."""
-        return torch.stack([layer.kl(self.config.prior_std) for layer in self.layers]).sum()
+        return mixture_mean_kl([(m.mu, m.rho) for m in self.layers], self.config.prior_std)
 
     def beta(self, progress: float) -> float:
         """KL weight: linear 0 → 1 over the first ``kl_anneal`` of training."""
@@ -138,18 +140,11 @@ class IBNN(Method):
         return 1.0 if a == 0 else min(1.0, progress / a)
 
     def objective(self, x: Tensor, y: Tensor, progress: float, n_data: int) -> Tensor:
-        b, k, s = len(x), self.config.components, self.config.train_samples
-        comps = torch.arange(b, device=x.device) * k // b  # [B]: B/K rows per component
-        xs = repeat_samples(x, s)  # [S*B, ...]
-        ys = y.repeat(s, *([1] * (y.dim() - 1)))  # [S*B]
-        for layer in self.layers:
-            layer.train_components = comps.repeat(s)
-        try:
-            with noisy_training(self.net):
-                nll = self.nll(self.net(xs), ys)
-        finally:
-            for layer in self.layers:
-                layer.train_components = None
+        s = self.config.train_samples
+        if s > 1:  # S copies of the batch; each layer splits every copy evenly over K
+            x, y = repeat_samples(x, s), repeat_samples(y, s)  # [S*B, ...]
+        with noisy_training(self.net, self.layers):
+            nll = self.nll(self.net(x), y)
         return nll + self.beta(progress) * self.kl() / n_data
 
     # ------------------------------------------------------------------ prediction

@@ -13,8 +13,11 @@ Randomness (per row, as every row-noise layer: :mod:`bayesify.nn.row_noise`):
   splitting N into chunks, running a range of groups alone (``select_groups``) or the loop of T
   passes (:func:`~bayesify.nn.stochastic.reference_loop`) all give the same z per group and row.
 * in training (:func:`~bayesify.nn.row_noise.noisy_training`) each row draws from the global
-  torch RNG with the component assigned to it (Trinh et al. Algorithm 1: the mini-batch split
-  evenly over K).
+  torch RNG with the component assigned to it (Trinh et al. Algorithm 1): the ``[S·B]`` rows are
+  ``train_repeats`` = S stacked copies of a mini-batch of B rows, and row i of a copy uses
+  component ⌊iK/B⌋ (the batch split evenly over K in contiguous blocks; the loader shuffles).
+  When K divides B the draw is one fused autograd node
+  (:func:`~bayesify.nn.mixture_posterior.block_noise_input`).
 * otherwise the layer is deterministic: z = mixture mean (1/K) Σ_k μ_k.
 """
 
@@ -26,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bayesify.nn.mixture_posterior import block_noise_input, mixture_mean_kl
 from bayesify.nn.row_noise import TrainingNoiseModule
 
 
@@ -44,9 +48,12 @@ class NodeNoise(TrainingNoiseModule):
         *,
         mu_init_std: float = 0.1,
         sigma_init: float = 0.05,
+        train_repeats: int = 1,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
+        if train_repeats < 1:
+            raise ValueError(f"train_repeats must be >= 1, got {train_repeats}")
         if components < 1:
             raise ValueError(f"components must be >= 1, got {components}")
         if sigma_init <= 0:
@@ -55,7 +62,7 @@ class NodeNoise(TrainingNoiseModule):
         mu = 1.0 + mu_init_std * torch.randn(components, features, generator=generator)
         self.mu = nn.Parameter(mu)  # [K, F]
         self.rho = nn.Parameter(torch.full((components, features), inverse_softplus(sigma_init)))
-        self.train_components: Tensor | None = None  # [rows] component per row, training only
+        self.train_repeats = train_repeats  # S copies of the mini-batch per training pass
 
     def extra_repr(self) -> str:
         return f"{self.features}, components={self.components}"
@@ -69,32 +76,34 @@ class NodeNoise(TrainingNoiseModule):
         """Mixture component used by sample group t: t mod K."""
         return t % self.components
 
-    def draw(self, rows: int, ref: Tensor) -> Tensor:
-        """z for every row ``[rows, F]`` (sampling, training or mean mode); once per forward."""
-        sampling = self.sampling_active
-        needs_components = self.train_noise and not sampling
-        if needs_components and (
-            self.train_components is None or len(self.train_components) != rows
-        ):
-            raise RuntimeError("noisy training needs a mixture component for every row")
-        eps = self.standard_normal(rows, self.features, ref)  # [rows, F], None: deterministic
-        if eps is None:
-            return self.mu.mean(0).expand(rows, self.features)
-        if sampling:
-            k = self.component_of_group(self.noise.group_ids(ref.device))  # [G] global t mod K
-            eps = eps.view(len(k), -1, self.features)  # [G, n, F]
-            z = self.mu[k].unsqueeze(1) + self.sigma[k].unsqueeze(1) * eps
-            return z.reshape(rows, self.features)
-        k = self.train_components.to(ref.device)  # [rows]
-        return self.mu[k] + self.sigma[k] * eps
+    def training_components(self, rows: int) -> Tensor:
+        """Mixture component of every training row ``[rows]``: ``train_repeats`` copies of a
+        mini-batch of B rows, row i of each using component ⌊iK/B⌋."""
+        s = self.train_repeats
+        if rows % s:
+            raise ValueError(f"{rows} training rows are not {s} copies of a mini-batch")
+        b = rows // s
+        return (torch.arange(b) * self.components // b).repeat(s)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() < 2 or x.shape[1] != self.features:
             raise ValueError(
                 f"NodeNoise expected input [N, {self.features}, ...], got {list(x.shape)}"
             )
-        z = self.draw(x.shape[0], x)  # [rows, F]
-        return x * z.view(*z.shape, *([1] * (x.dim() - 2)))
+        rows, spatial = x.shape[0], [1] * (x.dim() - 2)
+        eps = self.standard_normal(rows, self.features, x)  # [rows, F]; None: deterministic
+        if eps is None:
+            return x * self.mu.mean(0).view(1, self.features, *spatial)
+        if self.sampling_active:
+            k = self.component_of_group(self.noise.group_ids(x.device))  # [G] global t mod K
+            e = eps.view(len(k), -1, self.features)  # [G, n, F]
+            z = (self.mu[k].unsqueeze(1) + self.sigma[k].unsqueeze(1) * e).reshape_as(eps)
+        elif rows % (self.train_repeats * self.components) == 0:
+            return block_noise_input(x, self.mu, self.rho, eps, self.train_repeats)
+        else:  # a mini-batch that does not split evenly: gather each row's component
+            k = self.training_components(rows).to(x.device)  # [rows]
+            z = self.mu[k] + self.sigma[k] * eps
+        return x * z.view(*z.shape, *spatial)
 
     def mixture_mean_gaussian(self) -> tuple[Tensor, Tensor]:
         """Trinh et al. eq. 22–24: mean (1/K)Σμ_k and variance (1/K²)Σσ_k², both ``[F]``."""
@@ -103,9 +112,7 @@ class NodeNoise(TrainingNoiseModule):
 
     def kl(self, prior_std: float) -> Tensor:
         """KL(q̂ ‖ N(1, s²)) summed over features (eq. 22–24), a scalar."""
-        mean, var = self.mixture_mean_gaussian()
-        s2 = prior_std**2
-        return 0.5 * (math.log(s2) - var.log() + (var + (mean - 1.0) ** 2) / s2 - 1.0).sum()
+        return mixture_mean_kl([(self.mu, self.rho)], prior_std)
 
 
 NOISY_LAYERS = (nn.Linear, nn.Conv1d, nn.Conv2d)
@@ -117,10 +124,12 @@ def add_node_noise(
     *,
     mu_init_std: float = 0.1,
     sigma_init: float = 0.05,
+    train_repeats: int = 1,
     generator: torch.Generator | None = None,
 ) -> list[NodeNoise]:
     """Put a :class:`NodeNoise` in front of every Linear/Conv layer of ``model`` (in place): the
-    layer becomes ``nn.Sequential(NodeNoise, layer)``. Returns the noise layers in order."""
+    layer becomes ``nn.Sequential(NodeNoise, layer)``. Returns the noise layers in order.
+    ``train_repeats``: the S copies of each mini-batch a training pass carries."""
     targets = [
         (parent, name, child)
         for parent in model.modules()
@@ -135,6 +144,7 @@ def add_node_noise(
             components,
             mu_init_std=mu_init_std,
             sigma_init=sigma_init,
+            train_repeats=train_repeats,
             generator=generator,
         ).to(device=child.weight.device, dtype=child.weight.dtype)
         setattr(parent, name, nn.Sequential(noise, child))

@@ -25,7 +25,7 @@ deterministic otherwise; MC dropout and the Bayes layers follow ``.train()`` ins
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -186,10 +186,14 @@ class TrainingNoiseModule(RowNoiseModule):
 
 
 @contextmanager
-def noisy_training(model: nn.Module) -> Iterator[None]:
+def noisy_training(
+    model: nn.Module, layers: Sequence[TrainingNoiseModule] | None = None
+) -> Iterator[None]:
     """Within the block, :class:`TrainingNoiseModule` layers draw per-row noise from the global
-    RNG (outside a sampling block)."""
-    layers = [m for m in model.modules() if isinstance(m, TrainingNoiseModule)]
+    RNG (outside a sampling block). ``layers``: the model's noise layers when the caller keeps
+    them (saves a walk over the modules every training step)."""
+    if layers is None:
+        layers = [m for m in model.modules() if isinstance(m, TrainingNoiseModule)]
     previous = [m.train_noise for m in layers]
     for m in layers:
         m.train_noise = True
