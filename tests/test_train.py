@@ -126,3 +126,30 @@ def test_fused_adam_takes_the_same_steps_as_the_reference_loop(name: str) -> Non
             o.step()
     for a, b in zip(net.parameters(), ref.parameters(), strict=True):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("shuffle", "rows"), [(True, 100), (True, 96), (False, 100)])
+def test_tensor_loader_gives_the_row_wise_loaders_batches(shuffle, rows):
+    """Whole-batch indexing of in-memory rows: the batches and order of torch's row-by-row
+    loader with the same seed, epoch after epoch, and the global RNG left alone."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    x, y = torch.randn(rows, 3), torch.arange(rows)
+    ours = as_loader((x, y), 16, shuffle=shuffle, seed=7)
+    ref = DataLoader(
+        TensorDataset(x, y), batch_size=16, shuffle=shuffle, drop_last=shuffle,
+        generator=torch.Generator().manual_seed(7),
+    )  # fmt: skip
+    assert len(ours) == len(ref)
+    torch.manual_seed(3)
+    got = [[(a.clone(), b.clone()) for a, b in ours] for _ in range(3)]
+    after_ours = torch.rand(1)
+    torch.manual_seed(3)
+    want = [list(ref) for _ in range(3)]
+    torch.testing.assert_close(torch.rand(1), after_ours)
+    for epoch_got, epoch_want in zip(got, want, strict=True):
+        assert len(epoch_got) == len(epoch_want)
+        for (a, b), (c, d) in zip(epoch_got, epoch_want, strict=True):
+            assert torch.equal(a, c) and torch.equal(b, d)
+    if shuffle:
+        assert not torch.equal(got[0][0][1], got[1][0][1])  # reshuffled every epoch
