@@ -159,16 +159,17 @@ def train_loop(
         for i, (xb, yb) in enumerate(loader):
             xb, yb = xb.to(device), yb.to(device)
             loss = objective(xb, yb, (epoch + i / steps) / epochs)
-            if not torch.isfinite(loss):
+            value = loss.item()  # one read of the loss serves the check and the history
+            if not math.isfinite(value):
                 raise FloatingPointError(
-                    f"training loss became {loss.item()} at epoch {epoch}; lower the learning rate"
+                    f"training loss became {value} at epoch {epoch}; lower the learning rate"
                 )
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             if after_step is not None:
                 after_step()
-            total += loss.item() * len(xb)
+            total += value * len(xb)
             count += len(xb)
         history.train_loss.append(total / max(count, 1))
         postfix = {"loss": f"{history.train_loss[-1]:.4g}"}
