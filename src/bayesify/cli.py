@@ -242,6 +242,7 @@ def bench_speed(
     train: Annotated[bool, typer.Option(help="Training time per epoch vs deterministic.")] = True,
     train_models: Annotated[str, typer.Option(help="Models for training time.")] = "mlp,lenet",
     train_batch_size: Annotated[int, typer.Option(help="Mini-batch size for training time.")] = 32,
+    train_rows: Annotated[int, typer.Option(help="Rows per timed training epoch.")] = 640,
     max_cell_rows: Annotated[int, typer.Option(help="Skip cells with T*N above (0: none).")] = (
         20_000
     ),
@@ -265,6 +266,7 @@ def bench_speed(
                                  repeats=repeats, warmup=warmup, memory=memory, train=train,
                                  predict=predict,
                                  train_models=csv(train_models), batch_size=train_batch_size,
+                                 train_rows=train_rows,
                                  max_rows_per_cell=max_cell_rows, device=device)  # fmt: skip
     except ValueError as e:
         raise _fail(f"bad grid option: {e}") from None
