@@ -91,10 +91,10 @@ class StochasticNorm(Method):
 
     def kl(self) -> Tensor:
         """Σ over layers and channels of KL(q(S) ‖ N(1, prior_std²)), a scalar."""
-        return torch.stack([layer.kl(self.config.prior_std) for layer in self.layers]).sum()
+        return sum(layer.kl(self.config.prior_std) for layer in self.layers)
 
     def objective(self, x: Tensor, y: Tensor, progress: float, n_data: int) -> Tensor:
-        with noisy_training(self.net):
+        with noisy_training(self.net, self.layers):
             nll = self.nll(self.net(x), y)
         return nll + self.kl() / n_data
 

@@ -47,8 +47,9 @@ class SigmaPer(StrEnum):
 
 
 def piecewise_sigma(u: Tensor) -> Tensor:
-    """σ = eᵘ for u < 0, u + 1 for u ≥ 0 (continuous with continuous first derivative at 0)."""
-    return torch.where(u < 0, torch.exp(u.clamp(max=0.0)), u + 1.0)
+    """σ = eᵘ for u < 0, u + 1 for u ≥ 0 (continuous with continuous first derivative at 0):
+    exactly ELU(u) + 1, two kernels."""
+    return F.elu(u) + 1.0
 
 
 def inverse_piecewise_sigma(sigma: float) -> float:
@@ -131,35 +132,32 @@ class StochasticScale(TrainingNoiseModule):
         return total
 
     def _linear(self, x: Tensor) -> Tensor:
-        w, norm = self.layer.weight, self.weight_norm()
+        """``w x`` without the bias, ``[rows, C, ...]``."""
+        w = self.layer.weight
         if isinstance(self.layer, nn.Linear):
-            out = F.linear(x, w)
-        else:
-            out = self.layer._conv_forward(x, w, None)
-        return out / norm.view(1, -1, *([1] * (out.dim() - 2)))  # [rows, C, ...]
+            return F.linear(x, w)
+        return self.layer._conv_forward(x, w, None)
 
     def forward(self, x: Tensor) -> Tensor:
-        xhat = self._linear(x)  # [rows, C, ...]
-        rows, c = xhat.shape[0], self.channels
-        view = (rows, c, *([1] * (xhat.dim() - 2)))
-        bias = self.layer.bias
+        wx = self._linear(x)  # [rows, C, ...]; x̂ = wx / ‖w‖
+        rows, c = wx.shape[0], self.channels
+        view = (-1, c, *([1] * (wx.dim() - 2)))
+        bias, norm = self.layer.bias, self.weight_norm()
         width = 2 * c if (self.mode is ScaleNoise.BN or self.stochastic_bias) else c
-        eps = None if self.mode is ScaleNoise.NONE else self.standard_normal(rows, width, xhat)
-        scale = self.scale.view(1, -1, *view[2:])
-        if eps is None:
-            out = xhat * scale
-        elif self.mode is ScaleNoise.BN:
+        eps = None if self.mode is ScaleNoise.NONE else self.standard_normal(rows, width, wx)
+        if self.mode is ScaleNoise.BN and eps is not None:
             u = 1.0 + self.bn_mult_std * eps[:, :c]
             v = self.bn_add_std * eps[:, c:]
-            out = (xhat + v.view(view)) * u.view(view) * scale
-        else:
-            s = self.scale + self.sigma * eps[:, :c]  # [rows, C]
-            out = xhat * s.view(view)
-            if self.u_bias is not None:
-                sb = piecewise_sigma(self.u_bias).expand(c)
-                out = out + (sb * eps[:, c:]).view(view)
-        if bias is not None:
-            out = out + bias.view(1, -1, *view[2:])
+            out = (wx / norm.view(view) + v.view(view)) * u.view(view) * self.scale.view(view)
+            return out if bias is None else out + bias.view(view)
+        if eps is None:  # S = s: one factor s / ‖w‖ per channel
+            factor = (self.scale / norm).view(view)
+        else:  # S ~ N(s, σ²) per row and channel, folded with 1/‖w‖ into one factor [rows, C]
+            factor = (torch.addcmul(self.scale, self.sigma, eps[:, :c]) / norm).view(view)
+        out = wx * factor if bias is None else torch.addcmul(bias.view(view), wx, factor)
+        if self.u_bias is not None and eps is not None:
+            sb = piecewise_sigma(self.u_bias).expand(c)
+            out = out + (sb * eps[:, c:]).view(view)
         return out
 
 
