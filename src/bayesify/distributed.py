@@ -2,7 +2,7 @@
 
 :func:`fit_distributed` trains a method with ``nproc`` replicas (gloo on CPU, NCCL on GPU) through
 the one training loop (:func:`bayesify.train.train_loop`), over loopback only: the processes are
-spawned with ``torch.multiprocessing`` and meet at ``127.0.0.1`` on a free port. Launched by
+spawned with ``torch.multiprocessing`` and meet through a file in a temporary folder. Launched by
 ``torchrun`` instead (``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` set), it joins that group.
 
 Semantics, explicitly:
@@ -27,7 +27,6 @@ import copy
 import json
 import logging
 import os
-import socket
 import tempfile
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -110,13 +109,6 @@ class _Replica(DistributedDataParallel):
             return super().__getattr__(name)
         except AttributeError:
             return getattr(self.module, name)
-
-
-def free_port() -> int:
-    """A free TCP port on the loopback interface."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def launched_by_torchrun() -> bool:
@@ -262,10 +254,11 @@ def fit_distributed(
         method.history = train_replica(method, ds, val, s, 0, 1)
         _finish(method, ds, val, s)
         return method
-    init_method = f"tcp://127.0.0.1:{free_port()}"
-    log.info("training %s on %d processes (%s, %s)", method.name, s.nproc, s.backend_name,
-             init_method)  # fmt: skip
+    log.info("training %s on %d processes (%s)", method.name, s.nproc, s.backend_name)
     with tempfile.TemporaryDirectory(prefix="bayesify-ddp-") as tmp:
+        # the processes meet through a file, not a probed port that another program could take
+        # between the probe and the bind
+        init_method = (Path(tmp) / "rendezvous").as_uri()
         out = str(Path(tmp) / "replica0")
         torch.multiprocessing.spawn(
             _worker, args=(s.nproc, init_method, method, ds, val, s, out), nprocs=s.nproc
