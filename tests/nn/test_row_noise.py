@@ -53,6 +53,20 @@ def test_hash_matches_a_plain_integer_reference():
                     assert float(u[t, i, j]) == _uniform_reference(k, r, j, 5, stream)
 
 
+def test_hash_with_a_row_bound_gives_the_same_numbers():
+    """With every counter inside 32 bits the high word is mixed once per group: same numbers as
+    the reference; a bound too large for that takes the general path."""
+    keys = torch.tensor([1, 99, 2**32 - 5], dtype=torch.int64)
+    rows = torch.tensor([0, 1, 17, 2**30 // 3], dtype=torch.int64)
+    for bound in (2**30 // 3 + 1, 2**40):
+        u = hash_uniform(keys, rows, 3, 2, rows_below=bound)
+        torch.testing.assert_close(u, hash_uniform(keys, rows, 3, 2), rtol=0, atol=0)
+        for t, k in enumerate(keys.tolist()):
+            for i, r in enumerate(rows.tolist()):
+                for j in range(3):
+                    assert float(u[t, i, j]) == _uniform_reference(k, r, j, 3, 2)
+
+
 def test_uniforms_are_uniform_and_independent():
     u = hash_uniform(torch.tensor([7, 8]), torch.arange(500), 40).flatten()
     assert float(u.min()) > 0.0 and float(u.max()) < 1.0

@@ -45,6 +45,7 @@ class _BlockNoiseInput(torch.autograd.Function):
         return x * _spatial(z, x.dim() - 2)
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
         x, rho, sigma, eps, z = ctx.saved_tensors
         k, f = rho.shape
@@ -97,6 +98,7 @@ class _MixtureMeanKL(torch.autograd.Function):
         return kl
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, ...]:  # noqa: ANN001
         rho, sigma, mean_dev, var = ctx.saved_tensors
         k = rho.shape[0]

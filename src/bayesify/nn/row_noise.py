@@ -38,31 +38,47 @@ _M32 = 0xFFFFFFFF
 
 def _mul32(x: Tensor, c: int) -> Tensor:
     """``(x * c) mod 2**32`` for int64 ``x`` in ``[0, 2**32)`` without int64 overflow."""
-    lo, hi = c & 0xFFFF, c >> 16
-    return (x * lo + (((x * hi) & 0xFFFF) << 16)) & _M32
+    if c < 2**31:  # the product stays below 2**63
+        y = x * c
+        y &= _M32
+        return y
+    y = x * (c >> 16)  # the high half of c only matters in the low 16 bits of its product
+    y &= 0xFFFF
+    y <<= 16
+    y += x * (c & 0xFFFF)
+    y &= _M32
+    return y
 
 
 def _mix32(x: Tensor) -> Tensor:
-    """A bijective 32-bit integer mixer (xor-shift-multiply), on int64 values in [0, 2**32)."""
+    """A bijective 32-bit integer mixer (xor-shift-multiply), on int64 values in [0, 2**32).
+    (In-place steps on fresh tensors: on large draws the passes over memory are the cost.)"""
     x = x ^ (x >> 16)
     x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
+    x ^= x >> 15
     x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
+    x ^= x >> 16
+    return x
 
 
-def hash_uniform(keys: Tensor, rows: Tensor, features: int, stream: int = 0) -> Tensor:
+def hash_uniform(
+    keys: Tensor, rows: Tensor, features: int, stream: int = 0, *, rows_below: int | None = None
+) -> Tensor:
     """Uniforms in (0, 1) ``[T, n, features]`` from group keys ``[T]`` and row indices ``[n]``.
 
     Deterministic in (key, row, feature, stream): the counter-based generator behind
-    :class:`RowNoise`.
+    :class:`RowNoise`. ``rows_below``: a bound on the row indices when the caller knows one; if
+    every counter ``row * features + feature`` then fits in 32 bits, the high counter word is
+    zero and its mixing is done once per group instead of once per element (same numbers).
     """
     j = torch.arange(features, device=rows.device, dtype=torch.int64)
     counter = rows.view(-1, 1) * features + j  # [n, F], unique per (row, feature)
-    lo, hi = counter & _M32, (counter >> 32) & _M32
     k = keys.view(-1, 1, 1)  # [T, 1, 1]
-    h = _mix32((lo ^ _mix32((k + stream * 0x9E3779B9) & _M32)) & _M32)  # [T, n, F]
-    h = _mix32(h ^ _mix32(hi ^ k))
+    low_only = rows_below is not None and rows_below * features <= 2**32
+    lo = counter if low_only else counter & _M32
+    h = _mix32(lo ^ _mix32((k + stream * 0x9E3779B9) & _M32))  # [T, n, F]
+    h ^= _mix32(k if low_only else ((counter >> 32) & _M32) ^ k)
+    h = _mix32(h)
     return (h.double() + 0.5) * 2.0**-32  # strictly inside (0, 1)
 
 
@@ -122,7 +138,8 @@ class RowNoise:
     ) -> Tensor:
         """Uniforms ``[G*n, features]`` (float64) for a pass over ``G*n`` rows."""
         rows = self._rows(total_rows, device)
-        u = hash_uniform(self.keys.to(device), rows, features, stream)
+        below = self.offset + len(rows)
+        u = hash_uniform(self.keys.to(device), rows, features, stream, rows_below=below)
         return u.reshape(total_rows, features)
 
     def normal(
