@@ -16,8 +16,8 @@ from bayesify.cli import app
 
 runner = CliRunner()
 
-#: Each new command with its options' documented defaults, as `--help` shows them.
-NEW_COMMANDS = {
+#: Each `bayesify bench` command with its options' documented defaults, as `--help` shows them.
+COMMANDS = {
     "bn-noise": {
         "--bundle": "/tmp/bayesify_bn_lenet",
         "--out": "benchmarks/bn_noise",
@@ -70,6 +70,34 @@ NEW_COMMANDS = {
         "--samples": "100",
         "--seed": "0",
     },
+    "speed": {
+        "--methods": "MCBN,MCDropout,BayesByBackprop,IBNN,StochasticNorm,DeepEnsemble",
+        "--models": "mlp,lenet,resnet",
+        "--n": "1,64,1024",
+        "--t": "10,100",
+        "--repeats": "5",
+        "--warmup": "1",
+        "--bank-batch": "32",
+        "--predict": "predict",
+        "--memory": "memory",
+        "--train": "train",
+        "--train-models": "mlp,lenet",
+        "--train-batch-size": "32",
+        "--train-rows": "640",
+        "--max-cell-rows": "20000",
+        "--device": "cpu",
+        "--threads": "1",
+        "--out": "benchmarks/speed.md",
+    },
+    "uci": {
+        "--datasets": "bostonHousing,concrete,energy",
+        "--splits": "5",
+        "--epochs": "300",
+        "--samples": "200",
+        "--batch-sizes": "32,128",
+        "--out": "benchmarks/uci_mcbn",
+        "--threads": "2",
+    },
     "uci-methods": {
         "--splits": "5",
         "--epochs": "20",
@@ -95,26 +123,26 @@ def _defaults(help_text: str) -> dict[str, str]:
     return out
 
 
-def test_bench_help_lists_all_eight_commands():
+def test_bench_help_lists_every_command():
     result = runner.invoke(app, ["bench", "--help"])
     assert result.exit_code == 0, result.output
-    for name in ["uci", "speed", *NEW_COMMANDS]:
+    for name in COMMANDS:
         assert re.search(rf"│ {re.escape(name)} ", result.output), name
 
 
-@pytest.mark.parametrize("name", sorted(NEW_COMMANDS))
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_command_help_shows_options_with_defaults(name):
     result = runner.invoke(app, ["bench", name, "--help"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
-    assert _defaults(result.output) == NEW_COMMANDS[name]
+    assert _defaults(result.output) == COMMANDS[name]
     text = _plain(result.output)
     assert "Show this message and exit" in text
     # every option has its own help text besides the default
-    for option in NEW_COMMANDS[name]:
-        assert re.search(rf"{option} \S+ \w", text), option
+    for option in COMMANDS[name]:
+        assert re.search(rf"{option}(?: --no-[a-z-]+)? \S+ \w", text), option
 
 
-@pytest.mark.parametrize("name", sorted(NEW_COMMANDS))
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_unknown_option_exits_nonzero(name):
     result = runner.invoke(app, ["bench", name, "--no-such-option", "1"])
     assert result.exit_code == 2
@@ -128,6 +156,22 @@ def test_bad_list_and_bad_choice_are_usage_errors():
     assert result.exit_code == 2 and "unknown methods ['nope']" in _plain(result.output)
     result = runner.invoke(app, ["bench", "fmnist-calibration", "--methods", ""])
     assert result.exit_code == 2 and "no methods given" in _plain(result.output)
+    result = runner.invoke(app, ["bench", "uci", "--datasets", "concrete,nope"])
+    assert result.exit_code == 2 and "unknown datasets ['nope']" in _plain(result.output)
+    result = runner.invoke(app, ["bench", "speed", "--models", "mlp,vgg"])
+    assert result.exit_code == 2 and "unknown models ['vgg']" in _plain(result.output)
+    result = runner.invoke(app, ["bench", "speed", "--t", "0,10"])
+    assert result.exit_code == 2 and "t needs values >= 1" in _plain(result.output)
+
+
+def test_missing_data_is_a_one_line_error(tmp_path, monkeypatch):
+    (tmp_path / "data").mkdir()  # a data folder without the dataset
+    monkeypatch.setenv("BAYESIFY_DATA", str(tmp_path / "data"))
+    result = runner.invoke(app, ["bench", "uci", "--datasets", "concrete", "--splits", "1",
+                                 "--out", str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert "error:" in result.output and "concrete" in result.output
 
 
 @dataclass(frozen=True)

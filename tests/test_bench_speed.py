@@ -4,23 +4,22 @@ from __future__ import annotations
 
 import statistics
 
-from bayesify.bench.speed import SpeedSettings, run_speed, speed_markdown
+from bayesify.bench.speed import SpeedOptions, run_speed, speed_markdown
 
 
 def test_tiny_speed_grid_reports_paired_ratios_and_option_rows() -> None:
-    s = SpeedSettings(
+    s = SpeedOptions(
         methods=("MCDropout", "IBNN"),
         models=("mlp",),
-        ns=(2,),
-        ts=(3,),
+        n=(2,),
+        t=(3,),
         repeats=3,
         warmup=0,
         memory=False,
         train_models=("mlp",),
         train_rows=64,
-        train_variants=(("ibnn", (("train_samples", 2),)),),
     )
-    result = run_speed(s, progress=False)
+    result = run_speed(s, progress=False, train_variants=(("ibnn", (("train_samples", 2),)),))
     assert [(c.method, c.n, c.t) for c in result.cells] == [("mc-dropout", 2, 3), ("ibnn", 2, 3)]
     cell = result.cells[0]
     per_rep = [a / b for a, b in zip(cell.times["loop"], cell.times["one-pass"], strict=True)]

@@ -17,8 +17,10 @@ from bayesify.bench import (
     fashion_nodes,
     fmnist_calibration,
     mcbn_collapse,
+    speed,
     toy_depth,
     uci_methods,
+    uci_report,
 )
 from bayesify.bench.options import add_bench_command
 
@@ -202,95 +204,16 @@ def list_methods() -> None:
         console.print(f"{name:18s} {(cls.__doc__ or '').strip().splitlines()[0]}")
 
 
-@bench_app.command("uci")
-def bench_uci(
-    datasets: Annotated[str, typer.Option()] = ",".join(DEMO_DATASETS),
-    splits: Annotated[int, typer.Option()] = 5,
-    epochs: Annotated[int, typer.Option()] = 300,
-    samples: Annotated[int, typer.Option()] = 200,
-    out: Annotated[Path, typer.Option()] = Path("benchmarks/uci_mcbn"),
-    threads: Annotated[int, typer.Option()] = 2,
-    batch_sizes: Annotated[str, typer.Option(help="Batch sizes to choose from on validation.")] = (
-        "32,128"
-    ),
-) -> None:
-    """MCBN vs CUBN over UCI datasets and Teye et al.'s splits -> markdown + figures."""
-    from bayesify.bench.uci import UCISettings
-    from bayesify.bench.uci_report import run_uci_benchmark
-
-    torch.set_num_threads(threads)
-    names = [d.strip() for d in datasets.split(",") if d.strip()]
-    settings = UCISettings(epochs=epochs, samples=samples, batch_sizes=_ints(batch_sizes))
-    text, _ = run_uci_benchmark(names, splits, settings, out)
-    console.print(text)
-
-
-@bench_app.command("speed")
-def bench_speed(
-    methods: Annotated[str, typer.Option(help="Comma-separated method names.")] = (
-        "MCBN,MCDropout,BayesByBackprop,IBNN,StochasticNorm,DeepEnsemble"
-    ),
-    models: Annotated[str, typer.Option(help="Comma-separated: mlp, lenet, resnet.")] = (
-        "mlp,lenet,resnet"
-    ),
-    n: Annotated[str, typer.Option(help="Query rows N, comma-separated.")] = "1,64,1024",
-    t: Annotated[str, typer.Option(help="MC samples T, comma-separated.")] = "10,100",
-    repeats: Annotated[int, typer.Option(help="Timed repetitions per cell.")] = 5,
-    warmup: Annotated[int, typer.Option(help="Untimed warm-up rounds per cell.")] = 1,
-    predict: Annotated[bool, typer.Option(help="The prediction grid (off: training only).")] = True,
-    memory: Annotated[bool, typer.Option(help="Peak memory of every cell.")] = True,
-    train: Annotated[bool, typer.Option(help="Training time per epoch vs deterministic.")] = True,
-    train_models: Annotated[str, typer.Option(help="Models for training time.")] = "mlp,lenet",
-    train_batch_size: Annotated[int, typer.Option(help="Mini-batch size for training time.")] = 32,
-    train_rows: Annotated[int, typer.Option(help="Rows per timed training epoch.")] = 640,
-    max_cell_rows: Annotated[int, typer.Option(help="Skip cells with T*N above (0: none).")] = (
-        20_000
-    ),
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
-    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 1,
-    out: Annotated[Path, typer.Option(help="Markdown report.")] = Path("benchmarks/speed.md"),
-) -> None:
-    """One-pass prediction vs the loop of T passes (MCBN: also vs Teye's Algorithm 1), peak
-    memory and training time per epoch -> markdown."""
-    import shlex
-    import sys
-
-    from bayesify.bench.speed import SpeedSettings, run_speed, speed_markdown
-
-    def csv(text: str) -> tuple[str, ...]:
-        return tuple(v.strip() for v in text.split(",") if v.strip())
-
-    try:
-        settings = SpeedSettings(methods=csv(methods), models=csv(models),
-                                 ns=tuple(int(v) for v in csv(n)), ts=tuple(int(v) for v in csv(t)),
-                                 repeats=repeats, warmup=warmup, memory=memory, train=train,
-                                 predict=predict,
-                                 train_models=csv(train_models), batch_size=train_batch_size,
-                                 train_rows=train_rows,
-                                 max_rows_per_cell=max_cell_rows, device=device)  # fmt: skip
-    except ValueError as e:
-        raise _fail(f"bad grid option: {e}") from None
-    unknown = set(settings.models) - {"mlp", "lenet", "resnet"}
-    if unknown:
-        raise _fail(f"unknown model(s) {sorted(unknown)}; valid: mlp, lenet, resnet")
-    torch.set_num_threads(threads)
-    result = run_speed(settings)
-    command = "bayesify " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    text = speed_markdown(result, command)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    console.print(text)
-    console.print(f"wrote {out}")
-
-
-# The other benchmarks: one command each, built from the module's options dataclass (its fields
+# Every benchmark: one command each, built from the module's options dataclass (its fields
 # are the command's options) and run by the module's ``run(options)``.
 for _options, _run in (
     (bn_noise.BNNoiseOptions, bn_noise.run),
     (fashion_nodes.FashionNodesOptions, fashion_nodes.run),
     (fmnist_calibration.FMNISTCalibrationOptions, fmnist_calibration.run),
     (mcbn_collapse.MCBNCollapseOptions, mcbn_collapse.run),
+    (speed.SpeedOptions, speed.run),
     (toy_depth.ToyDepthOptions, toy_depth.run),
+    (uci_report.UCIOptions, uci_report.run),
     (uci_methods.UCIMethodsOptions, uci_methods.run),
 ):
     add_bench_command(bench_app, _options, _run)

@@ -30,6 +30,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from bayesify.data.errors import DataError
+
 O = TypeVar("O")
 SCALARS = (int, float, str, bool, Path)
 
@@ -151,14 +153,20 @@ def _first_paragraph(doc: str | None) -> str:
 
 
 def add_bench_command(app: typer.Typer, cls: type[O], run: Callable[[O], str]) -> None:
-    """Register ``cls.command`` on ``app``: parse the options, call ``run``, print its markdown.
+    """Register ``cls.command`` on ``app``: parse the options, call ``run``, print its markdown;
+    a :class:`~bayesify.data.errors.DataError` (missing data) is a one-line error, exit code 2.
 
     The help text is the first paragraph of ``run``'s module docstring."""
 
     def command(**values: Any) -> None:
         options = options_from_cli(cls, values)
         logging.getLogger("bayesify.bench").setLevel(logging.INFO)  # progress on stderr
-        typer.echo(run(options))
+        try:
+            text = run(options)
+        except DataError as e:  # a missing data folder or file: the message says which
+            typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(code=2) from None
+        typer.echo(text)
 
     command.__signature__ = option_signature(cls)  # type: ignore[attr-defined]
     command.__name__ = cls.command.replace("-", "_")

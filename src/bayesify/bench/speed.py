@@ -1,6 +1,7 @@
-"""``bayesify bench speed``: one-pass prediction vs the loop of T passes (and, for MCBN, vs Teye
-et al.'s Algorithm 1), peak memory, and training time per epoch relative to the deterministic
-network. Cases and measurements live in :mod:`bayesify.bench.speed_cases`.
+"""One-pass prediction vs the loop of T passes (MCBN: also vs Teye et al.'s Algorithm 1), peak
+memory, and training time per epoch relative to the deterministic network -> markdown.
+
+``bayesify bench speed``; cases and measurements live in :mod:`bayesify.bench.speed_cases`.
 
 Timings are wall seconds of complete ``Predictive`` constructions; the variants of a cell run
 interleaved (rotating order) after warm-up, so the per-repetition ratios are paired and machine
@@ -16,11 +17,13 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import torch
 from tqdm.auto import tqdm
 
+from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.bench.speed_cases import (
     METHOD_CLASSES,
     MODELS,
@@ -38,31 +41,55 @@ from bayesify.train import as_loader, make_optimizer, train_loop
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class SpeedSettings:
-    """The grid and the measurement protocol."""
+#: extra training rows: (method, option overrides) for settings users trade speed against
+TRAIN_VARIANTS: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = (
+    ("ibnn", (("train_samples", 2),)),
+    ("bbb", (("conv_estimator", "flipout"),)),
+    ("bbb", (("last_k", 2),)),
+)
 
-    methods: tuple[str, ...] = METHOD_CLASSES
-    models: tuple[str, ...] = MODELS
-    ns: tuple[int, ...] = (1, 64, 1024)
-    ts: tuple[int, ...] = (10, 100)
-    repeats: int = 5
-    warmup: int = 1
-    bank_batch: int = 32
-    memory: bool = True  # peak memory of every cell (one extra call per variant)
-    predict: bool = True  # the prediction grid (off: training times only)
-    train: bool = True
-    train_models: tuple[str, ...] = ("mlp", "lenet")
-    train_rows: int = 640  # one epoch = train_rows / batch_size steps
-    batch_size: int = 32
-    max_rows_per_cell: int = 20_000  # skip cells with T*N above this (0: no limit)
-    device: str = "cpu"
-    #: extra training rows: (method, option overrides) for settings users trade speed against
-    train_variants: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = (
-        ("ibnn", (("train_samples", 2),)),
-        ("bbb", (("conv_estimator", "flipout"),)),
-        ("bbb", (("last_k", 2),)),
-    )
+
+@dataclass(frozen=True)
+class SpeedOptions:
+    """Options of ``bayesify bench speed``: the grid and the measurement protocol."""
+
+    command: ClassVar[str] = "speed"
+    methods: tuple[str, ...] = option(METHOD_CLASSES, "Method names (class or registry names).")
+    models: tuple[str, ...] = option(MODELS, f"Networks: {', '.join(MODELS)}.")
+    n: tuple[int, ...] = option((1, 64, 1024), "Query rows N.")
+    t: tuple[int, ...] = option((10, 100), "MC samples T.")
+    repeats: int = option(5, "Timed repetitions per cell.")
+    warmup: int = option(1, "Untimed warm-up rounds per cell.")
+    bank_batch: int = option(32, "MCBN's mini-batch size b (bank and Algorithm 1).")
+    predict: bool = option(True, "The prediction grid (off: training times only).")
+    memory: bool = option(True, "Peak memory of every cell (one extra call per variant).")
+    train: bool = option(True, "Training time per epoch vs the deterministic network.")
+    train_models: tuple[str, ...] = option(("mlp", "lenet"), "Networks for training time.")
+    train_batch_size: int = option(32, "Mini-batch size for training time.")
+    train_rows: int = option(640, "Rows per timed training epoch.")
+    max_cell_rows: int = option(20_000, "Skip prediction cells with T*N above (0: none).")
+    device: str = option("cpu", "cpu or cuda.")
+    threads: int = option(1, "torch CPU threads.")
+    out: str = option("benchmarks/speed.md", "Markdown report.")
+
+    def __post_init__(self) -> None:
+        check_choices("models", self.models, MODELS)
+        if self.train:
+            check_choices("train models", self.train_models, MODELS)
+        if not self.methods:
+            raise ValueError("no methods given")
+        counts = {"n": self.n, "t": self.t}
+        for name, values in counts.items():
+            if not values or min(values) < 1:
+                raise ValueError(f"{name} needs values >= 1, got {values}")
+        positive = {"repeats": self.repeats, "bank_batch": self.bank_batch,
+                    "train_batch_size": self.train_batch_size, "train_rows": self.train_rows,
+                    "threads": self.threads}  # fmt: skip
+        for name, value in positive.items():
+            if value < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        if self.warmup < 0 or self.max_cell_rows < 0:
+            raise ValueError("warmup and max_cell_rows must be >= 0")
 
 
 def quartiles(xs: list[float]) -> tuple[float, float, float]:
@@ -111,7 +138,7 @@ class TrainTiming:
 
 @dataclass
 class SpeedResult:
-    settings: SpeedSettings
+    settings: SpeedOptions
     cells: list[Cell] = field(default_factory=list)
     training: list[TrainTiming] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
@@ -120,7 +147,7 @@ class SpeedResult:
 def _epoch_fn(
     method_name: str,
     model: str,
-    s: SpeedSettings,
+    s: SpeedOptions,
     net_of: str | None = None,
     options: dict[str, Any] | None = None,
 ) -> Callable[[int], object]:
@@ -129,13 +156,13 @@ def _epoch_fn(
     case = build_case(method_name, model, device=s.device, net_of=net_of, options=options)
     m = case.method
     x, y = random_data(model, s.train_rows, seed=3)
-    loader = as_loader((x, y), s.batch_size, shuffle=True, seed=0)
+    loader = as_loader((x, y), s.train_batch_size, shuffle=True, seed=0)
     opt = make_optimizer(m.param_groups(1e-3, 0.0), "adam", 1e-3)
     n = len(x)
     dev = torch.device(s.device)
 
     if type(m).fit is not Method.fit:  # the method trains itself (e.g. an ensemble's members)
-        return lambda _r: m.fit((x, y), epochs=1, batch_size=s.batch_size, progress=False)
+        return lambda _r: m.fit((x, y), epochs=1, batch_size=s.train_batch_size, progress=False)
 
     def epoch(_r: int) -> object:
         return train_loop(m.net, lambda a, b, p: m.objective(a, b, p, n), loader, opt, epochs=1,
@@ -144,8 +171,13 @@ def _epoch_fn(
     return epoch
 
 
-def run_speed(s: SpeedSettings, progress: bool = True) -> SpeedResult:
-    """Run the grid of ``s``; methods that are not registered are skipped with a note."""
+def run_speed(
+    s: SpeedOptions,
+    progress: bool = True,
+    train_variants: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = TRAIN_VARIANTS,
+) -> SpeedResult:
+    """Run the grid of ``s``; methods that are not registered are skipped with a note.
+    ``train_variants``: extra training rows, (method, option overrides)."""
     result = SpeedResult(s)
     dev = torch.device(s.device)
     names: list[str] = []
@@ -155,10 +187,10 @@ def run_speed(s: SpeedSettings, progress: bool = True) -> SpeedResult:
             result.skipped.append(f"{requested}: not registered (not importable yet)")
         else:
             names.append(reg)
-    jobs = [(m, model, n, t) for m in names for model in s.models for n in s.ns for t in s.ts]
+    jobs = [(m, model, n, t) for m in names for model in s.models for n in s.n for t in s.t]
     jobs = jobs if s.predict else []
     for name, model, n, t in tqdm(jobs, desc="bench speed", disable=not progress):
-        if s.max_rows_per_cell and n * t > s.max_rows_per_cell:
+        if s.max_cell_rows and n * t > s.max_cell_rows:
             result.skipped.append(f"{name}/{model} N={n} T={t}: T·N above the cell limit")
             continue
         try:
@@ -179,7 +211,7 @@ def run_speed(s: SpeedSettings, progress: bool = True) -> SpeedResult:
         log.info("%s/%s N=%d T=%d: loop/one %.2f", name, model, n, t, cell.ratio("loop")[1])
     if s.train:
         runs = [(m, {}) for m in names]
-        runs += [(m, dict(opts)) for m, opts in s.train_variants if m in names]
+        runs += [(m, dict(opts)) for m, opts in train_variants if m in names]
         pairs = [(m, opts, model) for m, opts in runs for model in s.train_models]
         for name, opts, model in tqdm(pairs, desc="bench train", disable=not progress):
             try:
@@ -307,7 +339,7 @@ def speed_markdown(result: SpeedResult, command: str) -> str:
             "",
             "## Training time per epoch",
             "",
-            f"{s.train_rows} random rows, batch size {s.batch_size}, Adam (torch's fused "
+            f"{s.train_rows} random rows, batch size {s.train_batch_size}, Adam (torch's fused "
             "kernel); the deterministic baseline trains the method's own network variant (e.g. "
             "with its dropout layers for MC dropout, without batch norm for BBB, IBNN and "
             "StochasticNorm) plainly, with the plain loss. Rows with options are settings "
@@ -327,3 +359,12 @@ def speed_markdown(result: SpeedResult, command: str) -> str:
     if result.skipped:
         out += ["", "## Skipped", "", *(f"- {line}" for line in result.skipped)]
     return "\n".join(out) + "\n"
+
+
+def run(opts: SpeedOptions) -> str:
+    """Measure the grid of ``opts``, write the markdown report to ``opts.out`` and return it."""
+    torch.set_num_threads(opts.threads)
+    text = speed_markdown(run_speed(opts), command_line(opts))
+    write_report(opts.out, text)
+    log.info("wrote %s", Path(opts.out))
+    return text

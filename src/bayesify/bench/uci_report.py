@@ -1,4 +1,8 @@
-"""Run MCBN vs CUBN over UCI datasets and splits; write a markdown table and figures."""
+"""MCBN vs CUBN over UCI datasets and Teye et al.'s splits -> markdown table, uncertainty–error
+figures and a results store.
+
+``bayesify bench uci`` (and the demo) run :func:`run_uci_benchmark`.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +11,18 @@ import platform
 import shlex
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import torch
 from tqdm.auto import tqdm
 
+from bayesify.bench.options import check_choices, option
 from bayesify.bench.store import ResultsStore
 from bayesify.bench.summary import markdown_table, summarise
 from bayesify.bench.uci import UCISettings, run_mcbn_split
+from bayesify.data.uci import UCI_DATASETS
 from bayesify.plots import uncertainty_error_plot
 
 log = logging.getLogger(__name__)
@@ -34,6 +41,38 @@ TEYE_TABLE_1 = {
     "wine-quality-red": (0.26, 19.29),
     "yacht": (-56.39, 45.90),
 }
+
+
+@dataclass(frozen=True)
+class UCIOptions:
+    """Options of ``bayesify bench uci``."""
+
+    command: ClassVar[str] = "uci"
+    datasets: tuple[str, ...] = option(
+        ("bostonHousing", "concrete", "energy"), "UCI datasets (folder names under uci/)."
+    )
+    splits: int = option(5, "Teye et al. 80/20 splits per dataset.")
+    epochs: int = option(300, "Maximum epochs (early stopping on validation).")
+    samples: int = option(200, "MC samples T per prediction.")
+    batch_sizes: tuple[int, ...] = option((32, 128), "Batch sizes to choose from on validation.")
+    out: str = option("benchmarks/uci_mcbn", "Folder for uci_mcbn.md, figures and results.db.")
+    threads: int = option(2, "torch CPU threads.")
+
+    def __post_init__(self) -> None:
+        check_choices("datasets", self.datasets, UCI_DATASETS)
+        if not self.batch_sizes or min(self.batch_sizes) < 2:
+            raise ValueError(f"batch sizes must be >= 2, got {self.batch_sizes}")
+        for name in ("splits", "epochs", "samples", "threads"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+def run(opts: UCIOptions) -> str:
+    """Train and score every (dataset, split) of ``opts``; returns the markdown page."""
+    torch.set_num_threads(opts.threads)
+    settings = UCISettings(epochs=opts.epochs, samples=opts.samples, batch_sizes=opts.batch_sizes)
+    text, _ = run_uci_benchmark(opts.datasets, opts.splits, settings, Path(opts.out))
+    return text
 
 
 def machine() -> str:
