@@ -149,19 +149,20 @@ def test_unknown_option_exits_nonzero(name):
     assert "No such option" in _plain(result.output)
 
 
-def test_bad_list_and_bad_choice_are_usage_errors():
-    result = runner.invoke(app, ["bench", "bn-noise", "--batch-sizes", "8,x"])
-    assert result.exit_code == 2 and "comma-separated int" in _plain(result.output)
-    result = runner.invoke(app, ["bench", "uci-methods", "--methods", "mcbn,nope"])
-    assert result.exit_code == 2 and "unknown methods ['nope']" in _plain(result.output)
-    result = runner.invoke(app, ["bench", "fmnist-calibration", "--methods", ""])
-    assert result.exit_code == 2 and "no methods given" in _plain(result.output)
-    result = runner.invoke(app, ["bench", "uci", "--datasets", "concrete,nope"])
-    assert result.exit_code == 2 and "unknown datasets ['nope']" in _plain(result.output)
-    result = runner.invoke(app, ["bench", "speed", "--models", "mlp,vgg"])
-    assert result.exit_code == 2 and "unknown models ['vgg']" in _plain(result.output)
-    result = runner.invoke(app, ["bench", "speed", "--t", "0,10"])
-    assert result.exit_code == 2 and "t needs values >= 1" in _plain(result.output)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bn-noise", "--batch-sizes", "8,x"], "comma-separated int"),
+        (["uci-methods", "--methods", "mcbn,nope"], "unknown methods ['nope']"),
+        (["fmnist-calibration", "--methods", ""], "no methods given"),
+        (["uci", "--datasets", "concrete,nope"], "unknown datasets ['nope']"),
+        (["speed", "--models", "mlp,vgg"], "unknown models ['vgg']"),
+        (["speed", "--t", "0,10"], "t needs values >= 1"),
+    ],
+)
+def test_bad_list_and_bad_choice_are_usage_errors(args, message):
+    result = runner.invoke(app, ["bench", *args])
+    assert result.exit_code == 2 and message in _plain(result.output)
 
 
 def test_missing_data_is_a_one_line_error(tmp_path, monkeypatch):
