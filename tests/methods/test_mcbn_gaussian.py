@@ -71,14 +71,42 @@ def test_drawn_statistics_follow_the_chi2_law(b, spatial):
     # sample mean ~ N(mu, s2 / n)
     torch.testing.assert_close(m.mean(0), mu, atol=4 * (s2 / n / 20000).sqrt().max(), rtol=0)
     torch.testing.assert_close(m.var(0), s2 / n, rtol=0.05, atol=0)
-    # (n - 1) S² / σ² ~ χ²(n - 1): moments and a KS test against scipy
-    scaled = (v * (n - 1) / s2).numpy()
+    # the biased variance S² of n values: n S² / σ² ~ χ²(n - 1); moments and a KS test (scipy)
+    scaled = (v * n / s2).numpy()
     for c in range(3):
         assert abs(scaled[:, c].mean() - stats.chi2.mean(n - 1)) < 4 * np.sqrt(
             stats.chi2.var(n - 1) / 20000
         )
         assert abs(scaled[:, c].var() / stats.chi2.var(n - 1) - 1) < 0.06
         assert stats.kstest(scaled[:, c], stats.chi2(n - 1).cdf).pvalue > 1e-3
+
+
+@pytest.mark.parametrize("b", [2, 4, 16])
+def test_drawn_statistics_match_real_mini_batches(b):
+    """The Gaussian model against what the bank records from real mini-batches of b rows drawn
+    from a Gaussian population: the same mean variance σ²(b−1)/b (the biased variance batch
+    norm normalises with) and the same spread of batch means σ²/b."""
+    g = torch.Generator().manual_seed(1)
+    population = torch.randn(20000, 3, generator=g, dtype=torch.float64) * torch.tensor(
+        [1.0, 2.0, 0.5], dtype=torch.float64
+    ) + torch.tensor([0.5, -1.0, 2.0], dtype=torch.float64)
+    layer = MCBatchNorm(3).double()
+    layer.running_mean = population.mean(0)
+    layer.running_var = population.var(0)  # unbiased, as torch's running statistics
+    layer.spatial_size.fill_(1)
+    batches = torch.randint(0, 20000, (4000, b), generator=g)  # with replacement: N >> b
+    with layer.recording():
+        for idx in batches:
+            layer(population[idx])
+    layer.statistics, layer.effective_batch_size = "gaussian", float(b)
+    mean, var = layer.draw_statistics(20000, torch.Generator().manual_seed(2))
+    s2 = layer.running_var
+    bank_ratio = layer.bank_var.mean(0) / s2
+    model_ratio = var.mean(0) / s2
+    torch.testing.assert_close(bank_ratio, torch.full_like(s2, (b - 1) / b), atol=0.04, rtol=0)
+    torch.testing.assert_close(model_ratio, bank_ratio, atol=0.05, rtol=0)
+    torch.testing.assert_close(mean.var(0) / layer.bank_mean.var(0), torch.ones_like(s2),
+                               atol=0.08, rtol=0)  # fmt: skip
 
 
 def test_gaussian_draws_need_spatial_size_and_n_above_one():

@@ -7,9 +7,10 @@ with the statistics of one training mini-batch: row ``rows[t]`` of a statistics 
 
 With ``statistics = "gaussian"`` the per-group statistics are drawn instead from their
 large-sample law given the population statistics (Teye et al. appendix; Shekhovtsov & Flach
-§3.1; Mukhoti et al.): mean ~ N(μ, σ²/n), variance ~ σ²·χ²(n−1)/(n−1), with μ, σ² the running
-statistics and n = ``effective_batch_size`` × spatial size (the values per channel a batch
-averages over). No training data is needed at prediction; n is a continuous knob.
+§3.1; Mukhoti et al.): mean ~ N(μ, σ²/n), variance ~ σ²·χ²(n−1)/n (the biased variance batch
+norm normalises with, as in the bank), with μ, σ² the running statistics and
+n = ``effective_batch_size`` × spatial size (the values per channel a batch averages over). No
+training data is needed at prediction; n is a continuous knob.
 
 Either way the per-group statistics ``[T, C]`` are chosen once per sampling block (in
 ``begin_sampling``); ``select_groups(start, stop)`` uses rows ``start .. stop-1`` of them, so a
@@ -139,9 +140,10 @@ class MCBatchNorm(StochasticModule):
     def draw_gaussian_statistics(
         self, samples: int, generator: torch.Generator | None
     ) -> tuple[Tensor, Tensor]:
-        """``samples`` draws ``([T, C], [T, C])`` of a batch's mean and unbiased variance given
-        the running statistics: N(μ, σ²/n) and σ²·χ²(n−1)/(n−1) (numpy's exact χ², seeded from
-        ``generator``)."""
+        """``samples`` draws ``([T, C], [T, C])`` of a batch's mean and (biased) variance given
+        the running statistics: N(μ, σ²/n) and σ²·χ²(n−1)/n (numpy's exact χ², seeded from
+        ``generator``). Batch norm normalises a mini-batch with its biased variance, whose mean
+        is σ²(n−1)/n; so do the bank and Teye et al.'s Algorithm 1."""
         n = self.effective_n
         if n <= 1:
             raise ValueError(f"the effective sample size n must be > 1, got {n}")
@@ -154,7 +156,7 @@ class MCBatchNorm(StochasticModule):
         chi2 = torch.from_numpy(rng.chisquare(n - 1, size=(samples, c)))
         mu, var = self.running_mean.double().cpu(), self.running_var.double().cpu()
         mean = mu + (var / n).sqrt() * z
-        svar = var * chi2 / (n - 1)
+        svar = var * chi2 / n
         ref = self.running_mean
         return mean.to(ref), svar.to(ref)
 
