@@ -97,6 +97,14 @@ def as_loader(
     )
 
 
+def loader_batch_size(loader: DataLoader) -> int | None:
+    """The rows per batch a DataLoader yields (its ``batch_size``, or its batch sampler's);
+    None when it does not say."""
+    if loader.batch_size is not None:
+        return loader.batch_size
+    return getattr(loader.batch_sampler or loader.sampler, "batch_size", None)
+
+
 def make_optimizer(
     groups: list[dict], name: OptimizerName | str, lr: float, momentum: float = 0.9
 ) -> torch.optim.Optimizer:

@@ -106,11 +106,13 @@ def test_one_pass_equals_teye_algorithm_1(T):
     net, x, y = _trained_convnet()
     reference_net = copy.deepcopy(net)
     b = 16
-    loader = DataLoader(TensorDataset(x, y), batch_size=b, shuffle=False)
+    batches: list[torch.Tensor] = []  # the bank's mini-batches, as they are forwarded
+    hook = net.register_forward_pre_hook(lambda _m, args: batches.append(args[0].clone()))
     method = bayesify.MCBN.from_pretrained(
-        net, loader, batch_size=b, task="classification", bank_size=8
+        net, (x, y), batch_size=b, task="classification", bank_size=8
     )
-    batches = [xb for xb, _ in loader]
+    hook.remove()
+    assert [len(xb) for xb in batches] == [b] * 8
     query = torch.randn(7, 1, 8, 8, generator=torch.Generator().manual_seed(9))
     rows = method.draw_rows(T, torch.Generator().manual_seed(11))
     one_pass = method.sample(query, T, generator=torch.Generator().manual_seed(11))
@@ -165,3 +167,35 @@ def test_user_network_with_momentum_none_trains_like_torch():
         theirs.train()(xb)
     torch.testing.assert_close(ours[1].running_var, theirs[1].running_var)
     torch.testing.assert_close(ours[1].running_mean, theirs[1].running_mean)
+
+
+def _batch_sizes_seen(method: bayesify.MCBN) -> tuple[list[int], object]:
+    """Rows of every forward through ``method.net`` (a hook; remove it with ``.remove()``)."""
+    seen: list[int] = []
+    handle = method.net.register_forward_pre_hook(lambda _m, args: seen.append(len(args[0])))
+    return seen, handle
+
+
+def test_bank_rebatches_a_dataloader_with_the_requested_size():
+    x, y = regression_data(161)
+    loader = DataLoader(TensorDataset(x, y), batch_size=16)  # 10 full batches and one of 1 row
+    method = bayesify.MCBN(mlp(5, hidden=(8,)), bank_size=12)
+    method.net.train()
+    method.net(x[:32])  # running statistics, so the network is usable
+    seen, hook = _batch_sizes_seen(method)
+    method.fill_bank(loader, batch_size=40)
+    hook.remove()
+    assert seen == [40] * 12  # 4 full batches of 40 per pass over 161 rows, short ones dropped
+    assert method.bank_batch_size == 40
+
+
+def test_fit_on_a_dataloader_banks_its_batch_size():
+    x, y = regression_data(161)
+    loader = DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True, drop_last=True)
+    method = bayesify.MCBN(mlp(5, hidden=(8,)), bank_size=6)
+    seen, hook = _batch_sizes_seen(method)
+    method.fit(loader, epochs=1, batch_size=64, progress=False)  # the loader's 16 wins
+    hook.remove()
+    assert seen[:10] == [16] * 10  # training: the loader as it is
+    assert seen[10:] == [16] * 6  # the bank: the training batch size
+    assert method.bank_batch_size == 16

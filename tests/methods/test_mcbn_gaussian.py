@@ -10,7 +10,11 @@ from conformance import MethodConformance
 from scipy import stats
 
 import bayesify
-from bayesify.methods.mcbn_tuning import tune_effective_batch_size
+from bayesify.methods.mcbn_tuning import (
+    DEFAULT_GRID,
+    tune_effective_batch_size,
+    validation_log_likelihood,
+)
 from bayesify.models import lenet, mlp
 from bayesify.nn import MCBatchNorm
 
@@ -140,6 +144,29 @@ def test_tune_batch_size_picks_the_best_grid_point():
     assert set(scores) == {2.0, 8.0, 32.0, 128.0, 1024.0}
     best = max(scores, key=scores.get)
     assert method.effective_batch_size == best
+    # every b is scored with τ refitted at that b, and the chosen b keeps its own τ
+    tau = method.noise_variance
+    val = (x[300:], y[300:])
+    for b in (best, 2.0):
+        method.set_effective_batch_size(b)
+        tau_b = method.fit_noise(val)
+        ll = validation_log_likelihood(method, *val, samples=16, seed=0)
+        assert ll == pytest.approx(scores[b], rel=1e-6)
+        if b == best:
+            assert tau_b == pytest.approx(tau, rel=1e-9)
+
+
+def test_tune_bank_model_default_grid_skips_batches_larger_than_the_data():
+    x, y = regression_data(300)
+    method = bayesify.MCBN(mlp(5, hidden=(8,)), bank_size=4)
+    method.fit((x[:200], y[:200]), epochs=1, batch_size=16, progress=False)
+    scores = tune_effective_batch_size(
+        method, (x[200:], y[200:]), train=(x[:200], y[:200]), samples=4
+    )
+    assert set(scores) == {b for b in DEFAULT_GRID if round(b) <= 200}
+    assert method.bank_batch_size == round(max(scores, key=scores.get))
+    with pytest.raises(ValueError, match="at most 200 training rows"):
+        tune_effective_batch_size(method, (x[200:], y[200:]), [512, 1024], train=(x[:200], y[:200]))
 
 
 def test_tune_bank_model_refills_the_bank():

@@ -21,12 +21,21 @@ from typing import Any, ClassVar, Literal
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils.data import DataLoader
 
 from bayesify.io import write_bundle
 from bayesify.metrics import fit_constant_std
 from bayesify.nn import repeat_samples, sampling, select_groups
 from bayesify.predictive import Predictive, Task
-from bayesify.train import Data, History, as_dataset, as_loader, make_optimizer, train_loop
+from bayesify.train import (
+    Data,
+    History,
+    as_dataset,
+    as_loader,
+    loader_batch_size,
+    make_optimizer,
+    train_loop,
+)
 from bayesify.tuning import NoiseObjective, fit_noise_variance
 
 log = logging.getLogger(__name__)
@@ -217,13 +226,17 @@ class Method:
     ) -> Method:
         """Train on ``train`` (``(X, y)`` tensors, a Dataset or a DataLoader); returns ``self``.
 
-        With ``val``, the epoch with the best validation loss is kept (early stopping after
-        ``patience`` stale epochs) and, for regression, τ is fitted on it afterwards.
+        A DataLoader is used as it is: its batch size, not ``batch_size``, is the training batch
+        size (which e.g. MCBN's bank then matches). With ``val``, the epoch with the best
+        validation loss is kept (early stopping after ``patience`` stale epochs) and, for
+        regression, τ is fitted on it afterwards.
         """
         if device is not None:
             self.net.to(device)
         dev = self.device
         loader = as_loader(train, batch_size, shuffle=True, seed=seed)
+        if isinstance(train, DataLoader):
+            batch_size = loader_batch_size(loader) or batch_size
         n_data = len(loader.dataset)
         self._remember_input_shape(loader.dataset)
         opt = make_optimizer(self.param_groups(lr, weight_decay), optimizer, lr)

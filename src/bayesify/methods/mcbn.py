@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampling
-from bayesify.train import Data, as_loader
+from bayesify.train import Data, as_dataset, as_loader
 
 log = logging.getLogger(__name__)
 
@@ -156,11 +156,14 @@ class MCBN(Method):
     ) -> None:
         """Record every batch-norm layer's (biased) batch mean and variance for ``bank_size``
         random training mini-batches of ``batch_size``; weights and running stats are unchanged.
+
+        A DataLoader's rows are re-batched: MCBN's b is ``batch_size``, and a short last batch
+        (whose statistics would be far noisier) is never recorded.
         """
         bank_size = bank_size or self.config.bank_size
         if batch_size < 2:
             raise ValueError(f"MCBN mini-batches need at least 2 rows, got batch_size={batch_size}")
-        loader = as_loader(train, batch_size, shuffle=True, seed=seed, drop_last=True)
+        loader = as_loader(as_dataset(train), batch_size, shuffle=True, seed=seed, drop_last=True)
         if len(loader) == 0:
             raise ValueError(
                 f"{len(loader.dataset)} training rows are fewer than one batch of {batch_size}"
