@@ -52,13 +52,21 @@ def test_learned_noise_has_the_scale_law_per_row_and_channel():
 
 
 def test_bn_like_noise_has_fixed_levels():
+    """y / s = (x̂ + V) U with V ~ N(0, a²), U ~ N(1, m²) independent: mean x̂ and variance
+    (x̂² + a²)(1 + m²) − x̂², which tells the multiplicative noise apart when x̂ is not small."""
     lin = nn.Linear(3, 2, bias=False)
-    layer = StochasticScale(lin, noise="bn", bn_mult_std=0.1, bn_add_std=0.2)
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]))  # unit rows: x̂ = x[:2]
+    a, m = 0.2, 0.1
+    layer = StochasticScale(lin, noise="bn", bn_mult_std=m, bn_add_std=a)
     assert not [n for n, _ in layer.named_parameters() if n.startswith("u")]
-    x = torch.zeros(1, 3).repeat(5000, 1)  # x̂ = 0: output = s · V · U
-    with torch.no_grad(), sampling(layer, 5000, torch.Generator().manual_seed(0)):
+    x_hat = torch.tensor([2.0, -1.0])
+    x = torch.tensor([[2.0, -1.0, 5.0]]).repeat(20000, 1)
+    with torch.no_grad(), sampling(layer, 20000, torch.Generator().manual_seed(0)):
         out = layer(x) / layer.scale.detach()
-    torch.testing.assert_close(out.std(0), torch.full((2,), 0.2), atol=0.01, rtol=0)
+    expected_std = ((x_hat**2 + a**2) * (1 + m**2) - x_hat**2).sqrt()  # 0.284, 0.224
+    torch.testing.assert_close(out.mean(0), x_hat, atol=0.01, rtol=0)
+    torch.testing.assert_close(out.std(0), expected_std, atol=0.006, rtol=0)
     assert float(layer.kl()) == 0.0
 
 
