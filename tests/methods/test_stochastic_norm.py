@@ -60,8 +60,13 @@ def test_unit_norm_after_every_step_and_no_weight_decay(noise):
     x, y = regression_data()
     method = bayesify.StochasticNorm(mlp(4, hidden=(16, 8), norm=None), noise=noise)
     groups = method.param_groups(1e-2, 0.1)
-    directions = {id(layer.layer.weight) for layer in method.layers}
-    assert {id(p) for p in groups[0]["params"]} == directions and groups[0]["weight_decay"] == 0
+    free = {id(layer.layer.weight) for layer in method.layers}
+    if noise == "learned":  # the scale posterior's parameters: the KL is their regulariser
+        free |= {id(p) for layer in method.layers for p in (layer.scale, layer.u)}
+    assert {id(p) for p in groups[0]["params"]} == free and groups[0]["weight_decay"] == 0
+    decayed = {id(p) for p in groups[1]["params"]}
+    assert decayed == {id(p) for p in method.net.parameters()} - free
+    assert groups[1]["weight_decay"] == 0.1
     norms = []
     method.after_step = (
         lambda: (  # record norms right after each projection

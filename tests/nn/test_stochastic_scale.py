@@ -74,3 +74,14 @@ def test_per_layer_sigma_is_one_parameter():
     layer = StochasticScale(nn.Linear(3, 5), sigma_per="layer", sigma_init=0.2)
     assert layer.u.shape == (1,)
     torch.testing.assert_close(layer.sigma, torch.full((5,), 0.2))
+
+
+def test_prior_parameters_are_those_the_kl_depends_on():
+    """Exactly the parameters with a gradient from the KL (learned mode), none otherwise."""
+    for bias in (False, True):
+        layer = StochasticScale(nn.Linear(3, 4), stochastic_bias=bias)
+        layer.kl().backward()
+        with_grad = {id(p) for p in layer.parameters() if p.grad is not None and p.grad.any()}
+        assert {id(p) for p in layer.prior_parameters()} == with_grad
+        assert len(with_grad) == (4 if bias else 2)
+    assert StochasticScale(nn.Linear(3, 4), noise="bn").prior_parameters() == []

@@ -10,8 +10,11 @@ row is repeated S times with independent z. The loss per datum is
     mean NLL over the S·B rows + β(progress) · Σ_layers KL(q̂_ℓ ‖ p) / n_data,
 
 with q̂_ℓ the mixture-mean Gaussian of eq. 22–24 and β rising linearly from 0 to 1 over the first
-``kl_anneal`` fraction of training. The variational parameters (μ, σ) have their own optimiser
-group with ``variational_lr`` and no weight decay.
+``kl_anneal`` fraction of training. The NLL is :meth:`Method.nll`: cross-entropy, or for
+regression the squared error, i.e. the Gaussian NLL with a fixed noise variance of ½ in the
+(standardised) target units up to a constant; τ is fitted on validation data after training.
+The variational parameters (μ, σ) have their own optimiser group with ``variational_lr`` and no
+weight decay.
 
 Prediction: group t uses component t mod K; one pass over T·N rows.
 """

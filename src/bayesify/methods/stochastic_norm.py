@@ -2,8 +2,10 @@
 
 Every Linear/Conv layer except the output becomes weight-normalised with a stochastic
 per-channel scale S ~ N(s, σ²) (see :mod:`bayesify.nn.stochastic_scale`). After every optimiser
-step each weight vector is projected back onto ‖w‖ = 1; those weights get no weight decay.
-Loss per datum: mean NLL + Σ KL(q(S) ‖ N(1, prior_std²)) / n_data (mode ``learned``).
+step each weight vector is projected back onto ‖w‖ = 1; those weights get no weight decay, nor do
+the parameters the prior's KL already regularises (s, σ and a stochastic bias, mode ``learned``).
+Loss per datum: mean NLL + Σ KL(q(S) ‖ N(1, prior_std²)) / n_data (mode ``learned``), the NLL as
+IBNN's (:meth:`Method.nll`; for regression the squared error: a fixed noise variance of ½).
 ``noise="bn"`` trains with fixed BN-like noise levels instead, ``noise="none"`` is plain weight
 normalisation with projection (the noise-free baseline). Use a network without batch norm.
 """
@@ -77,11 +79,13 @@ class StochasticNorm(Method):
         )
 
     def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
-        directions = [layer.layer.weight for layer in self.layers]
-        ids = {id(p) for p in directions}
+        """Unit-norm directions and KL-regularised scale parameters without weight decay."""
+        free = [layer.layer.weight for layer in self.layers]
+        free += [p for layer in self.layers for p in layer.prior_parameters()]
+        ids = {id(p) for p in free}
         rest = [p for p in self.net.parameters() if p.requires_grad and id(p) not in ids]
         return [
-            {"params": directions, "weight_decay": 0.0},
+            {"params": free, "weight_decay": 0.0},
             {"params": rest, "weight_decay": weight_decay},
         ]
 

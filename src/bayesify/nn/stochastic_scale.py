@@ -120,6 +120,16 @@ class StochasticScale(TrainingNoiseModule):
             return torch.zeros_like(self.scale)
         return piecewise_sigma(self.u).expand(self.channels)
 
+    def prior_parameters(self) -> list[nn.Parameter]:
+        """The parameters the prior's KL regularises (s, σ's u, and a stochastic bias's mean
+        and u); none in the fixed-noise modes."""
+        if self.u is None:
+            return []
+        params = [self.scale, self.u]
+        if self.u_bias is not None:
+            params += [self.layer.bias, self.u_bias]
+        return params
+
     def kl(self, prior_std: float = 10.0) -> Tensor:
         """KL(N(s, σ²) ‖ N(1, prior_std²)) summed over channels (+ the bias's to N(0, prior_std²)
         when it is stochastic); zero in the fixed-noise modes."""
