@@ -201,6 +201,8 @@ def normalized_pll(pll: Any, pll_constant: Any, pll_optimal: Any) -> float:
     applied to the **means over points** (the ratio of means, not the mean of per-point ratios,
     which is undefined wherever a point's baseline equals its optimum). 0 = the constant-σ
     baseline, 100 = the per-point optimum; negative means worse than constant uncertainty.
+    The optimum is the best *Gaussian* per point, so a mixture predictive's PLL (e.g. MC samples
+    in two tight modes) can exceed it: the score is not bounded by 100.
 
     Args:
         pll: the model's PLL, ``[N]`` or a number.
