@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import re
+import types
 
 import pytest
+import torch
 
+from bayesify import Predictive
+from bayesify.bench import uci_report
+from bayesify.bench.store import ResultsStore
+from bayesify.bench.uci import UCISettings
 from bayesify.bench.uci_report import TEYE_TABLE_1
 from bayesify.data import data_root
 from bayesify.data.errors import DataError
@@ -47,3 +53,30 @@ def test_teye_table_1_matches_the_paper():
         assert m, row
         found[name] = (float(m.group(1)), float(m.group(4)))
     assert found == TEYE_TABLE_1
+
+
+def test_report_holds_only_this_runs_cells(tmp_path, monkeypatch):
+    """A second run into the same folder (fewer splits, other scores) reports its own cells,
+    though results.db keeps the first run's other splits."""
+    level = {"rmse": 0.0}
+
+    def fake_split(name, split, settings, seed=0):
+        scores = {
+            m: {k: level["rmse"] + split for k in uci_report.METRICS} for m in ("MCBN", "CUBN")
+        }
+        pred = Predictive.regression(torch.randn(4, 6, generator=torch.Generator().manual_seed(0)),
+                                     torch.full((6,), 0.1))  # fmt: skip
+        split_data = types.SimpleNamespace(y_test_original=torch.zeros(6))
+        return types.SimpleNamespace(scores=scores, pred=pred, split=split_data)
+
+    monkeypatch.setattr(uci_report, "run_mcbn_split", fake_split)
+    settings = UCISettings()
+    uci_report.run_uci_benchmark(["concrete"], 3, settings, tmp_path, progress=False)
+    level["rmse"] = 100.0
+    text, rows = uci_report.run_uci_benchmark(["concrete"], 1, settings, tmp_path, progress=False)
+    assert [(r["split"], r["rmse"]) for r in rows] == [(0, 100.0), (0, 100.0)]
+    assert "| concrete | MCBN | 1 | 100.000 ± " in text
+    stored = ResultsStore(tmp_path / "results.db").rows(uci_report.EXPERIMENT)
+    assert sorted((r["split"], r["rmse"]) for r in stored if r["method"] == "MCBN") == [
+        (0, 100.0), (1, 1.0), (2, 2.0)
+    ]  # fmt: skip

@@ -95,15 +95,18 @@ def run_uci_benchmark(
 ) -> tuple[str, list[dict]]:
     """Train and score every (dataset, split); write ``out/uci_mcbn.md``, figures, results.db.
 
-    Returns the markdown text and the result rows.
+    The report holds this run's cells only; ``results.db`` keeps every run's (a re-run cell
+    replaces its row). Returns the markdown text and the result rows.
     """
     out.mkdir(parents=True, exist_ok=True)
     store = ResultsStore(out / "results.db")
     jobs = [(d, s) for d in datasets for s in range(splits)]
+    rows: list[dict] = []  # this run's cells only: the store also holds earlier runs'
     for name, split in tqdm(jobs, desc="UCI splits", disable=not progress):
         run = run_mcbn_split(name, split, settings, seed=seed)
         for method, scores in run.scores.items():
             store.add(EXPERIMENT, name, split, method, scores, asdict(settings))
+            rows.append({"dataset": name, "split": split, "method": method, **scores})
         if on_result is not None:
             on_result(name, split, run.scores)
         if split == 0:
@@ -113,7 +116,7 @@ def run_uci_benchmark(
                 title=f"MCBN on {name} (split 0, test set)",
                 path=out / f"uncertainty_error_{name}.png",
             )
-    rows = [r for r in store.rows(EXPERIMENT) if r["dataset"] in datasets]
+    rows.sort(key=lambda r: (r["dataset"], r["method"], r["split"]))
     text = render_markdown(rows, datasets, splits, settings)
     (out / "uci_mcbn.md").write_text(text)
     return text, rows
