@@ -110,5 +110,8 @@ def test_clear_errors():
         pred.crps(torch.zeros(3))
     with pytest.raises(ValueError, match="targets"):
         pred.log_prob(torch.zeros(5))
+    for labels in ([0, 1, 4], [0, -1, 2], [0.5, 1, 2]):  # 4 classes: 0..3
+        with pytest.raises(ValueError, match=r"whole numbers in 0\.\.3"):
+            pred.log_prob(torch.tensor(labels))
     with pytest.raises(ValueError, match="noise_variance > 0"):
         Predictive.regression(torch.zeros(2, 3)).log_prob(torch.zeros(3))

@@ -196,8 +196,13 @@ class Predictive:
             return reg_metrics.mixture_log_prob(
                 self.samples, self._noise_variance, y, reduction="none"
             )
+        classes = self.samples.shape[-1]
+        labels = y.long()
+        if (labels != y).any() or (labels < 0).any() or (labels >= classes).any():
+            bad = y[(labels != y) | (labels < 0) | (labels >= classes)][:5].tolist()
+            raise ValueError(f"class labels must be whole numbers in 0..{classes - 1}, got {bad}")
         logp = self.samples.clamp_min(torch.finfo(self.samples.dtype).tiny).log()
-        picked = logp.gather(-1, y.long().view(1, -1, 1).expand(self.num_samples, -1, 1))
+        picked = logp.gather(-1, labels.view(1, -1, 1).expand(self.num_samples, -1, 1))
         return torch.logsumexp(picked.squeeze(-1), 0) - math.log(self.num_samples)
 
     def crps(self, y: Tensor, form: CRPSForm | str = CRPSForm.MIXTURE) -> Tensor:

@@ -12,6 +12,7 @@ layer draws per (group, data row), so the chunked samples equal the one-pass sam
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
@@ -114,8 +115,13 @@ class MethodConfig:
     noise_samples: int = 50  # MC samples used when fitting τ on validation data
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "task", Task(self.task))
-        object.__setattr__(self, "noise_objective", NoiseObjective(self.noise_objective))
+        for name, kind in (("task", Task), ("noise_objective", NoiseObjective)):
+            value = getattr(self, name)
+            try:
+                object.__setattr__(self, name, kind(value))
+            except ValueError:
+                valid = ", ".join(k.value for k in kind)
+                raise ValueError(f"unknown {name} {value!r}; valid: {valid}") from None
 
     def _require(self, names: tuple[str, ...], ok: Callable[[Any], bool], what: str) -> None:
         """Raise ``ValueError("<name> must be <what>, got <value>")`` for the first bad field."""
@@ -166,12 +172,23 @@ class Method:
             raise TypeError(f"{type(self).__name__} takes a {self.Config.__name__}")
         self.config = config
         self.net = net
-        self.noise_variance: float = 1.0  # τ⁻¹ for regression, in training target units
+        self._noise_variance = 1.0  # τ⁻¹ for regression, in training target units
+        self.noise_fitted = False  # whether τ⁻¹ was fitted, learned or set (else 1.0 is a guess)
         self.constant_variance: float | None = None  # the constant-uncertainty baseline's
         self.input_shape: tuple[int, ...] | None = None
         self.metadata: dict[str, Any] = {}  # free JSON (e.g. data standardisation), saved
         self.history: History | None = None
         self._prepare(net)
+
+    @property
+    def noise_variance(self) -> float:
+        """τ⁻¹, the regression noise variance added to every sample (training target units)."""
+        return self._noise_variance
+
+    @noise_variance.setter
+    def noise_variance(self, value: float) -> None:
+        self._noise_variance = float(value)
+        self.noise_fitted = True
 
     # ------------------------------------------------------------------ hooks for methods
     def _prepare(self, net: nn.Module) -> None:
@@ -185,6 +202,11 @@ class Method:
         """Mean data term: squared error (regression) or cross-entropy (classification)."""
         if self.config.task is Task.CLASSIFICATION:
             return F.cross_entropy(out, y.long())
+        if out.numel() != y.numel():
+            raise ValueError(
+                f"a regression net must output [N] or [N, 1], got {list(out.shape)} for "
+                f"{y.numel()} targets; for class scores pass task='classification'"
+            )
         return F.mse_loss(out.reshape(y.shape), y)
 
     def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
@@ -270,9 +292,9 @@ class Method:
         if self.config.task is not Task.REGRESSION:
             raise ValueError("the noise variance τ⁻¹ is a regression parameter")
         xv, yv = self._tensors(val)
-        pred = self.predict(xv, samples=self.config.noise_samples, seed=seed)
-        self.noise_variance = fit_noise_variance(pred.samples, yv, self.config.noise_objective)
-        std = fit_constant_std(pred.mean, yv, self.config.noise_objective.value)
+        means = self._regression_outputs(self.sample(xv, self.config.noise_samples, seed=seed))
+        self.noise_variance = fit_noise_variance(means, yv, self.config.noise_objective)
+        std = fit_constant_std(means.mean(0), yv, self.config.noise_objective.value)
         self.constant_variance = float(std) ** 2
         return self.noise_variance
 
@@ -338,11 +360,24 @@ class Method:
         """Raw outputs ``[T, N, ...]`` -> Predictive (softmax for classification)."""
         if self.config.task is Task.CLASSIFICATION:
             return Predictive.from_logits(out)
+        if not self.noise_fitted:
+            warnings.warn(
+                f"{type(self).__name__}: the noise variance τ⁻¹ was never fitted, so the "
+                "predictive adds 1.0 (training target units) to every sample; pass val= to "
+                "fit()/from_pretrained() or call fit_noise(val)",
+                UserWarning,
+                stacklevel=3,
+            )
+        return Predictive.regression(self._regression_outputs(out), self.noise_variance)
+
+    @staticmethod
+    def _regression_outputs(out: Tensor) -> Tensor:
+        """A regression net's samples ``[T, N]`` from its outputs ``[T, N]`` or ``[T, N, 1]``."""
         if out.dim() == 3 and out.shape[-1] != 1:
             raise ValueError(
                 f"a regression net must output [N] or [N, 1], got [N, {out.shape[-1]}]"
             )
-        return Predictive.regression(out.reshape(out.shape[0], out.shape[1]), self.noise_variance)
+        return out.reshape(out.shape[0], out.shape[1])
 
     # ------------------------------------------------------------------ input checks
     def _tensors(self, data: Data) -> tuple[Tensor, Tensor]:
@@ -359,8 +394,9 @@ class Method:
 
     def _check_inputs(self, x: Tensor) -> Tensor:
         x = torch.as_tensor(x, device=self.device)
-        if not x.is_floating_point():
-            x = x.float()
+        dtype = next((p.dtype for p in self.net.parameters()), torch.get_default_dtype())
+        if x.dtype != dtype:  # e.g. numpy's float64 or integer inputs for a float32 network
+            x = x.to(dtype)
         if self.input_shape is not None and tuple(x.shape[1:]) != self.input_shape:
             raise ValueError(
                 f"inputs must have shape [N, {', '.join(map(str, self.input_shape))}], "
@@ -392,6 +428,7 @@ class Method:
             "config": self.config.to_dict(),
             "model": spec,
             "noise_variance": self.noise_variance,
+            "noise_fitted": self.noise_fitted,
             "constant_variance": self.constant_variance,
             "input_shape": list(self.input_shape) if self.input_shape is not None else None,
             "metadata": self.metadata,

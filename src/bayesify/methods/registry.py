@@ -67,6 +67,7 @@ def load(path: str | Path, net: nn.Module | None = None, device: str | None = No
             f"unexpected {unexpected[:5]}"
         )
     method.noise_variance = float(cfg["noise_variance"])
+    method.noise_fitted = bool(cfg.get("noise_fitted", True))  # bundles before the flag: trust
     method.constant_variance = cfg.get("constant_variance")
     method.input_shape = tuple(cfg["input_shape"]) if cfg.get("input_shape") else None
     method.metadata = cfg.get("metadata", {})
