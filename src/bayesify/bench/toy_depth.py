@@ -50,7 +50,7 @@ def make(kind: str, depth: int, opts: ToyDepthOptions) -> bayesify.Method:
     torch.manual_seed(opts.seed)
     net = mlp(1, 1, (opts.width,) * depth, norm=None)
     if kind == "IBNN":
-        return bayesify.IBNN(
+        method = bayesify.IBNN(
             net,
             components=opts.components,
             train_samples=4,
@@ -60,6 +60,8 @@ def make(kind: str, depth: int, opts: ToyDepthOptions) -> bayesify.Method:
             variational_lr=1e-2,
             kl_anneal=0.3,
         )
+        method.noise_variance = 0.5  # the true noise, 3², in units of the scaled targets
+        return method
     from bayesify.methods.bayes_by_backprop import BayesByBackprop
 
     return BayesByBackprop(net, init_noise_variance=0.5, kl_schedule="linear", kl_warmup=0.3)
