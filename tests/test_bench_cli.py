@@ -158,6 +158,9 @@ def test_unknown_option_exits_nonzero(name):
         (["uci", "--datasets", "concrete,nope"], "unknown datasets ['nope']"),
         (["speed", "--models", "mlp,vgg"], "unknown models ['vgg']"),
         (["speed", "--t", "0,10"], "t needs values >= 1"),
+        (["speed", "--device", "tpu"], "device must be cpu or cuda"),
+        (["uci", "--splits", "7"], "protocol has 5 splits, got 7"),
+        (["bn-noise", "--bundle", "/nonexistent/bundle"], "no bundle folder"),
     ],
 )
 def test_bad_list_and_bad_choice_are_usage_errors(args, message):

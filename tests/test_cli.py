@@ -53,3 +53,20 @@ def test_demo_writes_table_and_figures(tmp_path):
     assert "| yacht | MCBN | 1 |" in text and "| yacht | CUBN | 1 |" in text
     assert (tmp_path / "uncertainty_error_yacht.png").stat().st_size > 10_000
     assert (tmp_path / "toy_mcbn.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--datasets", "concrete,nope"], "unknown datasets ['nope']"),
+        (["--datasets", ","], "no datasets given"),
+        (["--splits", "6"], "less than or equal to 5"),
+        (["--splits", "0"], "greater than or equal to 1"),
+        (["--toy-epochs", "0"], "greater than or equal to 1"),
+    ],
+)
+def test_demo_rejects_bad_options_before_any_work(args, message, tmp_path):
+    result = runner.invoke(app, ["demo", "--out", str(tmp_path / "d"), *args])
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.replace("│", " ").split())
+    assert not (tmp_path / "d").exists()

@@ -77,11 +77,13 @@ def demo(
     datasets: Annotated[str, typer.Option(help="Comma-separated UCI datasets.")] = ",".join(
         DEMO_DATASETS
     ),
-    splits: Annotated[int, typer.Option(help="Teye et al. 80/20 splits per dataset.")] = 3,
-    epochs: Annotated[int, typer.Option(help="Maximum epochs (early stopping).")] = 300,
-    samples: Annotated[int, typer.Option(help="MC samples T per prediction.")] = 200,
-    threads: Annotated[int, typer.Option(help="torch CPU threads.")] = 2,
-    toy_epochs: Annotated[int, typer.Option(help="Epochs for the 1-D toy figure.")] = 400,
+    splits: Annotated[
+        int, typer.Option(help="Teye et al. 80/20 splits per dataset.", min=1, max=5)
+    ] = 3,
+    epochs: Annotated[int, typer.Option(help="Maximum epochs (early stopping).", min=1)] = 300,
+    samples: Annotated[int, typer.Option(help="MC samples T per prediction.", min=1)] = 200,
+    threads: Annotated[int, typer.Option(help="torch CPU threads.", min=1)] = 2,
+    toy_epochs: Annotated[int, typer.Option(help="Epochs for the 1-D toy figure.", min=1)] = 400,
     batch_sizes: Annotated[str, typer.Option(help="Batch sizes to choose from on validation.")] = (
         "32,128"
     ),
@@ -90,9 +92,14 @@ def demo(
     uncertainty–error plot per dataset, and a 1-D toy plot."""
     from bayesify.bench.uci import UCISettings
     from bayesify.bench.uci_report import run_uci_benchmark
+    from bayesify.data.uci import UCI_DATASETS
 
     torch.set_num_threads(threads)
     names = [d.strip() for d in datasets.split(",") if d.strip()]
+    unknown = [d for d in names if d not in UCI_DATASETS]
+    if unknown or not names:
+        what = f"unknown datasets {unknown}" if unknown else "no datasets given"
+        raise _fail(f"{what}; valid: {', '.join(UCI_DATASETS)}")
     settings = UCISettings(epochs=epochs, samples=samples, batch_sizes=_ints(batch_sizes))
     console.print(f"MCBN vs CUBN on {', '.join(names)}, {splits} split(s) each -> {out}/")
 

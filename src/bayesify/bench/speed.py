@@ -90,6 +90,14 @@ class SpeedOptions:
                 raise ValueError(f"{name} must be >= 1, got {value}")
         if self.warmup < 0 or self.max_cell_rows < 0:
             raise ValueError("warmup and max_cell_rows must be >= 0")
+        try:
+            kind = torch.device(self.device).type
+        except RuntimeError:
+            kind = None
+        if kind not in ("cpu", "cuda"):
+            raise ValueError(f"device must be cpu or cuda, got {self.device!r}")
+        if kind == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device cuda: this torch build sees no CUDA GPU")
 
 
 def quartiles(xs: list[float]) -> tuple[float, float, float]:

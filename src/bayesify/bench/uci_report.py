@@ -22,7 +22,7 @@ from bayesify.bench.options import check_choices, option
 from bayesify.bench.store import ResultsStore
 from bayesify.bench.summary import markdown_table, summarise
 from bayesify.bench.uci import UCISettings, run_mcbn_split
-from bayesify.data.uci import UCI_DATASETS
+from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 from bayesify.plots import uncertainty_error_plot
 
 log = logging.getLogger(__name__)
@@ -51,7 +51,7 @@ class UCIOptions:
     datasets: tuple[str, ...] = option(
         ("bostonHousing", "concrete", "energy"), "UCI datasets (folder names under uci/)."
     )
-    splits: int = option(5, "Teye et al. 80/20 splits per dataset.")
+    splits: int = option(5, "Teye et al. 80/20 splits per dataset (at most 5).")
     epochs: int = option(300, "Maximum epochs (early stopping on validation).")
     samples: int = option(200, "MC samples T per prediction.")
     batch_sizes: tuple[int, ...] = option((32, 128), "Batch sizes to choose from on validation.")
@@ -65,6 +65,10 @@ class UCIOptions:
         for name in ("splits", "epochs", "samples", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.splits > TEYE_N_SPLITS:
+            raise ValueError(
+                f"Teye et al.'s protocol has {TEYE_N_SPLITS} splits, got {self.splits}"
+            )
 
 
 def run(opts: UCIOptions) -> str:
