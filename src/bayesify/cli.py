@@ -22,7 +22,7 @@ from bayesify.bench import (
     uci_methods,
     uci_report,
 )
-from bayesify.bench.options import add_bench_command
+from bayesify.bench.options import add_bench_command, check_choices
 
 app = typer.Typer(help="Approximate Bayesian deep learning: train, evaluate, benchmark.",
                   no_args_is_help=True)  # fmt: skip
@@ -96,10 +96,10 @@ def demo(
 
     torch.set_num_threads(threads)
     names = [d.strip() for d in datasets.split(",") if d.strip()]
-    unknown = [d for d in names if d not in UCI_DATASETS]
-    if unknown or not names:
-        what = f"unknown datasets {unknown}" if unknown else "no datasets given"
-        raise _fail(f"{what}; valid: {', '.join(UCI_DATASETS)}")
+    try:
+        check_choices("datasets", tuple(names), UCI_DATASETS)
+    except ValueError as e:
+        raise _fail(str(e)) from None
     settings = UCISettings(epochs=epochs, samples=samples, batch_sizes=_ints(batch_sizes))
     console.print(f"MCBN vs CUBN on {', '.join(names)}, {splits} split(s) each -> {out}/")
 
