@@ -23,14 +23,14 @@ from bayesify.bench import (
     uci_report,
 )
 from bayesify.bench.options import add_bench_command, check_choices
+from bayesify.bench.uci_report import DEMO_DATASETS
+from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 
 app = typer.Typer(help="Approximate Bayesian deep learning: train, evaluate, benchmark.",
                   no_args_is_help=True)  # fmt: skip
 bench_app = typer.Typer(help="Benchmarks on real data.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 console = Console()
-
-DEMO_DATASETS = ("bostonHousing", "concrete", "energy")
 
 
 def _fail(message: str) -> typer.Exit:
@@ -78,7 +78,7 @@ def demo(
         DEMO_DATASETS
     ),
     splits: Annotated[
-        int, typer.Option(help="Teye et al. 80/20 splits per dataset.", min=1, max=5)
+        int, typer.Option(help="Teye et al. 80/20 splits per dataset.", min=1, max=TEYE_N_SPLITS)
     ] = 3,
     epochs: Annotated[int, typer.Option(help="Maximum epochs (early stopping).", min=1)] = 300,
     samples: Annotated[int, typer.Option(help="MC samples T per prediction.", min=1)] = 200,
@@ -92,7 +92,6 @@ def demo(
     uncertainty–error plot per dataset, and a 1-D toy plot."""
     from bayesify.bench.uci import UCISettings
     from bayesify.bench.uci_report import run_uci_benchmark
-    from bayesify.data.uci import UCI_DATASETS
 
     torch.set_num_threads(threads)
     names = [d.strip() for d in datasets.split(",") if d.strip()]

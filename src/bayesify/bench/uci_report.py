@@ -43,14 +43,15 @@ TEYE_TABLE_1 = {
 }
 
 
+DEMO_DATASETS = ("bostonHousing", "concrete", "energy")  # small: `bayesify demo` and bench uci
+
+
 @dataclass(frozen=True)
 class UCIOptions:
     """Options of ``bayesify bench uci``."""
 
     command: ClassVar[str] = "uci"
-    datasets: tuple[str, ...] = option(
-        ("bostonHousing", "concrete", "energy"), "UCI datasets (folder names under uci/)."
-    )
+    datasets: tuple[str, ...] = option(DEMO_DATASETS, "UCI datasets (folder names under uci/).")
     splits: int = option(5, "Teye et al. 80/20 splits per dataset (at most 5).")
     epochs: int = option(300, "Maximum epochs (early stopping on validation).")
     samples: int = option(200, "MC samples T per prediction.")

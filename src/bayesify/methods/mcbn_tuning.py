@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
+from bayesify.predictive import Task
 from bayesify.train import Data, as_dataset
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def tune_effective_batch_size(
         )
     xv, yv = method._tensors(val)
     rows = None if method.gaussian else len(as_dataset(train))
-    regression = method.config.task.value == "regression"
+    regression = method.config.task is Task.REGRESSION
 
     def use(b: float) -> None:
         if method.gaussian:
