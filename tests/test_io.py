@@ -41,6 +41,14 @@ def test_missing_and_broken_bundles(tmp_path):
         bayesify.load(tmp_path / "b")
 
 
+def test_truncated_weights_are_a_bundle_error(tmp_path):
+    write_bundle(tmp_path / "b", {"a": torch.zeros(100)}, {"method": "mcbn"})
+    weights = tmp_path / "b" / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:120])
+    with pytest.raises(BundleError, match="damaged or truncated"):
+        read_bundle(tmp_path / "b")
+
+
 def test_custom_network_needs_net_argument(tmp_path):
     class Mine(nn.Module):
         def __init__(self):

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
@@ -54,7 +55,11 @@ def read_bundle(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
         raise BundleError(f"{config} is not valid JSON: {e}") from None
     if cfg.get("format") != FORMAT_VERSION:
         raise BundleError(f"{config}: unsupported bundle format {cfg.get('format')!r}")
-    return load_file(str(weights), device="cpu"), cfg
+    try:
+        tensors = load_file(str(weights), device="cpu")
+    except SafetensorError as e:
+        raise BundleError(f"{weights} is damaged or truncated ({e}); save the bundle again") from None
+    return tensors, cfg
 
 
 def resize_like(module: torch.nn.Module, state: dict[str, Tensor]) -> None:
