@@ -18,6 +18,11 @@ def _need_data():
         pytest.skip(f"shared data not found: {e}")
 
 
+def _said(result) -> str:
+    """The command's output with rich's line wrapping and panel borders undone."""
+    return " ".join(result.output.replace("│", " ").split())
+
+
 def test_methods_lists_mcbn():
     result = runner.invoke(app, ["methods"])
     assert result.exit_code == 0 and "mcbn" in result.output
@@ -70,3 +75,69 @@ def test_demo_rejects_bad_options_before_any_work(args, message, tmp_path):
     assert result.exit_code == 2, result.output
     assert message in " ".join(result.output.replace("│", " ").split())
     assert not (tmp_path / "d").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--hidden", "50,0"], "hidden sizes must be >= 1"),
+        (["--hidden", "5O"], "comma-separated integers"),
+        (["--nproc", "0"], "greater than or equal to 1"),
+        (["--limit", "0"], "greater than or equal to 1"),
+        (["--epochs", "0"], "greater than or equal to 1"),
+    ],
+)
+def test_train_rejects_bad_options(args, message, tmp_path):
+    _need_data()
+    out = tmp_path / "b"
+    result = runner.invoke(app, ["train", "--data", "yacht", "--out", str(out), *args])
+    assert result.exit_code == 2, result.output
+    assert message in _said(result)
+    assert not out.exists()
+
+
+def test_train_checks_out_before_training(tmp_path, monkeypatch):
+    import bayesify.jobs
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(bayesify.jobs, "build_training", no_training)
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    result = runner.invoke(app, ["train", "--out", str(a_file)])
+    assert result.exit_code == 2 and "is a file" in _said(result)
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("x")
+    result = runner.invoke(app, ["train", "--out", str(tmp_path / "full")])
+    assert result.exit_code == 2 and "--overwrite" in _said(result)
+    result = runner.invoke(app, ["train", "--out", str(a_file / "below")])
+    assert result.exit_code == 2 and "cannot be written" in _said(result)
+
+
+def test_train_limit_samples_no_eval_and_mc_dropout_default(tmp_path):
+    _need_data()
+    from bayesify.jobs import build_training
+    from bayesify.methods import load
+
+    job = build_training("mc-dropout", "yacht", limit=40, seed=3)
+    full = build_training("mc-dropout", "yacht")
+    x, x_full = job.train[0], full.train[0]
+    assert len(x) == 40 and len(x_full) > 40
+    rows = (x.unsqueeze(1) == x_full.unsqueeze(0)).all(-1)  # [40, N]: each a training row
+    assert rows.any(1).all() and len(set(rows.int().argmax(1).tolist())) == 40
+    assert job.method.rate == pytest.approx(0.05)
+
+    out = tmp_path / "m"
+    args = ["train", "--method", "mc-dropout", "--data", "yacht", "--epochs", "1",
+            "--limit", "40", "--out", str(out), "--no-eval"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "saved" in result.output and "rmse" not in result.output
+    assert load(out).rate == pytest.approx(0.05) and load(out).metadata["limit"] == 40
+    result = runner.invoke(app, [*args[:-1], "--samples", "3"])
+    assert result.exit_code == 2 and "--overwrite" in _said(result)
+    result = runner.invoke(app, [*args[:-1], "--samples", "3", "--overwrite"])
+    assert result.exit_code == 0 and "T = 3" in _said(result) and "rmse" in result.output
+    result = runner.invoke(app, ["evaluate", str(out), "--samples", "4", "--limit", "7"])
+    assert result.exit_code == 0 and "first 7 rows, T = 4" in _said(result)

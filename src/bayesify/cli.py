@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -134,33 +135,60 @@ def _toy_demo(out: Path, epochs: int) -> None:
     )  # fmt: skip
 
 
+def _check_out(out: Path, overwrite: bool) -> None:
+    """Fail before training when the bundle could not be written to ``out``."""
+    if out.exists() and not out.is_dir():
+        raise _fail(f"--out {out} is a file; a bundle is a folder")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise _fail(f"--out {out} already exists and is not empty; pass --overwrite to replace it")
+    parent = next(p for p in (out, *out.parents) if p.exists())
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise _fail(f"--out {out} cannot be written ({parent} is not a writable folder)")
+
+
 @app.command()
 def train(
     method: Annotated[str, typer.Option(help="Method name (see `bayesify methods`).")] = "mcbn",
     data: Annotated[str, typer.Option(help="UCI dataset name or 'fashion-mnist'.")] = (
         "bostonHousing"
     ),
-    split: Annotated[int, typer.Option(help="UCI split index.")] = 0,
+    split: Annotated[int, typer.Option(help="UCI split index.", min=0)] = 0,
     protocol: Annotated[str, typer.Option(help="UCI split protocol: teye or gal.")] = "teye",
     model: Annotated[str, typer.Option(help="mlp (UCI), lenet or resnet (images).")] = "",
     hidden: Annotated[str, typer.Option(help="MLP hidden sizes, comma-separated.")] = "50,50",
     norm: Annotated[str, typer.Option(help="batch or none.")] = "batch",
-    dropout: Annotated[float, typer.Option(help="Dropout rate in the model.")] = 0.0,
-    epochs: Annotated[int, typer.Option()] = 100,
-    batch_size: Annotated[int, typer.Option()] = 32,
+    dropout: Annotated[
+        float | None,
+        typer.Option(help="Dropout rate in the model [default: 0; 0.05 for mc-dropout]."),
+    ] = None,
+    epochs: Annotated[int, typer.Option(min=1)] = 100,
+    batch_size: Annotated[int, typer.Option(min=1)] = 32,
     lr: Annotated[float, typer.Option()] = 1e-3,
     weight_decay: Annotated[float, typer.Option()] = 0.0,
-    patience: Annotated[int | None, typer.Option(help="Early-stopping patience.")] = None,
-    limit: Annotated[int | None, typer.Option(help="Use only this many training images.")] = None,
+    patience: Annotated[int | None, typer.Option(help="Early-stopping patience.", min=1)] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Train on only this many training rows.", min=1)
+    ] = None,
     seed: Annotated[int, typer.Option()] = 0,
     option: Annotated[list[str] | None, typer.Option(help="Method option key=value.")] = None,
     out: Annotated[Path, typer.Option(help="Bundle folder to write.")] = Path("runs/model"),
-    nproc: Annotated[int, typer.Option(help="Data-parallel processes (global batch).")] = 1,
+    overwrite: Annotated[
+        bool, typer.Option(help="Write into a non-empty --out folder (replacing its bundle).")
+    ] = False,
+    nproc: Annotated[int, typer.Option(help="Data-parallel processes (global batch).", min=1)] = 1,
     batch_norm: Annotated[str, typer.Option(help="With --nproc: replica or sync.")] = "replica",
+    samples: Annotated[
+        int, typer.Option(help="MC samples T of the closing test-set evaluation.", min=1)
+    ] = 100,
+    evaluate: Annotated[
+        bool, typer.Option("--eval/--no-eval", help="Score the bundle on the test set.")
+    ] = True,
 ) -> None:
-    """Train a method on a dataset and save a bundle (safetensors + JSON)."""
+    """Train a method on a dataset, save a bundle (safetensors + JSON) and score it on the test
+    split (``--no-eval`` skips that; ``bayesify evaluate`` scores a bundle later)."""
     from bayesify.jobs import build_training
 
+    _check_out(out, overwrite)
     try:
         job = build_training(method, data, split=split, protocol=protocol, model=model,
                              hidden=hidden, norm=norm, dropout=dropout, limit=limit, seed=seed,
@@ -174,19 +202,24 @@ def train(
                             progress=True, **fit_options)  # fmt: skip
         else:
             job.method.fit(job.train, val=job.val, **fit_options)
-    except (ValueError, TypeError) as e:
+        job.method.metadata.update(job.metadata)
+        job.method.save(out)
+    except (ValueError, TypeError, OSError) as e:
         raise _fail(str(e)) from None
-    job.method.metadata.update(job.metadata)
-    job.method.save(out)
     console.print(f"saved {job.method.name} bundle to {out}/")
-    console.print(_scores_table("test set", {job.method.name: job.evaluate(100)},
-                                job.score_keys))  # fmt: skip
+    if evaluate:
+        scores = job.evaluate(samples)
+        console.print(_scores_table(f"test set, T = {samples}", {job.method.name: scores},
+                                    job.score_keys))  # fmt: skip
 
 
 @app.command()
 def evaluate(
     bundle: Annotated[Path, typer.Argument(help="Bundle folder written by `bayesify train`.")],
-    samples: Annotated[int, typer.Option(help="MC samples T.")] = 100,
+    samples: Annotated[int, typer.Option(help="MC samples T.", min=1)] = 100,
+    limit: Annotated[
+        int | None, typer.Option(help="Score only the first this many test rows.", min=1)
+    ] = None,
 ) -> None:
     """Score a saved bundle on the test split it was trained for."""
     from bayesify.jobs import job_from_bundle
@@ -194,10 +227,11 @@ def evaluate(
 
     try:
         job = job_from_bundle(load(bundle))
-        scores = job.evaluate(samples)
+        scores = job.evaluate(samples, limit=limit)
     except (ValueError, TypeError) as e:
         raise _fail(str(e)) from None
-    console.print(_scores_table(f"{bundle} on {job.metadata['data']} test",
+    rows = "" if limit is None else f", first {min(limit, len(job.test[0]))} rows"
+    console.print(_scores_table(f"{bundle} on {job.metadata['data']} test{rows}, T = {samples}",
                                 {job.method.name: scores}, job.score_keys))  # fmt: skip
 
 

@@ -58,7 +58,8 @@ def read_bundle(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
     try:
         tensors = load_file(str(weights), device="cpu")
     except SafetensorError as e:
-        raise BundleError(f"{weights} is damaged or truncated ({e}); save the bundle again") from None
+        msg = f"{weights} is damaged or truncated ({e}); save the bundle again"
+        raise BundleError(msg) from None
     return tensors, cfg
 
 

@@ -17,6 +17,9 @@ from bayesify.predictive import Task
 
 IMAGE_DATASETS = ("fashion-mnist",)
 REGRESSION_KEYS = ["rmse", "pll", "crps", "pll_norm", "crps_norm"]
+#: dropout rate of the model when MC dropout is asked for without one (Gal & Ghahramani's UCI
+#: grid is {0.005, 0.01, 0.05, 0.1}); other methods default to no dropout
+MC_DROPOUT_RATE = 0.05
 CLASSIFICATION_KEYS = ["error", "nll", "ece", "brier", "mean_mi"]
 
 
@@ -38,9 +41,16 @@ class Job:
             return REGRESSION_KEYS
         return CLASSIFICATION_KEYS
 
-    def evaluate(self, samples: int = 100, seed: int = 0) -> dict[str, float]:
-        """Test-set scores (regression in original target units)."""
+    def evaluate(
+        self, samples: int = 100, seed: int = 0, limit: int | None = None
+    ) -> dict[str, float]:
+        """Test-set scores (regression in original target units); ``limit``: only the first
+        ``limit`` test rows (a quick look at a large test set)."""
         x, y = self.test
+        if limit is not None:
+            if limit < 1:
+                raise ValueError(f"limit must be >= 1, got {limit}")
+            x, y = x[:limit], y[:limit]
         pred = self.method.predict(x, samples=samples, seed=seed)
         if self.method.config.task is Task.CLASSIFICATION:
             probs = pred.mean
@@ -64,6 +74,28 @@ def _check_data(data: str) -> None:
         raise ValueError(f"unknown dataset {data!r}; valid: {valid}")
 
 
+def hidden_sizes(text: str) -> tuple[int, ...]:
+    """MLP hidden widths from ``"50,50"``; each a positive integer (none: a linear model)."""
+    try:
+        sizes = tuple(int(h) for h in text.split(",") if h.strip())
+    except ValueError:
+        raise ValueError(f"hidden sizes are comma-separated integers, got {text!r}") from None
+    if any(h < 1 for h in sizes):
+        raise ValueError(f"hidden sizes must be >= 1, got {text!r}")
+    return sizes
+
+
+def _subset_rows(x: Tensor, y: Tensor, limit: int, seed: int) -> tuple[Tensor, Tensor]:
+    """``limit`` rows drawn without replacement (seeded), in their original order."""
+    if limit < 1:
+        raise ValueError(f"limit must be >= 1, got {limit}")
+    if limit >= len(x):
+        return x, y
+    g = torch.Generator().manual_seed(seed)
+    keep = torch.randperm(len(x), generator=g)[:limit].sort().values
+    return x[keep], y[keep]
+
+
 def build_training(
     method: str,
     data: str,
@@ -73,25 +105,34 @@ def build_training(
     model: str = "",
     hidden: str = "50,50",
     norm: str = "batch",
-    dropout: float = 0.0,
+    dropout: float | None = None,
     limit: int | None = None,
     seed: int = 0,
     options: dict[str, Any] | None = None,
 ) -> Job:
-    """A fresh method on a named dataset, ready to ``fit(job.train, val=job.val)``."""
+    """A fresh method on a named dataset, ready to ``fit(job.train, val=job.val)``.
+
+    ``dropout``: the model's dropout rate (None: :data:`MC_DROPOUT_RATE` for MC dropout, else
+    0); ``limit``: train on only this many training rows (seeded draw), for quick runs.
+    """
     cls = get_method(method)
     _check_data(data)
+    if dropout is None:
+        dropout = MC_DROPOUT_RATE if cls.name == "mc-dropout" else 0.0
     torch.manual_seed(seed)
     meta: dict[str, Any] = {"data": data}
     if data in UCI_DATASETS:
         if model not in ("", "mlp"):
             raise ValueError(f"UCI datasets use model 'mlp', got {model!r}")
-        sizes = tuple(int(h) for h in hidden.split(",") if h.strip())
+        sizes = hidden_sizes(hidden)
         s = load_uci(data, split, protocol=protocol)
         net = mlp(s.n_features, 1, sizes, norm=norm, dropout=dropout)
         meth = cls(net, task="regression", **(options or {}))
-        meta.update(split=split, protocol=protocol)
-        return Job(meth, (s.x_test, s.y_test), (s.x_train, s.y_train), (s.x_val, s.y_val),
+        train = (s.x_train, s.y_train)
+        if limit is not None:
+            train = _subset_rows(*train, limit, seed)
+        meta.update(split=split, protocol=protocol, limit=limit)
+        return Job(meth, (s.x_test, s.y_test), train, (s.x_val, s.y_val),
                    s.scaler.y_mean, s.scaler.y_std, meta)  # fmt: skip
     model = model or "lenet"
     if model == "lenet":

@@ -44,6 +44,8 @@ def mlp(
     norm = _norm(norm)
     if not 0.0 <= dropout < 1.0:
         raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+    if any(h < 1 for h in hidden):
+        raise ValueError(f"hidden widths must be >= 1, got {tuple(hidden)}")
     input_dropout = dropout if input_dropout is None else input_dropout
     layers: list[nn.Module] = []
     if input_dropout > 0:
