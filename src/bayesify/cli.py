@@ -240,8 +240,13 @@ def list_methods() -> None:
     """List the registered methods."""
     from bayesify.methods import METHODS
 
+    table = Table(title="methods (use the name with --method)")
+    table.add_column("name", no_wrap=True)
+    table.add_column("what it is")
     for name, cls in sorted(METHODS.items()):
-        console.print(f"{name:18s} {(cls.__doc__ or '').strip().splitlines()[0]}")
+        summary = (cls.__doc__ or "").strip().splitlines()[0]
+        table.add_row(name, summary.replace("``", ""))
+    console.print(table)
 
 
 # Every benchmark: one command each, built from the module's options dataclass (its fields
