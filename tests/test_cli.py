@@ -137,6 +137,8 @@ def test_train_limit_samples_no_eval_and_mc_dropout_default(tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "saved" in result.output and "rmse" not in result.output
+    assert "trained 1 epoch, final training loss" in _said(result)
+    assert "kept epoch 1 (validation loss" in _said(result)
     assert load(out).rate == pytest.approx(0.05) and load(out).metadata["limit"] == 40
     result = runner.invoke(app, [*args[:-1], "--samples", "3"])
     assert result.exit_code == 2 and "--overwrite" in _said(result)

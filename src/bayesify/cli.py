@@ -206,6 +206,16 @@ def train(
         job.method.save(out)
     except (ValueError, TypeError, OSError) as e:
         raise _fail(str(e)) from None
+    history = getattr(job.method, "history", None)
+    if history is not None and history.epochs:
+        n = history.epochs
+        line = (
+            f"trained {n} epoch{'s' * (n != 1)}, final training loss {history.train_loss[-1]:.4g}"
+        )
+        if history.best_epoch >= 0:
+            best = history.val_loss[history.best_epoch]
+            line += f"; kept epoch {history.best_epoch + 1} (validation loss {best:.4g})"
+        console.print(line + (", stopped early" if history.stopped_early else ""))
     console.print(f"saved {job.method.name} bundle to {out}/")
     if evaluate:
         scores = job.evaluate(samples)
