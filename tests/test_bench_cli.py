@@ -59,6 +59,7 @@ COMMANDS = {
         "--samples": "16",
         "--seed": "0",
         "--bundle": "/tmp/bayesify_bn_lenet",
+        "--retrain": "retrain",
     },
     "toy-depth": {
         "--out": "benchmarks/toy_depth",
