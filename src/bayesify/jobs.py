@@ -17,10 +17,10 @@ from bayesify.predictive import Task
 
 IMAGE_DATASETS = ("fashion-mnist",)
 REGRESSION_KEYS = ["rmse", "pll", "crps", "pll_norm", "crps_norm"]
+CLASSIFICATION_KEYS = ["error", "nll", "ece", "brier", "mean_mi"]
 #: dropout rate of the model when MC dropout is asked for without one (Gal & Ghahramani's UCI
 #: grid is {0.005, 0.01, 0.05, 0.1}); other methods default to no dropout
 MC_DROPOUT_RATE = 0.05
-CLASSIFICATION_KEYS = ["error", "nll", "ece", "brier", "mean_mi"]
 
 
 @dataclass
