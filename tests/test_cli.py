@@ -76,7 +76,7 @@ def test_demo_writes_table_and_figures(tmp_path):
 def test_demo_rejects_bad_options_before_any_work(args, message, tmp_path):
     result = runner.invoke(app, ["demo", "--out", str(tmp_path / "d"), *args])
     assert result.exit_code == 2, result.output
-    assert message in " ".join(result.output.replace("│", " ").split())
+    assert message in _said(result)
     assert not (tmp_path / "d").exists()
 
 
