@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from bayesify.bench.speed import SpeedOptions, run_speed, speed_markdown
+from bayesify.bench.experiments.speed import SpeedOptions, run_speed, speed_markdown
 
 
 def test_tiny_speed_grid_reports_paired_ratios_and_option_rows() -> None:

@@ -8,15 +8,15 @@ import scipy.stats as st
 import torch
 from scipy.special import log_softmax
 
-from bayesify.calibration import (
+from bayesify.metrics import nll
+from bayesify.plots.calibration import regression_calibration_plot, reliability_diagram
+from bayesify.posthoc.recalibration import (
     apply_temperature,
     fit_temperature,
     fit_variance_scale,
     temperature_scale,
     variance_scale,
 )
-from bayesify.metrics import nll
-from bayesify.plots_calibration import regression_calibration_plot, reliability_diagram
 from bayesify.predictive import Predictive
 
 

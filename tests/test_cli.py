@@ -100,12 +100,12 @@ def test_train_rejects_bad_options(args, message, tmp_path):
 
 
 def test_train_checks_out_before_training(tmp_path, monkeypatch):
-    import bayesify.jobs
+    import bayesify.app.jobs
 
     def no_training(*args, **kwargs):
         raise AssertionError("training started")
 
-    monkeypatch.setattr(bayesify.jobs, "build_training", no_training)
+    monkeypatch.setattr(bayesify.app.jobs, "build_training", no_training)
     a_file = tmp_path / "file"
     a_file.write_text("x")
     result = runner.invoke(app, ["train", "--out", str(a_file)])
@@ -120,7 +120,7 @@ def test_train_checks_out_before_training(tmp_path, monkeypatch):
 
 def test_train_limit_samples_no_eval_and_mc_dropout_default(tmp_path):
     _need_data()
-    from bayesify.jobs import build_training
+    from bayesify.app.jobs import build_training
     from bayesify.methods import load
 
     job = build_training("mc-dropout", "yacht", limit=40, seed=3)

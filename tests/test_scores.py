@@ -9,7 +9,7 @@ import torch
 
 from bayesify import Predictive
 from bayesify.bench.scores import NoiseFit, regression_scores
-from bayesify.tuning import fit_noise_variance
+from bayesify.posthoc.noise import fit_noise_variance
 
 
 def _data(seed=0, n=400, t=30):

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from torch import Tensor
 
 from bayesify import metrics
+from bayesify.posthoc.noise import fit_noise_variance
 from bayesify.predictive import Predictive
-from bayesify.tuning import fit_noise_variance
 
 
 @dataclass(frozen=True)

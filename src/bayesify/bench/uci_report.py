@@ -23,7 +23,7 @@ from bayesify.bench.store import ResultsStore
 from bayesify.bench.summary import markdown_table, summarise
 from bayesify.bench.uci import UCISettings, run_mcbn_split
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
-from bayesify.plots import uncertainty_error_plot
+from bayesify.plots.uncertainty import uncertainty_error_plot
 
 log = logging.getLogger(__name__)
 

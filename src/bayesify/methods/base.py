@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader
 from bayesify.io import write_bundle
 from bayesify.metrics import fit_constant_std
 from bayesify.nn import repeat_samples, sampling, select_groups
+from bayesify.posthoc.noise import NoiseObjective, fit_noise_variance
 from bayesify.predictive import Predictive, Task
 from bayesify.train import (
     Data,
@@ -37,7 +38,6 @@ from bayesify.train import (
     make_optimizer,
     train_loop,
 )
-from bayesify.tuning import NoiseObjective, fit_noise_variance
 
 log = logging.getLogger(__name__)
 

@@ -8,28 +8,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from bayesify.metrics import (  # noqa: E402
+from bayesify.metrics import (
     expected_calibration_error,
     miscalibration_area,
     regression_calibration_curve,
     reliability_curve,
 )
-from bayesify.predictive import Predictive, Task  # noqa: E402
-
-
-def _save(fig: Figure, path: str | Path | None, dpi: int) -> Figure:
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=dpi, bbox_inches="tight")
-    return fig
+from bayesify.plots._figure import new_figure, save_figure
+from bayesify.predictive import Predictive, Task
 
 
 def reliability_diagram(
@@ -44,9 +34,9 @@ def reliability_diagram(
     ECE in the title and per-bin counts (bar labels and a histogram below)."""
     if isinstance(preds, Predictive):
         preds = {"": preds}
-    fig, axes = plt.subplots(
-        2,
-        len(preds),
+    fig, axes = new_figure(
+        nrows=2,
+        ncols=len(preds),
         figsize=(3.2 * len(preds), 4.2),
         gridspec_kw={"height_ratios": [3, 1]},
         squeeze=False,
@@ -81,7 +71,7 @@ def reliability_diagram(
         if col == 0:
             hist.set_ylabel("count")
     fig.tight_layout()
-    return _save(fig, path, dpi)
+    return save_figure(fig, path, dpi)
 
 
 def regression_calibration_plot(
@@ -95,7 +85,7 @@ def regression_calibration_plot(
     (mean, total std) of each predictive, with its miscalibration area in the legend."""
     if isinstance(preds, Predictive):
         preds = {"": preds}
-    fig, ax = plt.subplots(figsize=(3.6, 3.4))
+    fig, ax = new_figure(figsize=(3.6, 3.4))
     ax.plot([0, 1], [0, 1], "k--", lw=1)
     for name, pred in preds.items():
         if pred.task is not Task.REGRESSION:
@@ -109,4 +99,4 @@ def regression_calibration_plot(
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    return _save(fig, path, dpi)
+    return save_figure(fig, path, dpi)

@@ -18,11 +18,11 @@ from typing import ClassVar
 import torch
 
 from bayesify.bench.options import check_choices, command_line, option, write_report
-from bayesify.calibration import apply_temperature, fit_temperature
 from bayesify.data import load_fashion_mnist
 from bayesify.methods import MCBN, BayesByBackprop, DeepEnsemble, Deterministic, MCDropout
 from bayesify.metrics import error_rate, expected_calibration_error, nll
 from bayesify.models import lenet
+from bayesify.posthoc.recalibration import apply_temperature, fit_temperature
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def build(method: str, members: int):
 
 def run(opts: FMNISTCalibrationOptions) -> str:
     """Train and score every method, write the report and the figure; returns the markdown."""
-    from bayesify.plots_calibration import reliability_diagram  # matplotlib: only when run
+    from bayesify.plots.calibration import reliability_diagram  # matplotlib: only when run
 
     torch.set_num_threads(1)
     start = time.time()

@@ -13,7 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bayesify.bench import (
+from bayesify.bench import uci_report
+from bayesify.bench.experiments import (
     bn_noise,
     fashion_nodes,
     fmnist_calibration,
@@ -21,7 +22,6 @@ from bayesify.bench import (
     speed,
     toy_depth,
     uci_methods,
-    uci_report,
 )
 from bayesify.bench.options import add_bench_command, check_choices
 from bayesify.bench.uci_report import DEMO_DATASETS
@@ -120,7 +120,7 @@ def _toy_demo(out: Path, epochs: int) -> None:
     from bayesify.data import toy_grid, toy_teye, toy_teye_function
     from bayesify.methods import MCBN
     from bayesify.models import mlp
-    from bayesify.plots import toy_regression_plot
+    from bayesify.plots.uncertainty import toy_regression_plot
 
     x, y = toy_teye(n=120, seed=0)
     torch.manual_seed(0)
@@ -186,7 +186,7 @@ def train(
 ) -> None:
     """Train a method on a dataset, save a bundle (safetensors + JSON) and score it on the test
     split (``--no-eval`` skips that; ``bayesify evaluate`` scores a bundle later)."""
-    from bayesify.jobs import build_training
+    from bayesify.app.jobs import build_training
 
     _check_out(out, overwrite)
     try:
@@ -232,7 +232,7 @@ def evaluate(
     ] = None,
 ) -> None:
     """Score a saved bundle on the test split it was trained for."""
-    from bayesify.jobs import job_from_bundle
+    from bayesify.app.jobs import job_from_bundle
     from bayesify.methods import load
 
     try:

@@ -1,7 +1,8 @@
 """One-pass prediction vs the loop of T passes (MCBN: also vs Teye et al.'s Algorithm 1), peak
 memory, and training time per epoch relative to the deterministic network -> markdown.
 
-``bayesify bench speed``; cases and measurements live in :mod:`bayesify.bench.speed_cases`.
+``bayesify bench speed``; cases and measurements live in
+:mod:`bayesify.bench.experiments.speed_cases`.
 
 Timings are wall seconds of complete ``Predictive`` constructions; the variants of a cell run
 interleaved (rotating order) after warm-up, so the per-repetition ratios are paired and machine
@@ -23,8 +24,7 @@ from typing import Any, ClassVar
 import torch
 from tqdm.auto import tqdm
 
-from bayesify.bench.options import check_choices, command_line, option, write_report
-from bayesify.bench.speed_cases import (
+from bayesify.bench.experiments.speed_cases import (
     METHOD_CLASSES,
     MODELS,
     build_case,
@@ -35,6 +35,7 @@ from bayesify.bench.speed_cases import (
     time_interleaved,
     variants,
 )
+from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.methods import Method
 from bayesify.train import as_loader, make_optimizer, train_loop
 

@@ -126,13 +126,12 @@ def run(opts: ToyDepthOptions) -> str:
 
 
 def _plot(x, y, grid, results, opts, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from bayesify.plots import new_figure, save_figure
 
     d = opts.max_depth
-    fig, axes = plt.subplots(2, d, figsize=(2.4 * d, 4.4), sharex=True, sharey=True, squeeze=False)
+    fig, axes = new_figure(
+        nrows=2, ncols=d, figsize=(2.4 * d, 4.4), sharex=True, sharey=True, squeeze=False
+    )
     g = grid.squeeze(1)
     for row, kind in enumerate(("IBNN", "BBB")):
         for col in range(d):
@@ -146,5 +145,4 @@ def _plot(x, y, grid, results, opts, path: Path) -> None:
             ax.set_ylim(-150, 150)
             ax.set_title(f"{kind}, depth {col + 1}", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    save_figure(fig, path, dpi=80)

@@ -4,23 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import torch
+from matplotlib.figure import Figure
+from torch import Tensor
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from bayesify.predictive import Predictive, Task  # noqa: E402
-
-
-def _save(fig: Figure, path: str | Path | None) -> Figure:
-    if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110, bbox_inches="tight")
-        plt.close(fig)
-    return fig
+from bayesify.plots._figure import new_figure, save_figure
+from bayesify.predictive import Predictive, Task
 
 
 def uncertainty_error_plot(
@@ -48,7 +37,7 @@ def uncertainty_error_plot(
     lo = (idx - window // 2).clamp(min=0)
     hi = (idx + window // 2 + 1).clamp(max=len(err))
     running = (c[hi] - c[lo]) / (hi - lo)
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = new_figure(figsize=(6.5, 3.6))
     ax.fill_between(idx, -1.96 * std, 1.96 * std, color="tab:blue", alpha=0.18, label="95% CI")
     ax.fill_between(idx, -0.674 * std, 0.674 * std, color="tab:blue", alpha=0.35, label="50% CI")
     ax.scatter(idx, err, s=9, color="tab:red", label="error y − ŷ", zorder=3)
@@ -58,7 +47,7 @@ def uncertainty_error_plot(
     ax.set_ylabel("error (target units)")
     ax.set_title(title or "uncertainty vs error")
     ax.legend(fontsize=7, loc="upper left")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def toy_regression_plot(
@@ -76,7 +65,7 @@ def toy_regression_plot(
     the constant-uncertainty baseline's ±2σ band dashed when ``baseline_std`` is given."""
     xg = torch.as_tensor(x_grid).reshape(-1)
     mean, std = pred.mean, pred.std
-    fig, ax = plt.subplots(figsize=(6.5, 3.6))
+    fig, ax = new_figure(figsize=(6.5, 3.6))
     for k, a in ((2, 0.18), (1, 0.3)):
         ax.fill_between(xg, mean - k * std, mean + k * std, color="tab:blue", alpha=a,
                         label=f"±{k}σ predictive")  # fmt: skip
@@ -93,4 +82,4 @@ def toy_regression_plot(
     ax.set_ylabel("y")
     ax.set_title(title)
     ax.legend(fontsize=7, loc="lower center", ncol=3)
-    return _save(fig, path)
+    return save_figure(fig, path)

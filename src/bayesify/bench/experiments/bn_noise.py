@@ -161,12 +161,9 @@ def _slopes(rows: list[BNNoise]) -> dict[int, tuple[float, float]]:
 
 
 def _plot(rows: list[BNNoise], path: Path) -> None:
-    import matplotlib
+    from bayesify.plots import new_figure, save_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(1, 2, figsize=(8.5, 3.4))
+    fig, ax = new_figure(nrows=1, ncols=2, figsize=(8.5, 3.4))
     for i in sorted({r.layer for r in rows}):
         rs = sorted((r for r in rows if r.layer == i), key=lambda r: r.n)
         n = [r.n for r in rs]
@@ -178,5 +175,4 @@ def _plot(rows: list[BNNoise], path: Path) -> None:
     ax[1].set(xscale="log", yscale="log", xlabel="n = batch × spatial", ylabel="var V")
     ax[0].legend(fontsize=7, title="measured; dotted: model", title_fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, dpi=90)

@@ -186,13 +186,10 @@ def run(opts: MCBNCollapseOptions) -> str:
 
 
 def _plot(rows, b_star, tuned, path: Path, retrained=()) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from bayesify.plots import new_figure, save_figure
 
     bs = [r[0] for r in rows]
-    fig, ax = plt.subplots(1, 2, figsize=(9, 3.4))
+    fig, ax = new_figure(nrows=1, ncols=2, figsize=(9, 3.4))
     ax[0].plot(bs, [r[1]["mi_in"] for r in rows], "o-", label="bank, F-MNIST (in)")
     ax[0].plot(bs, [r[1]["mi_out"] for r in rows], "o-", label="bank, MNIST (OOD)")
     ax[0].plot(bs, [r[2]["mi_in"] for r in rows], "s--", label="Gaussian, in")
@@ -210,5 +207,4 @@ def _plot(rows, b_star, tuned, path: Path, retrained=()) -> None:
     ax[1].set(xscale="log", xlabel="MCBN batch size b", ylabel="OOD AUROC (MI)")
     ax[1].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save_figure(fig, path, dpi=90)

@@ -1,0 +1,1 @@
+"""The application layer: jobs that the CLI (and the server) run on named datasets."""
