@@ -27,8 +27,9 @@ from torch.utils.data import DataLoader
 from bayesify.io import write_bundle
 from bayesify.metrics import fit_constant_std
 from bayesify.nn import repeat_samples, sampling, select_groups
-from bayesify.posthoc.noise import NoiseObjective, fit_noise_variance
-from bayesify.predictive import Predictive, Task
+from bayesify.options import NoiseObjective, Task, parse_fields
+from bayesify.posthoc.noise import fit_noise_variance
+from bayesify.predictive import Predictive
 from bayesify.train import (
     Data,
     History,
@@ -115,13 +116,8 @@ class MethodConfig:
     noise_samples: int = 50  # MC samples used when fitting τ on validation data
 
     def __post_init__(self) -> None:
-        for name, kind in (("task", Task), ("noise_objective", NoiseObjective)):
-            value = getattr(self, name)
-            try:
-                object.__setattr__(self, name, kind(value))
-            except ValueError:
-                valid = ", ".join(k.value for k in kind)
-                raise ValueError(f"unknown {name} {value!r}; valid: {valid}") from None
+        # every field checked against its type: a ValueError names the option, value and valid
+        parse_fields(self)
 
     def _require(self, names: tuple[str, ...], ok: Callable[[Any], bool], what: str) -> None:
         """Raise ``ValueError("<name> must be <what>, got <value>")`` for the first bad field."""

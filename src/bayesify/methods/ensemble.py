@@ -64,7 +64,7 @@ class EnsembleConfig(MethodConfig):
     ``method_options``: its options (JSON-able); ``init_seed``: member m's init seed offset."""
 
     members: int = 5
-    method: str = "deterministic"
+    method: str | type[Method] = "deterministic"  # a class is stored as its registry name
     method_options: dict[str, Any] = field(default_factory=dict)
     init_seed: int = 0
 
