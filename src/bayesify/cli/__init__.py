@@ -13,7 +13,10 @@ from __future__ import annotations
 import logging
 
 from bayesify.cli.bench import bench_app
+from bayesify.cli.common import console, fail
 from bayesify.cli.lazy import LazyTyper
+
+_fail = fail  # the name command modules used before cli/common.py; new code imports from there
 
 app = LazyTyper(help="Approximate Bayesian deep learning: train, evaluate, benchmark.",
                 no_args_is_help=True)  # fmt: skip
@@ -31,7 +34,7 @@ app.lazy_command("evaluate", "bayesify.cli.train:evaluate",
 app.lazy_command("methods", "bayesify.cli.train:list_methods", "List the registered methods.")
 app.add_typer(bench_app, name="bench")
 
-__all__ = ["app", "main"]
+__all__ = ["app", "console", "main"]
 
 
 def main() -> None:  # pragma: no cover
