@@ -101,13 +101,13 @@ def test_prediction_sets_have_the_finite_sample_coverage(options):
     _check_guarantee(cov, level, n_cal)
 
 
-# calibration rows worked by hand: (class probabilities, label, APS score, RAPS score with
-# k_reg = 1, lam = 0.3: APS + 0.3 * (rank - 1))
+# calibration rows worked by hand: (class probabilities, label, APS score = mass ranked above
+# the label, RAPS score with k_reg = 1, lam = 0.3: APS + 0.3 * (rank - 1))
 HAND = [
-    ([0.5, 0.3, 0.15, 0.05], 1, 0.8, 1.1),
-    ([0.1, 0.6, 0.3, 0.0], 1, 0.6, 0.6),
-    ([0.2, 0.2, 0.5, 0.1], 0, 0.7, 1.0),  # tie: class 0 ranks before class 1
-    ([0.7, 0.1, 0.1, 0.1], 3, 1.0, 1.9),
+    ([0.5, 0.3, 0.15, 0.05], 1, 0.5, 0.8),
+    ([0.1, 0.6, 0.3, 0.0], 1, 0.0, 0.0),
+    ([0.2, 0.2, 0.5, 0.1], 0, 0.5, 0.8),  # tie: class 0 ranks before class 1
+    ([0.1, 0.8, 0.05, 0.05], 0, 0.8, 1.1),
 ]
 
 
@@ -123,22 +123,26 @@ def test_aps_and_raps_scores_and_sets_by_hand():
     raps = Conformal.fit(pred, labels, method="raps", k_reg=1, lam=0.3)
     np.testing.assert_allclose(aps.scores.numpy(), sorted(a for *_, a, _ in HAND))
     np.testing.assert_allclose(raps.scores.numpy(), sorted(r for *_, r in HAND))
-    # level 0.6: ceil(5 * 0.6) = 3rd smallest score
-    assert aps.threshold(0.6) == pytest.approx(0.8) and raps.threshold(0.6) == pytest.approx(1.1)
+    # level 0.6: ceil(5 * 0.6) = 3rd smallest score; level 0.8: the 4th
+    assert aps.threshold(0.6) == pytest.approx(0.5) and raps.threshold(0.6) == pytest.approx(0.8)
+    assert aps.threshold(0.8) == pytest.approx(0.8) and raps.threshold(0.8) == pytest.approx(1.1)
     test = Predictive.classification(
-        torch.tensor([[[0.5, 0.3, 0.15, 0.05], [0.28, 0.26, 0.24, 0.22]]], dtype=torch.float64)
+        torch.tensor([[[0.6, 0.25, 0.1, 0.05], [0.28, 0.26, 0.24, 0.22]]], dtype=torch.float64)
     )
-    # APS cumulative 0.5, 0.8 | 0.28, 0.54, 0.78 are <= 0.8
-    assert aps.prediction_set(test, 0.6).tolist() == [
-        [True, True, False, False],
-        [True, True, True, False],
-    ]
-    # RAPS 0.5, 1.1 | 0.28, 0.84 are <= 1.1 (0.78 + 0.6 = 1.38 is not): the flat row shrinks
-    assert raps.prediction_set(test, 0.6).tolist() == [
-        [True, True, False, False],
-        [True, True, False, False],
-    ]
+    # mass above each class: 0, 0.6, 0.85, 0.95 | 0, 0.28, 0.54, 0.78
+    # RAPS scores:           0, 0.9, 1.45, 1.85 | 0, 0.58, 1.14, 1.68
+    at = {
+        (aps, 0.6): [[1, 0, 0, 0], [1, 1, 0, 0]],  # <= 0.5
+        (raps, 0.6): [[1, 0, 0, 0], [1, 1, 0, 0]],  # <= 0.8
+        (aps, 0.8): [[1, 1, 0, 0], [1, 1, 1, 1]],  # <= 0.8
+        (raps, 0.8): [[1, 1, 0, 0], [1, 1, 0, 0]],  # <= 1.1: the flat row shrinks
+    }
+    for (conf, level), expected in at.items():
+        got = conf.prediction_set(test, level)
+        assert got.tolist() == torch.tensor(expected, dtype=torch.bool).tolist(), (conf, level)
     assert aps.prediction_set(test, 0.85).all()  # ceil(5 * 0.85) = 5 > 4 rows: every class
+    # non-randomized APS sets are the smallest top sets whose mean probability reaches q̂
+    torch.testing.assert_close(aps.prediction_set(test, 0.6), test.prediction_set(0.5 + 1e-9))
 
 
 def test_randomized_scores_by_hand():

@@ -10,9 +10,11 @@ scores do not tie), whatever the method and however wrong its uncertainty is. It
   the interval is ``μ ± q̂ σ``. The score is unchanged by an affine change of units, so one
   calibration serves predictives in standardised and in original target units.
 * ``"aps"`` (classification, Romano et al. 2020): classes ranked by mean probability; the score
-  of the true class is the probability mass ranked above it plus its own (``randomized``: plus
-  ``U ·`` its own, ``U ~ U(0, 1)``); the set holds every class whose score is ≤ q̂. The
-  non-randomized set can be empty when the top class alone exceeds q̂.
+  of the true class is the probability mass ranked above it (``randomized``: plus ``U ·`` its
+  own, ``U ~ U(0, 1)``); the set holds every class whose score is ≤ q̂. Non-randomized, that is
+  the smallest top set whose mass reaches q̂ (never empty, and all top-1 sets when the top-1
+  accuracy exceeds the level: then coverage is above the level by more than 1/(n+1));
+  randomized sets cover exactly but can be empty.
 * ``"raps"`` (Angelopoulos et al. 2021): APS plus ``lam · max(0, rank − k_reg)``, which keeps
   sets small when many unlikely classes share the tail.
 
@@ -87,19 +89,20 @@ def class_scores(
 ) -> Tensor:
     """Every class's APS / RAPS score for class probabilities ``[N, C]``: ``[N, C]`` float64.
 
-    Mass of the classes ranked above (ties: lower index first) plus the class's own probability
-    (times U ~ U(0, 1) when ``randomized``, one U per row shared by its classes), plus
-    ``lam · max(0, rank − k_reg)`` with ranks from 1.
+    The probability mass of the classes ranked above it (ties: lower index first), plus
+    ``U ·`` its own probability when ``randomized`` (U ~ U(0, 1), one per row shared by its
+    classes), plus ``lam · max(0, rank − k_reg)`` with ranks from 1. The set ``{score ≤ q̂}``
+    of the non-randomized score is the smallest top set whose mass reaches q̂: never empty.
     """
     probs = probs.to(torch.float64)
     ranked, order = probs.sort(dim=-1, descending=True, stable=True)  # [N, C]
-    cum = ranked.cumsum(-1)
+    score = torch.cat([torch.zeros_like(ranked[:, :1]), ranked.cumsum(-1)[:, :-1]], -1)
     if randomized:
         u = torch.rand((len(probs), 1), generator=generator, dtype=torch.float64)
-        cum = cum - ranked + u.to(probs.device) * ranked
+        score = score + u.to(probs.device) * ranked
     rank = torch.arange(1, probs.shape[-1] + 1, device=probs.device, dtype=torch.float64)
-    cum = cum + lam * (rank - k_reg).clamp_min(0)
-    return torch.empty_like(cum).scatter(-1, order, cum)
+    score = score + lam * (rank - k_reg).clamp_min(0)
+    return torch.empty_like(score).scatter(-1, order, score)
 
 
 @dataclass(frozen=True)
