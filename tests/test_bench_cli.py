@@ -30,7 +30,7 @@ COMMANDS = {
         "--datasets": "bostonHousing,concrete,energy",
         "--methods": "mcbn,mc-dropout",
         "--splits": "20",
-        "--epochs": "20",
+        "--epochs": "40",
         "--samples": "50",
         "--calibration": "0.67",
         "--level": "0.9",

@@ -18,6 +18,7 @@ import logging
 import math
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -26,7 +27,7 @@ import torch
 from bayesify.bench.experiments.uci_methods import Settings, build
 from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.data import load_fashion_mnist, load_uci
-from bayesify.methods import MCDropout
+from bayesify.methods import MCDropout, Method
 from bayesify.models import lenet
 from bayesify.posthoc.conformal import Conformal
 
@@ -49,7 +50,7 @@ class CoverageOptions:
     datasets: tuple[str, ...] = option(DATASETS, "Comma-separated UCI datasets.")
     methods: tuple[str, ...] = option(METHOD_NAMES, "Comma-separated, from mcbn, mc-dropout.")
     splits: int = option(20, "Gal's first splits per dataset.")
-    epochs: int = option(Settings.epochs, "Training epochs (best on validation kept).")
+    epochs: int = option(40, "Training epochs, Gal & Ghahramani's 40 (best on validation kept).")
     samples: int = option(50, "MC samples T per UCI prediction.")
     calibration: float = option(
         0.67, "Share of each UCI validation part kept for conformal calibration."
@@ -94,13 +95,21 @@ class _Tally:
         return f"{cov:.1f} ± {se:.1f} | {self.width / self.rows:.2f}"
 
 
+def _seeded(seed: int, make: Callable[[], Method]) -> Method:
+    """``make()`` with its weight initialisation drawn from ``seed`` (the global RNG is left as
+    it was), so every split's network is the same whatever ran before it."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return make()
+
+
 def _uci_split(name: str, split: int, method: str, opts: CoverageOptions, tallies) -> None:
     data = load_uci(name, split, protocol="gal")
     cut = len(data.y_val) - round(opts.calibration * len(data.y_val))
     tune = (data.x_val[:cut], data.y_val[:cut])
     xc, yc = data.x_val[cut:], data.y_val[cut:]
     s = Settings(epochs=opts.epochs, samples=opts.samples)
-    m = build(method, data.n_features, s)
+    m = _seeded(split, lambda: build(method, data.n_features, s))
     m.fit((data.x_train, data.y_train), val=tune, epochs=s.epochs, batch_size=s.batch_size,
           lr=s.lr, seed=split, progress=False)  # fmt: skip
     units = (data.scaler.y_mean, data.scaler.y_std)
@@ -128,7 +137,7 @@ def _uci_rows(opts: CoverageOptions) -> list[str]:
 def _fmnist_rows(opts: CoverageOptions) -> tuple[list[str], str]:
     train = load_fashion_mnist("train").subset(opts.fmnist_train, seed=0)
     pool = load_fashion_mnist("test").subset(opts.fmnist_pool, seed=0)
-    m = MCDropout(lenet(norm="batch", dropout=0.5), task="classification")
+    m = _seeded(0, lambda: MCDropout(lenet(norm="batch", dropout=0.5), task="classification"))
     m.fit((train.x, train.y), epochs=opts.fmnist_epochs, batch_size=64, lr=1e-3, seed=0,
           progress=False)  # fmt: skip
     pred = m.predict(pool.x, samples=opts.fmnist_samples, seed=1)
