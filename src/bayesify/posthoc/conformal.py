@@ -105,7 +105,7 @@ def class_scores(
     return torch.empty_like(score).scatter(-1, order, score)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # scores are a tensor: compare fields, not objects
 class Conformal:
     """A fitted conformal calibration: the score kind, its options and the sorted scores ``[n]``.
 
