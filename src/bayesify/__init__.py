@@ -5,6 +5,8 @@ their uncertainty is.
     method.fit((X, y), val=(Xv, yv), epochs=100, batch_size=32)
     pred = method.predict(x, samples=50)      # Predictive, samples [T, N] or [T, N, C]
     pred.mean, pred.variance, pred.log_prob(y), pred.crps(y)
+    lo, hi = pred.interval(0.9)               # exact mixture quantiles
+    conf = bayesify.Conformal.fit(method.predict(x_cal), y_cal)   # finite-sample coverage
 
 The public names below are imported on first use (PEP 562), so ``import bayesify`` and the
 command line's ``--help`` do not start PyTorch. To export a name, add it to ``_EXPORTS`` (name ->
@@ -27,6 +29,8 @@ _EXPORTS: dict[str, str] = {
          "load", "register_method"],
         "bayesify.methods",
     ),
+    "Conformal": "bayesify.posthoc.conformal",
+    "calibrate_conformal": "bayesify.posthoc.conformal",
     "sampling": "bayesify.nn",
     "set_stochastic": "bayesify.nn",
     "CRPSForm": "bayesify.predictive",
@@ -40,6 +44,7 @@ __all__ = [
     "METHODS",
     "BayesByBackprop",
     "CRPSForm",
+    "Conformal",
     "DeepEnsemble",
     "Deterministic",
     "MCBNConfig",
@@ -49,6 +54,7 @@ __all__ = [
     "Predictive",
     "StochasticNorm",
     "Task",
+    "calibrate_conformal",
     "get_method",
     "load",
     "register_method",
@@ -74,6 +80,7 @@ if TYPE_CHECKING:
         register_method,
     )
     from bayesify.nn import sampling, set_stochastic
+    from bayesify.posthoc.conformal import Conformal, calibrate_conformal
     from bayesify.predictive import CRPSForm, Predictive, Task
 
 

@@ -22,6 +22,9 @@ _X = "bayesify.bench.experiments"
 EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
     ("bn-noise", f"{_X}.bn_noise:BNNoiseOptions",
      "How noisy is batch norm? (Shekhovtsov & Flach 2018, Fig. 4.)"),
+    ("coverage", f"{_X}.coverage:CoverageOptions",
+     "Coverage of prediction intervals and sets on held-out data, with and without "
+     "conformal calibration."),
     ("fashion-nodes", f"{_X}.fashion_nodes:FashionNodesOptions",
      "Fashion-MNIST with a LeNet-style CNN on CPU: IBNN, IBNN from a pretrained net, "
      "StochasticNorm, weight normalisation without noise, a deterministic net and MCBN."),
