@@ -7,7 +7,13 @@ from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
 from bayesify.methods.ibnn import IBNN, IBNNConfig
 from bayesify.methods.mc_dropout import MCDropout, MCDropoutConfig
 from bayesify.methods.mcbn import MCBN, MCBNConfig
-from bayesify.methods.registry import METHODS, get_method, load, register_method
+from bayesify.methods.registry import (
+    METHODS,
+    get_method,
+    load,
+    register_method,
+    resolve_method_names,
+)
 from bayesify.methods.stochastic_norm import StochasticNorm, StochasticNormConfig
 
 __all__ = [
@@ -31,6 +37,7 @@ __all__ = [
     "load",
     "register_method",
     "resolve_max_rows",
+    "resolve_method_names",
     "StochasticNorm",
     "StochasticNormConfig",
 ]
