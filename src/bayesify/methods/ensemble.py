@@ -37,16 +37,15 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from bayesify.methods.base import (
+from bayesify.methods.base import Method, MethodConfig
+from bayesify.nn import (
     DEFAULT_MAX_ROWS,
     MaxRows,
-    Method,
-    MethodConfig,
     chunk_plan,
     forward_in_chunks,
     resolve_max_rows,
+    stochastic_modules,
 )
-from bayesify.nn import stochastic_modules
 from bayesify.train import Data, as_dataset
 
 log = logging.getLogger(__name__)
