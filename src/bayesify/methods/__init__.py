@@ -1,6 +1,6 @@
 """Posterior approximations behind one interface; registry by name."""
 
-from bayesify.methods.base import DEFAULT_MAX_ROWS, Method, MethodConfig, resolve_max_rows
+from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
@@ -15,6 +15,7 @@ from bayesify.methods.registry import (
     resolve_method_names,
 )
 from bayesify.methods.stochastic_norm import StochasticNorm, StochasticNormConfig
+from bayesify.nn.folding import DEFAULT_MAX_ROWS, resolve_max_rows
 
 __all__ = [
     "DEFAULT_MAX_ROWS",

@@ -3,10 +3,8 @@
 A method wraps a network, owns its training objective, and predicts with T Monte Carlo samples in
 one vectorised pass over ``T*N`` rows. It returns a :class:`~bayesify.predictive.Predictive`.
 
-Memory is bounded by ``max_rows`` rows per forward: while T <= ``max_rows`` the N rows are split
-into chunks of ``max_rows // T``; beyond that the T groups are split too, into ranges of
-``max_rows`` groups run alone (``select_groups``) over one data row at a time. Every stochastic
-layer draws per (group, data row), so the chunked samples equal the one-pass samples.
+Memory is bounded by ``max_rows`` rows per forward; the folding and chunking are
+:mod:`bayesify.nn.folding`'s.
 """
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -36,7 +34,15 @@ from bayesify.methods.inputs import (
     regression_targets,
 )
 from bayesify.metrics import fit_constant_std
-from bayesify.nn import repeat_samples, sampling, select_groups
+from bayesify.nn import (
+    DEFAULT_MAX_ROWS,
+    MaxRows,
+    chunk_plan,
+    forward_in_chunks,
+    resolve_max_rows,
+    sampling,
+    select_groups,
+)
 from bayesify.posthoc.noise import NoiseObjective, fit_noise_variance
 from bayesify.predictive import Predictive, Task
 from bayesify.train import (
@@ -50,67 +56,6 @@ from bayesify.train import (
 )
 
 log = logging.getLogger(__name__)
-
-MaxRows = int | Literal["auto"] | None
-DEFAULT_MAX_ROWS: MaxRows = "auto"
-#: ``max_rows="auto"``: input numbers per forward on CPU, and the bounds on rows per forward
-AUTO_CPU_INPUT_NUMBERS, AUTO_CPU_ROWS, AUTO_CUDA_ROWS = 2**17, (64, 1024), 8192
-
-
-def resolve_max_rows(max_rows: MaxRows, x: Tensor) -> int | None:
-    """Rows per forward pass for inputs ``x [N, ...]``: an int as given (None or 0: no limit).
-
-    ``"auto"``: on CUDA 8192 rows; elsewhere about 2**17 input numbers per forward, between 64
-    and 1024 rows (a LeNet image: 167 rows; a UCI row: 1024). Measured on CPU, larger forwards
-    run out of cache and cost more per row than they save in calls (benchmarks/speed.md).
-    """
-    if max_rows != "auto":
-        if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 0):
-            raise ValueError(f'max_rows must be a positive int, None or "auto", got {max_rows!r}')
-        return max_rows or None
-    if x.device.type == "cuda":
-        return AUTO_CUDA_ROWS
-    lo, hi = AUTO_CPU_ROWS
-    return min(hi, max(lo, AUTO_CPU_INPUT_NUMBERS // max(1, x[0].numel() if len(x) else 1)))
-
-
-def chunk_plan(
-    k: int, n: int, max_rows: int | None, factor: int = 1
-) -> tuple[list[tuple[int, int]], int]:
-    """Group ranges and data rows per forward for ``k`` sample groups over ``n`` rows, so that
-    ``factor * groups * rows <= max_rows`` (``factor``: networks run together per row, e.g. an
-    ensemble's members under vmap). Up to ``max_rows`` groups the N rows are chunked; beyond,
-    the groups are split into ranges run over one data row at a time."""
-    if not max_rows:
-        return [(0, k)], max(1, n)
-    if k * factor <= max_rows:
-        return [(0, k)], max(1, max_rows // (k * factor))
-    width = max(1, max_rows // factor)
-    return [(a, min(a + width, k)) for a in range(0, k, width)], 1
-
-
-def forward_in_chunks(
-    net: nn.Module,
-    x: Tensor,
-    ranges: list[tuple[int, int]],
-    per_chunk: int,
-    forward: Callable[[Tensor], Tensor],
-    group_dim: int,
-) -> Tensor:
-    """``forward`` over every group range (``select_groups`` on ``net`` when there are several)
-    and row chunk of ``x``, inside an open sampling block; outputs joined along the group axis
-    ``group_dim`` (0: ``[K, N, ...]``; 1: stacked members ``[M, K, N, ...]``)."""
-    parts = []
-    for a, b in ranges:
-        if len(ranges) > 1:
-            select_groups(net, a, b)
-        chunks = []
-        for chunk in x.split(per_chunk):
-            out = forward(repeat_samples(chunk, b - a))  # [(M,) G*n, ...]
-            lead = out.shape[:group_dim]
-            chunks.append(out.reshape(*lead, b - a, len(chunk), *out.shape[group_dim + 1 :]))
-        parts.append(torch.cat(chunks, dim=group_dim + 1))
-    return torch.cat(parts, dim=group_dim)
 
 
 @dataclass(frozen=True)

@@ -41,14 +41,9 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from bayesify.methods.base import (
-    Method,
-    MethodConfig,
-    chunk_plan,
-    forward_in_chunks,
-)
+from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.deterministic import Deterministic
-from bayesify.nn import stochastic_modules
+from bayesify.nn import chunk_plan, forward_in_chunks, stochastic_modules
 from bayesify.train import Data, as_dataset
 
 log = logging.getLogger(__name__)
