@@ -4,18 +4,20 @@ A method wraps a network, owns its training objective, and predicts with T Monte
 one vectorised pass over ``T*N`` rows. It returns a :class:`~bayesify.predictive.Predictive`.
 
 Memory is bounded by ``max_rows`` rows per forward; the folding and chunking are
-:mod:`bayesify.nn.folding`'s.
+:mod:`bayesify.nn.folding`'s. Around the class: :mod:`~bayesify.methods.config` (the options
+every method has), :mod:`~bayesify.methods.inputs` (what inputs, targets, sample counts and
+devices are accepted), :mod:`~bayesify.methods.pretrained` (``from_pretrained``) and
+:mod:`~bayesify.methods.bundle` (``save``).
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -24,15 +26,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from bayesify.io import write_bundle
+from bayesify.methods.bundle import save_bundle
+from bayesify.methods.config import MethodConfig
 from bayesify.methods.inputs import (
     check_device,
+    check_inputs,
+    check_row_target,
     check_samples,
     class_labels,
     data_tensors,
-    input_rows,
     regression_targets,
+    seeded_generator,
 )
+from bayesify.methods.pretrained import FromPretrained
 from bayesify.metrics import fit_constant_std
 from bayesify.nn import (
     DEFAULT_MAX_ROWS,
@@ -43,12 +49,11 @@ from bayesify.nn import (
     sampling,
     select_groups,
 )
-from bayesify.posthoc.noise import NoiseObjective, fit_noise_variance
+from bayesify.posthoc.noise import fit_noise_variance
 from bayesify.predictive import Predictive, Task
 from bayesify.train import (
     Data,
     History,
-    as_dataset,
     as_loader,
     loader_batch_size,
     make_optimizer,
@@ -56,65 +61,6 @@ from bayesify.train import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class MethodConfig:
-    """Options every method has. Subclasses add their own fields."""
-
-    task: Task = Task.REGRESSION
-    # what τ is fitted for on validation data (regression). PLL is the safe default: a τ fitted
-    # for CRPS can shrink to ~0 when the epistemic spread alone scores well, and the mixture PLL
-    # of near-delta samples is then meaningless. Teye et al. fit τ for CRPS.
-    noise_objective: NoiseObjective = NoiseObjective.PLL
-    noise_samples: int = 50  # MC samples used when fitting τ on validation data
-
-    def __post_init__(self) -> None:
-        for name, kind in (("task", Task), ("noise_objective", NoiseObjective)):
-            value = getattr(self, name)
-            try:
-                object.__setattr__(self, name, kind(value))
-            except ValueError:
-                valid = ", ".join(k.value for k in kind)
-                raise ValueError(f"unknown {name} {value!r}; valid: {valid}") from None
-
-    def _require(self, names: tuple[str, ...], ok: Callable[[Any], bool], what: str) -> None:
-        """Raise ``ValueError("<name> must be <what>, got <value>")`` for the first bad field."""
-        for name in names:
-            if not ok(getattr(self, name)):
-                raise ValueError(f"{name} must be {what}, got {getattr(self, name)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MethodConfig:
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(
-                f"unknown {cls.__name__} option(s) {sorted(unknown)}; valid: {sorted(names)}"
-            )
-        return cls(**d)
-
-
-def _keyword_options(hook: Callable[..., Any]) -> tuple[set[str], bool]:
-    """The method-specific keyword options of a ``_from_pretrained`` hook, and whether it takes
-    any keyword (``**kwargs``)."""
-    fixed = {"self", "train", "val", "batch_size", "seed", "progress"}
-    params = inspect.signature(hook).parameters.values()
-    names = {p.name for p in params if p.kind is p.KEYWORD_ONLY and p.name not in fixed}
-    return names, any(p.kind is p.VAR_KEYWORD for p in params)
-
-
-def _seeded_generator(
-    generator: torch.Generator | None, seed: int | None
-) -> torch.Generator | None:
-    if seed is not None:
-        if generator is not None:
-            raise ValueError("give either generator or seed, not both")
-        return torch.Generator().manual_seed(seed)
-    return generator
 
 
 @contextmanager
@@ -128,7 +74,7 @@ def kept_modes(module: nn.Module) -> Iterator[None]:
             m.training = training
 
 
-class Method:
+class Method(FromPretrained):
     """Base class: a network plus the randomness used to sample its predictive distribution.
 
     The method works on a deep copy of ``net`` (``method.net``): wrapping, fitting and
@@ -181,81 +127,6 @@ class Method:
     def noise_variance(self, value: float) -> None:
         self._noise_variance = float(value)
         self.noise_fitted = True
-
-    # ------------------------------------------------------------------ wrapping trained nets
-    @classmethod
-    def from_pretrained(
-        cls,
-        net: Any,
-        train: Data | None = None,
-        *,
-        val: Data | None = None,
-        task: Task | str = Task.REGRESSION,
-        batch_size: int | None = None,
-        seed: int = 0,
-        progress: bool = False,
-        inplace: bool = False,
-        **options: Any,
-    ) -> Method:
-        """Wrap an already-trained network (a copy of it unless ``inplace=True``).
-
-        ``train``: training data where the method needs it (MCBN's statistics bank, IBNN's
-        node posterior, optional fine-tuning); ``val``: for regression, τ⁻¹ is fitted on it.
-        Both may be ``(X, y)`` tensors, a Dataset or a DataLoader. ``batch_size``: the
-        mini-batch size the method uses on ``train`` (for MCBN the size the network was trained
-        with; a DataLoader's own batch size is used when it is not given). ``options`` are the
-        method's config fields and its own ``from_pretrained`` options (e.g. MCBN's
-        ``bank_size``, IBNN's ``epochs``, MC dropout's ``dropout``/``where``); an unknown one is
-        a ``ValueError`` listing the valid ones.
-        """
-        config_names = {f.name for f in fields(cls.Config)}
-        hook_names, hook_takes_any = _keyword_options(cls._from_pretrained)
-        unknown = sorted(k for k in options if k not in config_names | hook_names)
-        if unknown and not hook_takes_any:
-            valid = ", ".join(sorted(config_names | hook_names))
-            raise ValueError(
-                f"unknown option(s) {unknown} for {cls.__name__}.from_pretrained; valid: {valid}"
-            )
-        config = {k: v for k, v in options.items() if k in config_names}
-        hook = {k: v for k, v in options.items() if k not in config_names}
-        method = cls(net, inplace=inplace, task=task, **config)
-        for data in (train, val):
-            if data is not None:
-                method._remember_input_shape(as_dataset(data))
-                break
-        method._from_pretrained(
-            train, val, batch_size=batch_size, seed=seed, progress=progress, **hook
-        )
-        return method
-
-    def _from_pretrained(
-        self,
-        train: Data | None,
-        val: Data | None,
-        *,
-        batch_size: int | None,
-        seed: int,
-        progress: bool,
-        epochs: int = 0,
-        lr: float = 1e-3,
-    ) -> None:
-        """The method's part of :meth:`from_pretrained` (override it; its keyword options are
-        the method's own ``from_pretrained`` options). Here: fine-tune for ``epochs`` on
-        ``train`` at ``lr`` when ``epochs > 0`` (default 0: keep the weights); τ on ``val``."""
-        if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
-            raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
-        if epochs > 0:
-            if train is None:
-                raise ValueError(f"fine-tuning for epochs={epochs} needs training data (train)")
-            bs = batch_size or 32
-            self.fit(train, val, epochs=epochs, batch_size=bs, lr=lr, seed=seed, progress=progress)
-            return
-        self._fit_noise_on(val, seed)
-
-    def _fit_noise_on(self, val: Data | None, seed: int) -> None:
-        """Fit τ⁻¹ on ``val`` for regression (nothing without ``val`` or for classification)."""
-        if val is not None and self.config.task is Task.REGRESSION:
-            self.fit_noise(val, seed=seed)
 
     # ------------------------------------------------------------------ hooks for methods
     def _prepare(self, net: nn.Module) -> None:
@@ -450,7 +321,7 @@ class Method:
     ) -> tuple[Tensor, torch.Generator | None]:
         """Checked inputs and the generator to draw with (from ``seed`` if given)."""
         check_samples(samples)
-        return self._check_inputs(x), _seeded_generator(generator, seed)
+        return self._check_inputs(x), seeded_generator(generator, seed)
 
     def predict(
         self,
@@ -502,33 +373,13 @@ class Method:
 
     def _remember_input_shape(self, ds: Any) -> None:
         """Record the shape of one input row; check that a target is one number per row."""
-        x0, y0 = ds[0][0], ds[0][1]
-        self.input_shape = tuple(x0.shape)
-        y0 = torch.as_tensor(y0)
-        if y0.numel() != 1:
-            kind = "class label" if self.config.task is Task.CLASSIFICATION else "target"
-            raise ValueError(
-                f"each row needs one {kind} (y of shape [N] or [N, 1]), got rows of "
-                f"shape {list(y0.shape)}"
-            )
+        self.input_shape = tuple(ds[0][0].shape)
+        check_row_target(ds[0][1], self.config.task is Task.CLASSIFICATION)
 
     def _check_inputs(self, x: Tensor | Data) -> Tensor:
-        """Inputs ``[N, ...]`` (a tensor or array, or a Dataset/DataLoader's inputs) on the
-        network's device and dtype, checked for shape and finiteness."""
-        x = torch.as_tensor(input_rows(x), device=self.device)
+        """Checked inputs on the network's device and dtype (see :func:`inputs.check_inputs`)."""
         dtype = next((p.dtype for p in self.net.parameters()), torch.get_default_dtype())
-        if x.dtype != dtype:  # e.g. numpy's float64 or integer inputs for a float32 network
-            x = x.to(dtype)
-        if self.input_shape is not None and tuple(x.shape[1:]) != self.input_shape:
-            raise ValueError(
-                f"inputs must have shape [N, {', '.join(map(str, self.input_shape))}], "
-                f"got {list(x.shape)}"
-            )
-        if x.dim() == 0 or len(x) == 0:
-            raise ValueError("inputs must be a non-empty batch [N, ...]")
-        if not torch.isfinite(x).all():
-            raise ValueError(f"inputs contain {int((~torch.isfinite(x)).sum())} non-finite values")
-        return x
+        return check_inputs(x, self.device, dtype, self.input_shape)
 
     # ------------------------------------------------------------------ bundles
     def extra_state(self) -> dict[str, Any]:
@@ -539,30 +390,9 @@ class Method:
         """Restore what :meth:`extra_state` saved."""
 
     def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
-        """Write a bundle folder: ``weights.safetensors`` + ``config.json`` (never pickle).
-
-        An existing file or non-empty folder at ``path`` is refused unless ``overwrite=True``.
-        The network is rebuilt on load from its factory spec (our model factories record it);
-        a user's own network is passed again to :func:`bayesify.load` as ``net=``.
-        """
-        path = Path(path)
-        if not overwrite and (path.is_file() or (path.is_dir() and any(path.iterdir()))):
-            raise FileExistsError(
-                f"{path} already exists and is not empty; pass overwrite=True to replace it"
-            )
-        spec = getattr(self.net, "bayesify_spec", None)
-        config = {
-            "method": self.name,
-            "config": self.config.to_dict(),
-            "model": spec,
-            "noise_variance": self.noise_variance,
-            "noise_fitted": self.noise_fitted,
-            "constant_variance": self.constant_variance,
-            "input_shape": list(self.input_shape) if self.input_shape is not None else None,
-            "metadata": self.metadata,
-            "extra": self.extra_state(),
-        }
-        return write_bundle(path, self.net.state_dict(), config)
+        """Write a bundle folder (see :func:`bayesify.methods.bundle.save_bundle`); an existing
+        file or non-empty folder at ``path`` is refused unless ``overwrite=True``."""
+        return save_bundle(self, path, overwrite=overwrite)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config})"

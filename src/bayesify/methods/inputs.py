@@ -110,3 +110,42 @@ def class_labels(y: Tensor, classes: int | None = None) -> Tensor:
             + f", got {bad}"
         )
     return labels
+
+
+def seeded_generator(generator: torch.Generator | None, seed: int | None) -> torch.Generator | None:
+    """A generator seeded with ``seed`` when given, else ``generator`` (not both)."""
+    if seed is not None:
+        if generator is not None:
+            raise ValueError("give either generator or seed, not both")
+        return torch.Generator().manual_seed(seed)
+    return generator
+
+
+def check_inputs(
+    x: Any, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None
+) -> Tensor:
+    """Inputs ``[N, ...]`` (a tensor or array, or a Dataset/DataLoader's inputs) on ``device``
+    in ``dtype``, checked for the row shape ``input_shape`` (when known) and finiteness."""
+    x = torch.as_tensor(input_rows(x), device=device)
+    if x.dtype != dtype:  # e.g. numpy's float64 or integer inputs for a float32 network
+        x = x.to(dtype)
+    if input_shape is not None and tuple(x.shape[1:]) != input_shape:
+        raise ValueError(
+            f"inputs must have shape [N, {', '.join(map(str, input_shape))}], got {list(x.shape)}"
+        )
+    if x.dim() == 0 or len(x) == 0:
+        raise ValueError("inputs must be a non-empty batch [N, ...]")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"inputs contain {int((~torch.isfinite(x)).sum())} non-finite values")
+    return x
+
+
+def check_row_target(y0: Any, classification: bool) -> None:
+    """One target (class label) per row: a row's ``y`` holds a single number."""
+    y0 = torch.as_tensor(y0)
+    if y0.numel() != 1:
+        kind = "class label" if classification else "target"
+        raise ValueError(
+            f"each row needs one {kind} (y of shape [N] or [N, 1]), got rows of "
+            f"shape {list(y0.shape)}"
+        )
