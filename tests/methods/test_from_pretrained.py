@@ -120,6 +120,8 @@ def test_ensemble_of_trained_networks():
     assert [mm.bank_size for mm in banks.member_methods] == [3, 3]
     with pytest.raises(ValueError, match="architecture"):
         bayesify.DeepEnsemble([mlp(4, hidden=(8,)), mlp(4, hidden=(9,))])
+    with pytest.raises(ValueError, match="takes a list of trained networks"):
+        bayesify.DeepEnsemble.from_pretrained(mlp(4), val=(x, y))
     with pytest.raises(ValueError, match="members must equal the 2 networks"):
         bayesify.DeepEnsemble([mlp(4), mlp(4)], members=3)
 

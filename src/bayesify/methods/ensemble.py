@@ -137,6 +137,7 @@ class DeepEnsemble(Method):
         networks used as they are (e.g. already trained; copied unless ``inplace=True``)."""
         self._given: list[nn.Module] | None = None
         self._copy_given = not inplace
+        self._trained_members = isinstance(net, list | tuple)
         if isinstance(net, list | tuple):
             self._given = _same_architecture(list(net))
             if options.get("members", len(net)) != len(net) or (
@@ -180,6 +181,11 @@ class DeepEnsemble(Method):
         """Each member's own ``from_pretrained`` step (member m with ``seed + m``; e.g. MCBN
         members fill their banks from ``train``), then τ of the ensemble on ``val``.
         ``member_options``: the member method's ``from_pretrained`` options."""
+        if not self._trained_members:
+            raise ValueError(
+                "DeepEnsemble.from_pretrained takes a list of trained networks [net1, net2, ...]"
+                "; one network would be copied and re-initialised (use DeepEnsemble(net) and fit)"
+            )
         for m, member in enumerate(self.member_methods):
             member.input_shape = self.input_shape
             member._from_pretrained(
