@@ -100,14 +100,14 @@ class Method(FromPretrained):
             )
         if not isinstance(inplace, bool):
             raise TypeError(f"inplace must be True or False, got {inplace!r}")
-        if not inplace:
-            net = copy.deepcopy(net)
         if config is None:
             config = self.Config.from_dict(options)
         elif options:
             config = replace(config, **options)
         if not isinstance(config, self.Config):
             raise TypeError(f"{type(self).__name__} takes a {self.Config.__name__}")
+        if not inplace:  # after the options are checked: a bad one costs no copy
+            net = copy.deepcopy(net)
         self.config = config
         self.net = net
         self._noise_variance = 1.0  # τ⁻¹ for regression, in training target units
