@@ -49,8 +49,9 @@ from bayesify.nn import (
     sampling,
     select_groups,
 )
+from bayesify.options import Task
 from bayesify.posthoc.noise import fit_noise_variance
-from bayesify.predictive import Predictive, Task
+from bayesify.predictive import Predictive
 from bayesify.train import (
     Data,
     History,

@@ -6,8 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from bayesify.posthoc.noise import NoiseObjective
-from bayesify.predictive import Task
+from bayesify.options import NoiseObjective, Task, parse_fields
 
 
 @dataclass(frozen=True)
@@ -22,13 +21,8 @@ class MethodConfig:
     noise_samples: int = 50  # MC samples used when fitting τ on validation data
 
     def __post_init__(self) -> None:
-        for name, kind in (("task", Task), ("noise_objective", NoiseObjective)):
-            value = getattr(self, name)
-            try:
-                object.__setattr__(self, name, kind(value))
-            except ValueError:
-                valid = ", ".join(k.value for k in kind)
-                raise ValueError(f"unknown {name} {value!r}; valid: {valid}") from None
+        # every field checked against its type: a ValueError names the option, value and valid
+        parse_fields(self)
 
     def _require(self, names: tuple[str, ...], ok: Callable[[Any], bool], what: str) -> None:
         """Raise ``ValueError("<name> must be <what>, got <value>")`` for the first bad field."""

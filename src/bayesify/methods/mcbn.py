@@ -17,7 +17,6 @@ import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import torch
@@ -28,16 +27,10 @@ from tqdm.auto import tqdm
 from bayesify.methods.base import Method, MethodConfig, kept_modes
 from bayesify.methods.mcbn_tuning import tune_effective_batch_size
 from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampling
+from bayesify.options import Statistics
 from bayesify.train import Data, as_dataset, as_loader, loader_batch_size
 
 log = logging.getLogger(__name__)
-
-
-class Statistics(StrEnum):
-    """Where MCBN's per-sample batch statistics come from."""
-
-    BANK = "bank"  # recorded statistics of real training mini-batches (Teye et al.)
-    GAUSSIAN = "gaussian"  # drawn from their large-sample law given the running statistics
 
 
 @dataclass(frozen=True)
@@ -53,12 +46,7 @@ class MCBNConfig(MethodConfig):
     effective_batch_size: float | None = None
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        try:
-            object.__setattr__(self, "statistics", Statistics(self.statistics))
-        except ValueError:
-            valid = ", ".join(s.value for s in Statistics)
-            raise ValueError(f"unknown statistics {self.statistics!r}; valid: {valid}") from None
+        super().__post_init__()  # checks and converts every field by its type
         if self.effective_batch_size is not None and not self.effective_batch_size > 0:
             raise ValueError(f"effective_batch_size must be > 0, got {self.effective_batch_size}")
         if self.bank_size < 1:

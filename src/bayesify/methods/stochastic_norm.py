@@ -20,7 +20,8 @@ from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.nn import noisy_training
-from bayesify.nn.stochastic_scale import ScaleNoise, SigmaPer, StochasticScale, add_stochastic_scale
+from bayesify.nn.stochastic_scale import StochasticScale, add_stochastic_scale
+from bayesify.options import ScaleNoise, SigmaPer
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +43,7 @@ class StochasticNormConfig(MethodConfig):
     skip_last: bool = True
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        for name, enum in (("noise", ScaleNoise), ("sigma_per", SigmaPer)):
-            try:
-                object.__setattr__(self, name, enum(getattr(self, name)))
-            except ValueError:
-                valid = ", ".join(e.value for e in enum)
-                raise ValueError(
-                    f"unknown {name} {getattr(self, name)!r}; valid: {valid}"
-                ) from None
+        super().__post_init__()  # checks and converts every field by its type
         self._require(("sigma_init", "prior_std"), lambda v: v > 0, "> 0")
         self._require(("bn_mult_std", "bn_add_std"), lambda v: v >= 0, ">= 0")
 
