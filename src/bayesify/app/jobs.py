@@ -11,7 +11,7 @@ from torch import Tensor
 from bayesify import metrics
 from bayesify.bench.scores import NoiseFit, regression_scores
 from bayesify.data import UCI_DATASETS, load_fashion_mnist, load_uci
-from bayesify.methods import Method, get_method
+from bayesify.methods import Method, get_method, resolve_method_names
 from bayesify.models import lenet, mlp, resnet
 from bayesify.predictive import Task
 from bayesify.seeding import seeded
@@ -117,6 +117,7 @@ def build_training(
     0); ``limit``: train on only this many training rows (seeded draw), for quick runs.
     """
     cls = get_method(method)
+    options = resolve_method_names(cls.Config, options or {})  # e.g. an ensemble's member
     _check_data(data)
     if dropout is None:
         dropout = MC_DROPOUT_RATE if cls.name == "mc-dropout" else 0.0

@@ -69,7 +69,7 @@ def train(
         else:
             job.method.fit(job.train, val=job.val, **fit_options)
         job.method.metadata.update(job.metadata)
-        job.method.save(out)
+        job.method.save(out, overwrite=overwrite)
     except (ValueError, TypeError, OSError) as e:
         raise fail(str(e)) from None
     history = getattr(job.method, "history", None)

@@ -21,13 +21,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
-from bayesify.nn import reference_loop
 from bayesify.nn.bayes_layers import BayesLayer, bayesianize
 from bayesify.nn.gaussian_posterior import Prior
 from bayesify.options import ConvEstimator, KLSchedule, PriorKind, parse_option
@@ -89,7 +87,11 @@ class BBBConfig(MethodConfig):
 
 
 class BayesByBackprop(Method):
-    """Bayes by Backprop: wraps any network with Linear/Conv2d layers (converted in place)."""
+    """Bayes by Backprop: wraps any network with Linear/Conv2d layers (converted in place).
+
+    ``from_pretrained(net)`` converts a trained network (posterior means = its weights); with
+    ``train`` and ``epochs > 0`` it also fine-tunes the posterior (see
+    :meth:`Method.from_pretrained`)."""
 
     name = "bbb"
     Config = BBBConfig
@@ -110,11 +112,6 @@ class BayesByBackprop(Method):
             net.register_parameter(LOG_NOISE, nn.Parameter(init.to(ref.device)))
         if cfg.task is Task.REGRESSION:
             self.noise_variance = float(getattr(net, LOG_NOISE).detach().exp())
-
-    @classmethod
-    def from_pretrained(cls, net: nn.Module, **options: Any) -> BayesByBackprop:
-        """Convert a trained network (means = its weights); fine-tune with :meth:`fit`."""
-        return cls(net, **options)
 
     def kl(self) -> Tensor:
         """KL(q || p) summed over all Bayesian layers (0-dim)."""
@@ -153,16 +150,3 @@ class BayesByBackprop(Method):
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
         if self.config.task is Task.REGRESSION:
             self.noise_variance = float(getattr(self.net, LOG_NOISE).detach().exp())
-
-    def reference_samples(
-        self, x: Tensor, samples: int, generator: torch.Generator | None = None
-    ) -> Tensor:
-        """The plain loop of T passes with the draws of :meth:`sample`: ``[T, N, ...]``.
-
-        Per-row noise is a hash of (group key, row, unit), keys drawn per group from
-        ``generator``; flipout's shared ε is drawn once. Pass t replays group t's key alone.
-        """
-        x = self._check_inputs(x)
-        self.net.eval()
-        with torch.no_grad():
-            return reference_loop(self.net, x, samples, generator)

@@ -16,11 +16,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
-from bayesify.nn import noisy_training, reference_loop
+from bayesify.nn import noisy_training
 from bayesify.nn.stochastic_scale import StochasticScale, add_stochastic_scale
 from bayesify.options import ScaleNoise, SigmaPer
 
@@ -94,16 +93,6 @@ class StochasticNorm(Method):
         with noisy_training(self.net, self.layers):
             nll = self.nll(self.net(x), y)
         return nll + self.kl() / n_data
-
-    def reference_samples(
-        self, x: Tensor, samples: int, generator: torch.Generator | None = None
-    ) -> Tensor:
-        """The loop of T passes with the same draws as :meth:`sample`: ``[T, N, ...]``; pass t
-        runs sample group t alone (see :func:`~bayesify.nn.stochastic.reference_loop`)."""
-        x = self._check_inputs(x)
-        self.net.eval()
-        with torch.no_grad():
-            return reference_loop(self.net, x, samples, generator)
 
     def noise_levels(self) -> dict[str, Any]:
         """Learned σ per layer (mean over channels), for reports."""

@@ -98,7 +98,7 @@ def run(opts: MCBNCollapseOptions) -> str:
     log.info("trained in %.0fs", time.time() - t0)
     out = Path(opts.out)
     if opts.bundle:
-        method.save(opts.bundle)  # reused by `bayesify bench bn-noise`
+        method.save(opts.bundle, overwrite=True)  # reused by `bayesify bench bn-noise`
 
     sizes = [b for b in BATCH_SIZES if b <= opts.n_train]  # a bank batch needs b training rows
     rows = []
