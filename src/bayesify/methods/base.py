@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from bayesify.io import write_bundle
+from bayesify.methods.likelihood import Likelihood, gaussian_nll, split_heteroscedastic
 from bayesify.metrics import fit_constant_std
 from bayesify.nn import repeat_samples, sampling, select_groups
 from bayesify.posthoc.noise import NoiseObjective, fit_noise_variance
@@ -113,15 +114,24 @@ class MethodConfig:
     # of near-delta samples is then meaningless. Teye et al. fit τ for CRPS.
     noise_objective: NoiseObjective = NoiseObjective.PLL
     noise_samples: int = 50  # MC samples used when fitting τ on validation data
+    # regression noise: one τ⁻¹ fitted on validation data, or a variance output per input
+    likelihood: Likelihood = Likelihood.HOMOSCEDASTIC
 
     def __post_init__(self) -> None:
-        for name, kind in (("task", Task), ("noise_objective", NoiseObjective)):
+        for name, kind in (("task", Task), ("noise_objective", NoiseObjective),
+                           ("likelihood", Likelihood)):  # fmt: skip
             value = getattr(self, name)
             try:
                 object.__setattr__(self, name, kind(value))
             except ValueError:
                 valid = ", ".join(k.value for k in kind)
                 raise ValueError(f"unknown {name} {value!r}; valid: {valid}") from None
+        if self.heteroscedastic and self.task is not Task.REGRESSION:
+            raise ValueError("likelihood='heteroscedastic' is a regression option")
+
+    @property
+    def heteroscedastic(self) -> bool:
+        return self.likelihood is Likelihood.HETEROSCEDASTIC
 
     def _require(self, names: tuple[str, ...], ok: Callable[[Any], bool], what: str) -> None:
         """Raise ``ValueError("<name> must be <what>, got <value>")`` for the first bad field."""
@@ -199,9 +209,12 @@ class Method:
         return self.nll(self.net(x), y)
 
     def nll(self, out: Tensor, y: Tensor) -> Tensor:
-        """Mean data term: squared error (regression) or cross-entropy (classification)."""
+        """Mean data term: squared error (regression), the Gaussian NLL with the predicted
+        variance (heteroscedastic regression) or cross-entropy (classification)."""
         if self.config.task is Task.CLASSIFICATION:
             return F.cross_entropy(out, y.long())
+        if self.config.heteroscedastic:
+            return gaussian_nll(*self._split_heteroscedastic(out), y)
         if out.numel() != y.numel():
             raise ValueError(
                 f"a regression net must output [N] or [N, 1], got {list(out.shape)} for "
@@ -292,8 +305,12 @@ class Method:
         if self.config.task is not Task.REGRESSION:
             raise ValueError("the noise variance τ⁻¹ is a regression parameter")
         xv, yv = self._tensors(val)
-        means = self._regression_outputs(self.sample(xv, self.config.noise_samples, seed=seed))
-        self.noise_variance = fit_noise_variance(means, yv, self.config.noise_objective)
+        out = self.sample(xv, self.config.noise_samples, seed=seed)
+        if self.config.heteroscedastic:  # the noise is learned: only the baseline is fitted
+            means = self._split_heteroscedastic(out)[0]
+        else:
+            means = self._regression_outputs(out)
+            self.noise_variance = fit_noise_variance(means, yv, self.config.noise_objective)
         std = fit_constant_std(means.mean(0), yv, self.config.noise_objective.value)
         self.constant_variance = float(std) ** 2
         return self.noise_variance
@@ -360,6 +377,8 @@ class Method:
         """Raw outputs ``[T, N, ...]`` -> Predictive (softmax for classification)."""
         if self.config.task is Task.CLASSIFICATION:
             return Predictive.from_logits(out)
+        if self.config.heteroscedastic:  # each sample's own variance: [T, N]
+            return Predictive.regression(*self._split_heteroscedastic(out))
         if not self.noise_fitted:
             warnings.warn(
                 f"{type(self).__name__}: the noise variance τ⁻¹ was never fitted, so the "
@@ -369,6 +388,11 @@ class Method:
                 stacklevel=3,
             )
         return Predictive.regression(self._regression_outputs(out), self.noise_variance)
+
+    @staticmethod
+    def _split_heteroscedastic(out: Tensor) -> tuple[Tensor, Tensor]:
+        """Outputs ``[..., N, 2]`` -> mean and variance ``[..., N]`` (heteroscedastic)."""
+        return split_heteroscedastic(out)
 
     @staticmethod
     def _regression_outputs(out: Tensor) -> Tensor:

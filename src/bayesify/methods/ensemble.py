@@ -123,7 +123,8 @@ class DeepEnsemble(Method):
         for m in range(cfg.members):
             member_net = copy.deepcopy(net)
             _reinitialise(member_net, cfg.init_seed + m)
-            options = {"task": cfg.task, "noise_objective": cfg.noise_objective}
+            options = {"task": cfg.task, "noise_objective": cfg.noise_objective,
+                       "likelihood": cfg.likelihood}  # fmt: skip
             options.update(cfg.method_options)
             self.member_methods.append(member_cls(member_net, **options))
         self.net = EnsembleNet([mm.net for mm in self.member_methods])
