@@ -88,7 +88,7 @@ def _json(value: Any) -> str:
             return [clean(x) for x in v]
         return v
 
-    return json.dumps(clean(value), sort_keys=True)
+    return json.dumps(clean(value))
 
 
 class ResultsStore:

@@ -26,6 +26,7 @@ from bayesify.bench.experiments import (
 )
 from bayesify.bench.options import add_bench_command, check_choices
 from bayesify.bench.uci_report import DEMO_DATASETS
+from bayesify.cli.report import report
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 
 app = typer.Typer(help="Approximate Bayesian deep learning: train, evaluate, benchmark.",
@@ -274,6 +275,9 @@ for _options, _run in (
     (uci_methods.UCIMethodsOptions, uci_methods.run),
 ):
     add_bench_command(bench_app, _options, _run)
+
+
+app.command("report")(report)
 
 
 def main() -> None:  # pragma: no cover
