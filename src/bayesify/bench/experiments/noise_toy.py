@@ -6,6 +6,9 @@ y = sin(x) + ε·(0.05 + 0.3|x|), x ~ U(-3, 3). Per job: test RMSE, mean test lo
 CRPS, and how well the predicted aleatoric std tracks the true one on a grid (correlation, ratio
 of means). Killing the command and running it again resumes where it stopped.
 
+Under MC dropout the variance head also absorbs the spread that dropout adds to the mean while
+training, so near x = 0, where the true noise is smallest, the learned noise stays high.
+
     bayesify bench noise-toy --store benchmarks/noise_toy/results.db --out benchmarks/noise_toy
 """
 
@@ -168,6 +171,7 @@ def run(opts: NoiseToyOptions) -> str:
     keys = {job_key(EXPERIMENT, j): j for j in jobs}
     with ResultsStore(opts.store) as store:
         rows = [r for r in store.records(EXPERIMENT) if _key(r) in keys]
+    job_seconds = sum(r["seconds"] or 0.0 for r in rows)
     lines = [
         "# Learned versus fitted noise on a toy whose noise grows with |x|",
         "",
@@ -176,6 +180,8 @@ def run(opts: NoiseToyOptions) -> str:
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"1 thread per process; this call: {summary} "
         f"({time.time() - t0:.0f} s wall).",
+        "",
+        f"Job time in the store (sum over these rows): {job_seconds:.0f} s.",
         "",
         "Mean ± standard error over data draws. noise corr / ratio: correlation and ratio of means "
         "of the predicted aleatoric std and the true one on a grid over [-2.8, 2.8].",
@@ -205,20 +211,33 @@ def _key(row: dict[str, Any]) -> Any:
 
 
 def _plot(rows: list[dict[str, Any]], keys: dict[Any, NoiseToyJob], path: Path) -> None:
-    """Predicted aleatoric std on the grid, every run, against the truth."""
+    """One panel per method: predicted aleatoric std on the grid, every run, against the truth."""
     from bayesify.plots import new_figure, save_figure
 
     grid = torch.linspace(*GRID)
-    fig, ax = new_figure(figsize=(6.0, 3.6))
-    ax.plot(grid, true_std(grid), color="black", lw=2, label="true noise std")
-    colours: dict[tuple[str, str], str] = {}
-    for r in rows:
-        job = keys[_key(r)]
-        name = (job.method, job.likelihood)
-        label = None if name in colours else f"{job.method}, {job.likelihood}"
-        colours.setdefault(name, f"C{len(colours)}")
-        ax.plot(grid, r["metrics"]["grid_std"], color=colours[name], alpha=0.7, lw=1, label=label)
-    ax.set_xlabel("x")
-    ax.set_ylabel("predicted aleatoric std")
-    ax.legend(fontsize=7)
-    save_figure(fig, path)
+    methods = list(dict.fromkeys(keys[_key(r)].method for r in rows))
+    cols = min(4, len(methods)) or 1
+    nrows = max(1, math.ceil(len(methods) / cols))
+    fig, axes = new_figure(figsize=(2.6 * cols, 2.2 * nrows), nrows=nrows, ncols=cols,
+                           squeeze=False, sharex=True, sharey=True)  # fmt: skip
+    styles = {Likelihood.HOMOSCEDASTIC.value: ("C0", "--"),
+              Likelihood.HETEROSCEDASTIC.value: ("C3", "-")}  # fmt: skip
+    for ax, method in zip(axes.flat, methods, strict=False):
+        ax.plot(grid, true_std(grid), color="black", lw=2, label="truth")
+        seen = set()
+        for r in rows:
+            job = keys[_key(r)]
+            if job.method != method:
+                continue
+            colour, line = styles[job.likelihood]
+            label = None if job.likelihood in seen else job.likelihood[:6] + "."
+            seen.add(job.likelihood)
+            ax.plot(grid, r["metrics"]["grid_std"], color=colour, ls=line, lw=1, label=label)
+        ax.set_title(method, fontsize=9)
+        ax.tick_params(labelsize=7)
+    for ax in axes.flat[len(methods) :]:
+        ax.set_visible(False)
+    axes.flat[0].legend(fontsize=6)
+    fig.supxlabel("x", fontsize=8)
+    fig.supylabel("predicted aleatoric std", fontsize=8)
+    save_figure(fig, path, dpi=80)
