@@ -153,3 +153,23 @@ def test_deep_ensemble_learns_the_noise_that_grows_with_x():
     corr, ratio = _learned_vs_true_std(method)
     assert corr > 0.9
     assert 0.8 < ratio < 1.25
+
+
+def test_cli_trains_and_evaluates_a_heteroscedastic_bundle(tmp_path):
+    from typer.testing import CliRunner
+
+    from bayesify.cli import app
+    from bayesify.data import DataError, data_root
+
+    try:
+        (data_root() / "uci" / "yacht").resolve(strict=True)
+    except (DataError, FileNotFoundError) as e:
+        pytest.skip(f"shared UCI data not found: {e}")
+    out = tmp_path / "bundle"
+    args = ["train", "--method", "mc-dropout", "--data", "yacht", "--epochs", "2", "--samples",
+            "5", "--option", "likelihood=heteroscedastic", "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    loaded = bayesify.load(out)
+    assert loaded.config.heteroscedastic and loaded.net[-1].out_features == 2
+    assert CliRunner().invoke(app, ["evaluate", str(out), "--samples", "5"]).exit_code == 0
