@@ -180,7 +180,7 @@ def _metric_figure(
         ax.tick_params(axis="x", labelsize=7)
         ax.grid(axis="x", alpha=0.3)
     fig.suptitle(title, fontsize=10)
-    save_figure(fig, path)
+    save_figure(fig, path, dpi=80)
 
 
 _CSS = """
