@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from bayesify.bench.runner import config_hash, job_config, job_key, run_jobs
-from bayesify.bench.store import ResultsStore, RowKey
+from bayesify.bench.runner import config_hash, job_config, job_key, run_job, run_jobs
+from bayesify.bench.store import ResultsStore, RowDoneError, RowKey
 
 CALLS: list[tuple[str, int]] = []
 
@@ -72,7 +72,7 @@ def test_done_row_is_never_overwritten(tmp_path):
     assert store.claim(key, {})
     store.finish(key, {"v": 1.0}, 0.1, {})
     assert not store.claim(key, {})
-    with pytest.raises(RuntimeError, match="already done"):
+    with pytest.raises(RowDoneError, match="already done"):
         store.finish(key, {"v": 2.0}, 0.1, {})
     assert store.records("e")[0]["metrics"] == {"v": 1.0}
 
@@ -113,3 +113,19 @@ def test_runner_skips_done_jobs_and_records_failures(tmp_path):
 def test_runner_rejects_bad_workers(tmp_path):
     with pytest.raises(ValueError, match="workers"):
         run_jobs("e", [], square, tmp_path / "r.db", workers=0)
+
+
+def test_a_job_finished_meanwhile_by_another_run_keeps_the_first_row(tmp_path):
+    path = tmp_path / "r.db"
+    job = Job("sq", "d", 2)
+    other = ResultsStore(path)
+
+    def finished_elsewhere_first(job: Job) -> dict[str, float]:
+        key = job_key("e", job)
+        other.claim(key, job_config(job))
+        other.finish(key, {"value": -1.0}, 0.0, job_config(job))
+        return square(job)
+
+    status, _ = run_job(ResultsStore(path), "e", job, finished_elsewhere_first)
+    assert status == "skipped"
+    assert [r["metrics"] for r in other.records("e")] == [{"value": -1.0}]

@@ -17,7 +17,8 @@ job's metrics (a JSON-able dict)::
     summary = run_jobs("my-experiment", jobs, score_job, "results.db", workers=2)
 
 Kill the run at any moment and run the same call again: it skips the done rows and redoes
-only the jobs that were in progress (or had failed). With ``workers > 1`` the jobs run in
+only the jobs that were in progress (or had failed); two runs of the same jobs at once may both
+run a job, and the first result written is kept. With ``workers > 1`` the jobs run in
 ``workers`` spawned processes, each with its own store connection; ``fn`` must then be a
 module-level function (it is pickled by name). A job that raises is recorded as ``failed`` with
 its traceback and does not stop the run.
@@ -42,7 +43,7 @@ from typing import Any
 from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from bayesify.bench.store import DONE, FAILED, ResultsStore, RowKey
+from bayesify.bench.store import DONE, FAILED, ResultsStore, RowDoneError, RowKey
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +108,10 @@ def run_job(store: ResultsStore, experiment: str, job: Any, fn: JobFn) -> tuple[
         store.fail(key, traceback.format_exc(), seconds, config)
         return FAILED, f"{type(e).__name__}: {e}"
     seconds = time.perf_counter() - t0
-    store.finish(key, metrics, seconds, config)
+    try:
+        store.finish(key, metrics, seconds, config)
+    except RowDoneError:  # a concurrent run of the same jobs finished it first: keep its row
+        return "skipped", ""
     return DONE, f"{seconds:.1f} s"
 
 

@@ -53,6 +53,10 @@ RUNNING, DONE, FAILED = "running", "done", "failed"
 STATUSES = (RUNNING, DONE, FAILED)
 
 
+class RowDoneError(RuntimeError):
+    """A result was written for a row that is already done (another run finished it first)."""
+
+
 @dataclass(frozen=True)
 class RowKey:
     """What identifies one row: a job of an experiment."""
@@ -177,7 +181,7 @@ class ResultsStore:
             done = self.conn.execute(f"SELECT status FROM runs WHERE {_WHERE_KEY}",
                                      key.values()).fetchone()  # fmt: skip
             if done is not None and done[0] == DONE:
-                raise RuntimeError(f"row {key} is already done; a done row is never overwritten")
+                raise RowDoneError(f"row {key} is already done; a done row is never overwritten")
             self.conn.execute(
                 "INSERT INTO runs (experiment, method, dataset, split, seed, config_hash, status, "
                 "config, metrics, error, attempts, seconds, created, host, pid) "
