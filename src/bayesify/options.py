@@ -62,6 +62,15 @@ class Task(StrEnum):
     """Class labels ``[N]``: per-sample class probabilities ``[T, N, C]``."""
 
 
+class Likelihood(StrEnum):
+    """The regression noise model of a method (``MethodConfig.likelihood``)."""
+
+    HOMOSCEDASTIC = "homoscedastic"
+    """One noise variance τ⁻¹ for every input, fitted on validation data."""
+    HETEROSCEDASTIC = "heteroscedastic"
+    """A variance predicted per input by the network (outputs ``[N, 2]``: mean, variance)."""
+
+
 class CRPSForm(StrEnum):
     """Which predictive distribution :meth:`Predictive.crps` scores."""
 

@@ -127,8 +127,9 @@ def build_training(
             raise ValueError(f"UCI datasets use model 'mlp', got {model!r}")
         sizes = hidden_sizes(hidden)
         s = load_uci(data, split, protocol=protocol)
+        outputs = 2 if (options or {}).get("likelihood") == "heteroscedastic" else 1  # mean, var
         with seeded(seed):  # the network's initial weights
-            net = mlp(s.n_features, 1, sizes, norm=norm, dropout=dropout)
+            net = mlp(s.n_features, outputs, sizes, norm=norm, dropout=dropout)
             meth = cls(net, task="regression", **(options or {}))
         train = (s.x_train, s.y_train)
         if limit is not None:

@@ -1,36 +1,243 @@
-"""A tiny sqlite3 results store: one row per (experiment, dataset, split, method)."""
+"""The results store: one sqlite3 row per benchmark job, written durably the moment it finishes.
+
+A row is identified by (experiment, method, dataset, split, seed, configuration hash). The file
+is in WAL mode with ``synchronous=FULL``: every row is one committed transaction, so killing a run
+at any moment (SIGKILL, power loss) loses at most the jobs in progress, and several processes
+(the runner's workers) can write to the same file at once, each through its own connection.
+
+A row's ``status`` is ``running`` (claimed; left behind by a killed run), ``done`` (metrics
+stored; never overwritten) or ``failed`` (the error's traceback stored). ``attempts`` counts how
+often the job was started; ``created`` is when its result was written.
+
+:meth:`ResultsStore.add`/:meth:`ResultsStore.rows` keep the older cell API (one cell per
+experiment, dataset, split and method, replaced when re-run): such cells are rows with seed 0 and
+an empty configuration hash.
+"""
 
 from __future__ import annotations
 
 import json
+import math
+import os
+import socket
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS results (
+CREATE TABLE IF NOT EXISTS runs (
     experiment TEXT NOT NULL,
+    method TEXT NOT NULL,
     dataset TEXT NOT NULL,
     split INTEGER NOT NULL,
-    method TEXT NOT NULL,
-    metrics TEXT NOT NULL,
-    settings TEXT NOT NULL,
-    created REAL NOT NULL,
-    PRIMARY KEY (experiment, dataset, split, method)
+    seed INTEGER NOT NULL,
+    config_hash TEXT NOT NULL,
+    status TEXT NOT NULL,
+    config TEXT NOT NULL,
+    metrics TEXT,
+    error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    seconds REAL,
+    created REAL,
+    started REAL,
+    host TEXT,
+    pid INTEGER,
+    PRIMARY KEY (experiment, method, dataset, split, seed, config_hash)
 )
 """
+_LEGACY = "results"  # the table of the store's first version; its cells are copied over on open
+
+RUNNING, DONE, FAILED = "running", "done", "failed"
+STATUSES = (RUNNING, DONE, FAILED)
+
+
+class RowDoneError(RuntimeError):
+    """A result was written for a row that is already done (another run finished it first)."""
+
+
+@dataclass(frozen=True)
+class RowKey:
+    """What identifies one row: a job of an experiment."""
+
+    experiment: str
+    method: str
+    dataset: str
+    split: int
+    seed: int
+    config_hash: str
+
+    def __str__(self) -> str:
+        return "/".join(str(v) for v in (self.experiment, self.method, self.dataset,
+                                          self.split, self.seed, self.config_hash))  # fmt: skip
+
+    def values(self) -> tuple[Any, ...]:
+        return (self.experiment, self.method, self.dataset, self.split, self.seed,
+                self.config_hash)  # fmt: skip
+
+
+_WHERE_KEY = "experiment=? AND method=? AND dataset=? AND split=? AND seed=? AND config_hash=?"
+
+
+def _json(value: Any) -> str:
+    """JSON with non-finite floats as null (sqlite/JSON readers choke on NaN)."""
+
+    def clean(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {str(k): clean(x) for k, x in v.items()}
+        if isinstance(v, list | tuple):
+            return [clean(x) for x in v]
+        return v
+
+    return json.dumps(clean(value))
 
 
 class ResultsStore:
-    """Results of benchmark runs in an sqlite file (re-running a cell replaces it)."""
+    """Benchmark results in an sqlite file, safe against kills and concurrent writers.
 
-    def __init__(self, path: str | Path = ":memory:") -> None:
-        if path != ":memory:":
+    Each process opens its own store (sqlite connections are not shared across processes).
+    """
+
+    def __init__(self, path: str | Path = ":memory:", *, timeout: float = 60.0) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
-        self.conn = sqlite3.connect(str(path))
-        self.conn.execute(_SCHEMA)
+        # autocommit mode (isolation_level=None): transactions are the explicit BEGINs below
+        self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
+        self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        if self.path != ":memory:":
+            self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA synchronous = FULL")
+        with self._transaction():
+            self.conn.execute(_SCHEMA)
+            self._copy_legacy_cells()
 
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> ResultsStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ transactions
+    def _transaction(self) -> _Transaction:
+        return _Transaction(self.conn)
+
+    def _copy_legacy_cells(self) -> None:
+        exists = self.conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (_LEGACY,)
+        ).fetchone()
+        if exists:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO runs (experiment, method, dataset, split, seed, "
+                "config_hash, status, config, metrics, attempts, created) "
+                f"SELECT experiment, method, dataset, split, 0, '', 'done', settings, metrics, 1, "
+                f"created FROM {_LEGACY}"
+            )
+            self.conn.execute(f"DROP TABLE {_LEGACY}")
+
+    # ------------------------------------------------------------------ job rows
+    def claim(self, key: RowKey, config: dict[str, Any]) -> bool:
+        """Mark ``key`` as running (one more attempt) unless it is done; False if it is done."""
+        with self._transaction():
+            row = self.conn.execute(f"SELECT status FROM runs WHERE {_WHERE_KEY}",
+                                    key.values()).fetchone()  # fmt: skip
+            if row is not None and row[0] == DONE:
+                return False
+            now = time.time()
+            if row is None:
+                self.conn.execute(
+                    "INSERT INTO runs (experiment, method, dataset, split, seed, config_hash, "
+                    "status, config, attempts, started, host, pid) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?)",
+                    (*key.values(), RUNNING, _json(config), now, socket.gethostname(),
+                     os.getpid()),
+                )  # fmt: skip
+            else:
+                self.conn.execute(
+                    "UPDATE runs SET status=?, error=NULL, attempts=attempts+1, started=?, "
+                    f"host=?, pid=? WHERE {_WHERE_KEY}",
+                    (RUNNING, now, socket.gethostname(), os.getpid(), *key.values()),
+                )
+        return True
+
+    def finish(
+        self, key: RowKey, metrics: dict[str, Any], seconds: float | None, config: dict[str, Any]
+    ) -> None:
+        """Write a job's result (status ``done``) in one durable transaction."""
+        self._write(key, DONE, config, metrics=_json(metrics), error=None, seconds=seconds)
+
+    def fail(self, key: RowKey, error: str, seconds: float, config: dict[str, Any]) -> None:
+        """Record that a job raised ``error`` (status ``failed``; it is retried next run)."""
+        self._write(key, FAILED, config, metrics=None, error=error, seconds=seconds)
+
+    def _write(self, key: RowKey, status: str, config: dict[str, Any], **values: Any) -> None:
+        with self._transaction():
+            done = self.conn.execute(f"SELECT status FROM runs WHERE {_WHERE_KEY}",
+                                     key.values()).fetchone()  # fmt: skip
+            if done is not None and done[0] == DONE:
+                raise RowDoneError(f"row {key} is already done; a done row is never overwritten")
+            self.conn.execute(
+                "INSERT INTO runs (experiment, method, dataset, split, seed, config_hash, status, "
+                "config, metrics, error, attempts, seconds, created, host, pid) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?) "
+                "ON CONFLICT (experiment, method, dataset, split, seed, config_hash) DO UPDATE "
+                "SET status=excluded.status, config=excluded.config, metrics=excluded.metrics, "
+                "error=excluded.error, seconds=excluded.seconds, created=excluded.created, "
+                "host=excluded.host, pid=excluded.pid",
+                (*key.values(), status, _json(config), values["metrics"], values["error"],
+                 values["seconds"], time.time(), socket.gethostname(), os.getpid()),
+            )  # fmt: skip
+
+    def status(self, key: RowKey) -> str | None:
+        """``running``, ``done``, ``failed`` or None (never started)."""
+        row = self.conn.execute(f"SELECT status FROM runs WHERE {_WHERE_KEY}", key.values())
+        found = row.fetchone()
+        return None if found is None else found[0]
+
+    def done_keys(self, experiment: str) -> set[RowKey]:
+        """The keys of ``experiment``'s finished rows."""
+        cur = self.conn.execute(
+            "SELECT experiment, method, dataset, split, seed, config_hash FROM runs "
+            "WHERE experiment=? AND status='done'",
+            (experiment,),
+        )
+        return {RowKey(*r) for r in cur}
+
+    def records(
+        self, experiment: str | None = None, *, status: str | None = DONE
+    ) -> list[dict[str, Any]]:
+        """Rows as dicts (``metrics`` and ``config`` parsed), optionally of one experiment and
+        status (None: every status), ordered by experiment, dataset, method, split, seed."""
+        where, args = [], []
+        if experiment is not None:
+            where.append("experiment=?")
+            args.append(experiment)
+        if status is not None:
+            where.append("status=?")
+            args.append(status)
+        sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
+        cur = self.conn.execute(sql + " ORDER BY experiment, dataset, method, split, seed", args)
+        names = [d[0] for d in cur.description]
+        out = []
+        for values in cur:
+            row = dict(zip(names, values, strict=True))
+            row["config"] = json.loads(row["config"])
+            row["metrics"] = json.loads(row["metrics"]) if row["metrics"] else {}
+            out.append(row)
+        return out
+
+    def experiments(self) -> list[str]:
+        """The experiments that have rows, sorted."""
+        cur = self.conn.execute("SELECT DISTINCT experiment FROM runs ORDER BY experiment")
+        return [r[0] for r in cur]
+
+    # ------------------------------------------------------------------ the cell API
     def add(
         self,
         experiment: str,
@@ -40,18 +247,29 @@ class ResultsStore:
         metrics: dict[str, float],
         settings: dict[str, Any] | None = None,
     ) -> None:
-        self.conn.execute(
-            "INSERT OR REPLACE INTO results VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (experiment, dataset, split, method, json.dumps(metrics),
-             json.dumps(settings or {}), time.time()),
-        )  # fmt: skip
-        self.conn.commit()
+        """Store one cell (experiment, dataset, split, method), replacing an earlier one."""
+        key = RowKey(experiment, method, dataset, split, 0, "")
+        with self._transaction():
+            self.conn.execute(f"DELETE FROM runs WHERE {_WHERE_KEY}", key.values())
+        self.finish(key, metrics, seconds=None, config=settings or {})
 
     def rows(self, experiment: str) -> list[dict[str, Any]]:
-        """All rows of ``experiment`` as dicts with the metrics flattened in."""
-        cur = self.conn.execute(
-            "SELECT dataset, split, method, metrics FROM results WHERE experiment = ? "
-            "ORDER BY dataset, method, split",
-            (experiment,),
-        )
-        return [{"dataset": d, "split": s, "method": m, **json.loads(js)} for d, s, m, js in cur]
+        """All finished rows of ``experiment`` as dicts with the metrics flattened in."""
+        return [
+            {"dataset": r["dataset"], "split": r["split"], "method": r["method"], **r["metrics"]}
+            for r in self.records(experiment)
+        ]
+
+
+class _Transaction:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on error): one writer at a time, and the
+    commit is on disk when the block ends."""
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+    def __enter__(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")

@@ -32,6 +32,9 @@ app.lazy_command("train", "bayesify.cli.train:train",
 app.lazy_command("evaluate", "bayesify.cli.train:evaluate",
                  "Score a saved bundle on the test split it was trained for.")  # fmt: skip
 app.lazy_command("methods", "bayesify.cli.train:list_methods", "List the registered methods.")
+app.lazy_command("report", "bayesify.cli.report:report",
+                 "Write one self-contained HTML page (figures embedded) and a markdown file with "
+                 "every table and figure of a results store.")  # fmt: skip
 app.add_typer(bench_app, name="bench")
 
 __all__ = ["app", "console", "main"]

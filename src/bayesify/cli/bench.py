@@ -31,9 +31,18 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
     ("fmnist-calibration", f"{_X}.fmnist_calibration:FMNISTCalibrationOptions",
      "Fashion-MNIST calibration: error, NLL and ECE per method, before and after temperature "
      "scaling."),
+    ("gal-uci", f"{_X}.gal_uci:GalUCIOptions",
+     "Gal & Ghahramani's UCI protocol for MC dropout, homoscedastic and heteroscedastic, run "
+     "job by job (one per dataset, split and likelihood) into a resumable results store, with "
+     "their published figures beside ours."),
     ("mcbn-collapse", f"{_X}.mcbn_collapse:MCBNCollapseOptions",
      "MCBN's uncertainty collapse with large batches (Mukhoti et al. 2020, Fig. 1), and its "
      "fix."),
+    ("noise-toy", f"{_X}.noise_toy:NoiseToyOptions",
+     "Learned versus fitted noise on a 1-D toy whose noise grows with |x|: each method with "
+     "the homoscedastic likelihood (one τ⁻¹ fitted on validation data) and the heteroscedastic "
+     "one (a variance output per input), several seeds, run job by job into a resumable "
+     "results store."),
     ("speed", f"{_X}.speed:SpeedOptions",
      "One-pass prediction vs the loop of T passes (MCBN: also vs Teye et al.'s Algorithm 1), "
      "peak memory, and training time per epoch relative to the deterministic network -> "

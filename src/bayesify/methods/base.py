@@ -38,6 +38,7 @@ from bayesify.methods.inputs import (
     regression_targets,
     seeded_generator,
 )
+from bayesify.methods.likelihood import gaussian_nll, split_heteroscedastic
 from bayesify.methods.pretrained import FromPretrained
 from bayesify.metrics import fit_constant_std
 from bayesify.nn import (
@@ -49,6 +50,7 @@ from bayesify.nn import (
     sampling,
     select_groups,
 )
+from bayesify.nn.modes import kept_modes
 from bayesify.options import Task
 from bayesify.posthoc.noise import fit_noise_variance
 from bayesify.predictive import Predictive
@@ -62,17 +64,6 @@ from bayesify.train import (
 )
 
 log = logging.getLogger(__name__)
-
-
-@contextmanager
-def kept_modes(module: nn.Module) -> Iterator[None]:
-    """Restore every submodule's train/eval flag on leaving the block."""
-    modes = [(m, m.training) for m in module.modules()]
-    try:
-        yield
-    finally:
-        for m, training in modes:
-            m.training = training
 
 
 class Method(FromPretrained):
@@ -138,9 +129,12 @@ class Method(FromPretrained):
         return self.nll(self.net(x), y)
 
     def nll(self, out: Tensor, y: Tensor) -> Tensor:
-        """Mean data term: squared error (regression) or cross-entropy (classification)."""
+        """Mean data term: squared error (regression), the Gaussian NLL with the predicted
+        variance (heteroscedastic regression) or cross-entropy (classification)."""
         if self.config.task is Task.CLASSIFICATION:
             return F.cross_entropy(out, class_labels(y, out.shape[-1]))
+        if self.config.heteroscedastic:
+            return gaussian_nll(*split_heteroscedastic(out), y)
         if out.numel() != y.numel():
             raise ValueError(
                 f"a regression net must output [N] or [N, 1], got {list(out.shape)} for "
@@ -232,8 +226,12 @@ class Method(FromPretrained):
             raise ValueError("the noise variance τ⁻¹ is a regression parameter")
         xv, yv = self._tensors(val)
         yv = regression_targets(yv)
-        means = self._regression_outputs(self.sample(xv, self.config.noise_samples, seed=seed))
-        self.noise_variance = fit_noise_variance(means, yv, self.config.noise_objective)
+        out = self.sample(xv, self.config.noise_samples, seed=seed)
+        if self.config.heteroscedastic:  # the noise is learned: only the baseline is fitted
+            means = split_heteroscedastic(out)[0]
+        else:
+            means = self._regression_outputs(out)
+            self.noise_variance = fit_noise_variance(means, yv, self.config.noise_objective)
         std = fit_constant_std(means.mean(0), yv, self.config.noise_objective.value)
         self.constant_variance = float(std) ** 2
         return self.noise_variance
@@ -345,6 +343,8 @@ class Method(FromPretrained):
         """Raw outputs ``[T, N, ...]`` -> Predictive (softmax for classification)."""
         if self.config.task is Task.CLASSIFICATION:
             return Predictive.from_logits(out)
+        if self.config.heteroscedastic:  # each sample's own variance: [T, N]
+            return Predictive.regression(*split_heteroscedastic(out))
         if not self.noise_fitted:
             warnings.warn(
                 f"{type(self).__name__}: the noise variance τ⁻¹ was never fitted, so the "

@@ -106,12 +106,17 @@ class BayesByBackprop(Method):
             init_rho=cfg.init_rho,
             conv_estimator=cfg.conv_estimator,
         )
-        if cfg.task is Task.REGRESSION and not hasattr(net, LOG_NOISE):
+        if self._learns_noise and not hasattr(net, LOG_NOISE):
             ref = self.layers[-1].weight_mu
             init = torch.tensor(math.log(cfg.init_noise_variance), dtype=ref.dtype)
             net.register_parameter(LOG_NOISE, nn.Parameter(init.to(ref.device)))
-        if cfg.task is Task.REGRESSION:
+        if self._learns_noise:
             self.noise_variance = float(getattr(net, LOG_NOISE).detach().exp())
+
+    @property
+    def _learns_noise(self) -> bool:
+        """Whether the homoscedastic noise parameter is learned (not for a heteroscedastic net)."""
+        return self.config.task is Task.REGRESSION and not self.config.heteroscedastic
 
     def kl(self) -> Tensor:
         """KL(q || p) summed over all Bayesian layers (0-dim)."""
@@ -119,7 +124,7 @@ class BayesByBackprop(Method):
 
     def nll(self, out: Tensor, y: Tensor) -> Tensor:
         """Cross-entropy, or the Gaussian NLL with the learned noise variance (regression)."""
-        if self.config.task is Task.CLASSIFICATION:
+        if not self._learns_noise:  # cross-entropy or the heteroscedastic Gaussian NLL
             return super().nll(out, y)
         log_var = getattr(self.net, LOG_NOISE)
         sq = (out.reshape(y.shape) - y) ** 2
@@ -148,5 +153,5 @@ class BayesByBackprop(Method):
         return [g for g in groups if g["params"]]
 
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
-        if self.config.task is Task.REGRESSION:
+        if self._learns_noise:
             self.noise_variance = float(getattr(self.net, LOG_NOISE).detach().exp())

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from bayesify.options import NoiseObjective, Task, parse_fields
+from bayesify.options import Likelihood, NoiseObjective, Task, parse_fields
 
 
 @dataclass(frozen=True)
@@ -19,10 +19,19 @@ class MethodConfig:
     # of near-delta samples is then meaningless. Teye et al. fit τ for CRPS.
     noise_objective: NoiseObjective = NoiseObjective.PLL
     noise_samples: int = 50  # MC samples used when fitting τ on validation data
+    # regression noise: one τ⁻¹ fitted on validation data, or a variance output per input
+    likelihood: Likelihood = Likelihood.HOMOSCEDASTIC
 
     def __post_init__(self) -> None:
         # every field checked against its type: a ValueError names the option, value and valid
         parse_fields(self)
+        if self.heteroscedastic and self.task is not Task.REGRESSION:
+            raise ValueError("likelihood='heteroscedastic' is a regression option")
+
+    @property
+    def heteroscedastic(self) -> bool:
+        """Whether the network predicts a noise variance per input."""
+        return self.likelihood is Likelihood.HETEROSCEDASTIC
 
     def _require(self, names: tuple[str, ...], ok: Callable[[Any], bool], what: str) -> None:
         """Raise ``ValueError("<name> must be <what>, got <value>")`` for the first bad field."""

@@ -160,7 +160,8 @@ class DeepEnsemble(Method):
                 _reinitialise(member_net, cfg.init_seed + m)
         self.member_methods: list[Method] = []
         for member_net in nets:
-            options = {"task": cfg.task, "noise_objective": cfg.noise_objective}
+            options = {"task": cfg.task, "noise_objective": cfg.noise_objective,
+                       "likelihood": cfg.likelihood}  # fmt: skip
             options.update(cfg.method_options)
             self.member_methods.append(member_cls(member_net, inplace=True, **options))
         self._given = None  # the members hold them now

@@ -24,9 +24,10 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from bayesify.methods.base import Method, MethodConfig, kept_modes
+from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.mcbn_tuning import tune_effective_batch_size
 from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampling
+from bayesify.nn.modes import kept_modes
 from bayesify.options import Statistics
 from bayesify.train import Data, as_dataset, as_loader, loader_batch_size
 

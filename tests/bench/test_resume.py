@@ -1,0 +1,136 @@
+"""A real benchmark run killed with SIGKILL part-way resumes without losing or redoing rows, and
+parallel workers write the same rows as one process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+from bayesify.bench.experiments import noise_toy
+from bayesify.bench.runner import run_jobs
+from bayesify.bench.store import ResultsStore
+
+CLI = [sys.executable, "-c", "from bayesify.cli import main; main()"]
+
+
+def _bench(store, out, *extra: str) -> list[str]:
+    return [*CLI, "bench", "noise-toy", "--store", str(store), "--out", str(out), "--methods",
+            "deterministic,mc-dropout", "--likelihoods", "heteroscedastic", "--splits", "4",
+            "--n-train", "400", "--epochs", "25", "--samples", "10", *extra]  # fmt: skip
+
+
+def _done(store) -> dict[tuple, tuple[float, int]]:
+    """(method, split, config_hash) -> (created, attempts) of every done row, read with a plain
+    sqlite3 connection."""
+    conn = sqlite3.connect(store)
+    try:
+        rows = conn.execute(
+            "SELECT method, split, config_hash, created, attempts FROM runs WHERE status='done'"
+        ).fetchall()
+    except sqlite3.OperationalError:  # table not created yet
+        return {}
+    finally:
+        conn.close()
+    return {(m, s, h): (c, a) for m, s, h, c, a in rows}
+
+
+def _keys_logged(text: str, what: str) -> set[tuple]:
+    pattern = rf"{what} noise-toy/([\w-]+)/sin-growing-noise/(\d+)/\d+/(\w+)"
+    return {(m, int(s), h) for m, s, h in re.findall(pattern, text)}
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_resumes_without_recomputing(tmp_path):
+    store, out = tmp_path / "results.db", tmp_path / "report"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(_bench(store, out), stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.time() + 300
+        while not _done(store) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    before = _done(store)
+    assert 1 <= len(before) < 8, (
+        f"{len(before)} rows done when killed: the test needs a partial run"
+    )
+
+    second = subprocess.run(
+        _bench(store, out), capture_output=True, text=True, env=env, timeout=600
+    )
+    assert second.returncode == 0, second.stderr[-2000:]
+    after = _done(store)
+    # every job's row is there exactly once
+    conn = sqlite3.connect(store)
+    counts = conn.execute(
+        "SELECT method, split, COUNT(*) FROM runs GROUP BY method, split, config_hash"
+    ).fetchall()
+    assert sorted((m, s) for m, s, _ in counts) == [
+        (m, s) for m in ("deterministic", "mc-dropout") for s in range(4)
+    ]
+    assert all(c == 1 for *_, c in counts)
+    assert len(after) == 8
+    # rows finished before the kill were not recomputed: same timestamps, one attempt, and the
+    # second run's own log says it skipped them and finished only the others
+    for key, (created, attempts) in before.items():
+        assert after[key] == (created, attempts) and attempts == 1
+    log2 = second.stderr
+    assert _keys_logged(log2, "skipped") == set(before)
+    assert _keys_logged(log2, "finished") == set(after) - set(before)
+    assert "8 finished" not in log2
+    # the first run's log has no job that the second one ran again
+    first_finished = _keys_logged((tmp_path / "first.log").read_text(), "finished")
+    assert first_finished <= set(before)
+    assert not first_finished & _keys_logged(log2, "finished")
+    assert (out / "README.md").read_text().count("| heteroscedastic |") == 2
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # as in the workers
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow
+def test_two_workers_write_the_same_rows_as_one(tmp_path, one_thread):
+    jobs = [
+        noise_toy.NoiseToyJob(
+            m, noise_toy.DATASET, s, seed=s, likelihood=lik, n_train=100, epochs=3, samples=5
+        )  # fmt: skip
+        for m in ("deterministic", "mc-dropout")
+        for lik in ("homoscedastic", "heteroscedastic")
+        for s in range(2)
+    ]
+    one = run_jobs("e", jobs, noise_toy.score_job, tmp_path / "one.db", progress=False)
+    two = run_jobs("e", jobs, noise_toy.score_job, tmp_path / "two.db", workers=2, progress=False)
+    assert len(one.finished) == len(two.finished) == 8 and not one.failed and not two.failed
+
+    def rows(path):
+        with ResultsStore(path) as store:
+            recs = store.records("e")
+        pids = {r["pid"] for r in recs}
+        keyed = {(r["method"], r["split"], r["config_hash"]): r["metrics"] for r in recs}
+        return keyed, pids
+
+    a, pids_a = rows(tmp_path / "one.db")
+    b, pids_b = rows(tmp_path / "two.db")
+    assert pids_a == {os.getpid()} and os.getpid() not in pids_b and len(pids_b) == 2
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].keys() == b[key].keys()
+        for name, value in a[key].items():
+            if value is None:  # the correlation of a constant std
+                assert b[key][name] is None
+            else:
+                assert b[key][name] == pytest.approx(value, rel=1e-6, abs=1e-9), (key, name)
