@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from bayesify.io import write_bundle
+from bayesify.methods.presets import get_preset, with_recipe
 from bayesify.metrics import fit_constant_std
 from bayesify.nn import repeat_samples, sampling, select_groups
 from bayesify.posthoc.noise import NoiseObjective, fit_noise_variance
@@ -159,11 +160,25 @@ class Method:
     name: ClassVar[str] = "method"
     Config: ClassVar[type[MethodConfig]] = MethodConfig
 
-    def __init__(self, net: nn.Module, config: MethodConfig | None = None, **options: Any):
+    def __init__(
+        self,
+        net: nn.Module,
+        config: MethodConfig | None = None,
+        *,
+        preset: str | None = None,
+        **options: Any,
+    ):
         if not isinstance(net, nn.Module):
             raise TypeError(
                 f"{type(self).__name__} wraps a torch.nn.Module, got {type(net).__name__}"
             )
+        # a paper preset (methods/presets.py): its config under the given options, its fit
+        # keyword arguments as fit()'s defaults
+        recipe = get_preset(self.name, preset) if preset is not None else None
+        if recipe is not None:
+            options = {**recipe.config, **options}
+        self.preset = preset
+        self.recipe: dict[str, Any] = dict(recipe.fit) if recipe is not None else {}
         if config is None:
             config = self.Config.from_dict(options)
         elif options:
@@ -231,6 +246,7 @@ class Method:
             yield
 
     # ------------------------------------------------------------------ training
+    @with_recipe
     def fit(
         self,
         train: Data,

@@ -46,6 +46,7 @@ from bayesify.methods.base import (
     forward_in_chunks,
     resolve_max_rows,
 )
+from bayesify.methods.presets import with_recipe
 from bayesify.nn import stochastic_modules
 from bayesify.train import Data, as_dataset
 
@@ -140,6 +141,7 @@ class DeepEnsemble(Method):
         return self.config.members
 
     # ------------------------------------------------------------------ training
+    @with_recipe
     def fit(
         self, train: Data, val: Data | None = None, *, seed: int = 0, **kwargs: Any
     ) -> DeepEnsemble:
