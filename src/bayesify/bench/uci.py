@@ -200,7 +200,9 @@ def _evaluate(kind: str, data: RegressionSplit, s: UCISettings, seed: int):
         y = data.y_test_original.to(pred.samples.dtype)
         per_seed.append(regression_scores(pred, y, fit, loc=loc, scale=scale))
         models.append((method, pred))
-    info = {**chosen, "epochs": res.epochs, "cv_rmse": res.rmse}
+    # τ⁻¹ and the constant variance in standardised units (for PLL; the CRPS ones in fit)
+    info = {**chosen, "epochs": res.epochs, "cv_rmse": res.rmse,
+            "noise_var": fit.noise_pll, "constant_var": fit.constant_pll}  # fmt: skip
     return models, fit, per_seed, info
 
 

@@ -25,7 +25,7 @@ from bayesify.bench.summary import markdown_table, significance
 from bayesify.bench.uci import PRESETS, UCISettings, run_mcbn_split
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 from bayesify.plots.uncertainty import uncertainty_error_plot
-from bayesify.posthoc.noise import NoiseProtocol
+from bayesify.posthoc.noise import NoiseProtocol, teye_tau_range
 
 log = logging.getLogger(__name__)
 
@@ -275,5 +275,29 @@ def render_markdown(
                 _cell([r["pll_norm"] for r in vals]), f"{ref[1]:.2f} {TEYE_STARS[m][d][1]}",
             ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    lines.append("")
+    lines += ["", *_noise_lines(rows, datasets, settings), ""]
     return "\n".join(lines)
+
+
+def _noise_lines(rows: list[dict], datasets: Sequence[str], settings: UCISettings) -> list[str]:
+    """τ⁻¹ (used for PLL) per dataset and method, standardised target units, and whether it sits
+    on the lower end of the search range (Teye's rule: τ⁻¹ = 1/τ_max)."""
+    lo = {d: 1.0 / teye_tau_range(d)[1] for d in datasets}
+    out = [
+        "τ⁻¹ used for PLL and the constant variance (standardised target units; mean over "
+        "splits); † = τ⁻¹ at the lower end of the search range (1/τ_max of Teye's range).",
+        "",
+        "| dataset | method | τ⁻¹ | constant variance |",
+        "| --- | --- | ---: | ---: |",
+    ]
+    for d in datasets:
+        for r_method in sorted({r["method"] for r in rows if "noise_var" in r}):
+            vals = [r for r in rows if r["dataset"] == d and r["method"] == r_method]
+            if not vals:
+                continue
+            nv = sum(r["noise_var"] for r in vals) / len(vals)
+            cv = sum(r["constant_var"] for r in vals) / len(vals)
+            teye = settings.noise_protocol == NoiseProtocol.TEYE
+            mark = " †" if teye and any(r["noise_var"] <= lo[d] * 1.0001 for r in vals) else ""
+            out.append(f"| {d} | {r_method} | {nv:.4g}{mark} | {cv:.4g} |")
+    return out
