@@ -136,3 +136,16 @@ def test_report_states_the_protocol_and_stars():
     assert "| yacht | 9.00 ** | -56.39 *** | 11.00 ** | 45.58 **** |" in text
     other = render_markdown(rows, ["yacht"], 3, UCISettings(noise_protocol="bayesify"))
     assert "τ protocol **bayesify**" in other
+
+
+def test_report_marks_a_tau_on_the_lower_bound():
+    rows = [
+        {"dataset": "yacht", "split": 0, "method": "MCBN", "rmse": 1.0, "pll": -1.0,
+         "crps": 0.5, "pll_norm": 1.0, "crps_norm": 1.0, "noise_var": 0.01, "constant_var": 0.2},
+        {"dataset": "yacht", "split": 0, "method": "CUBN", "rmse": 1.0, "pll": -1.0,
+         "crps": 0.5, "pll_norm": 0.0, "crps_norm": 0.0},
+    ]  # fmt: skip
+    text = render_markdown(rows, ["yacht"], 1, UCISettings())
+    assert "| yacht | MCBN | 0.01 † | 0.2 |" in text  # yacht: τ_max = 100
+    rows[0]["noise_var"] = 0.05
+    assert "| yacht | MCBN | 0.05 | 0.2 |" in render_markdown(rows, ["yacht"], 1, UCISettings())
