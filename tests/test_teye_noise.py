@@ -102,6 +102,20 @@ def test_teye_protocol_uses_one_tau_and_a_crps_fitted_cubn():
     assert scores["CU"]["pll_norm"] == pytest.approx(0.0, abs=1e-9)
 
 
+def test_ranges_are_in_original_units_and_scale_to_model_units():
+    # yacht τ ∈ [0.01, 100] (original units); targets standardised by y_std = 15:
+    # τ⁻¹ ∈ [0.01, 100] / 225 in model units
+    lo, hi = variance_bounds(teye_tau_range("yacht"), 15.0)
+    assert (lo, hi) == pytest.approx((0.01 / 225, 100 / 225))
+    pred, y = _data(4, spread=2.0, noise=0.2)  # wants τ⁻¹ -> 0: stops at the scaled bound
+    fit = NoiseFit.fit(pred, y, protocol="teye", dataset="yacht", y_scale=15.0)
+    assert fit.noise_crps == pytest.approx(0.01 / 225)
+    unscaled = NoiseFit.fit(pred, y, protocol="teye", dataset="yacht")
+    assert unscaled.noise_crps == pytest.approx(0.01)
+    with pytest.raises(ValueError, match="y_scale"):
+        variance_bounds((0.01, 1.0), 0.0)
+
+
 def test_ranges_and_errors():
     assert teye_tau_range("kin8nm") == (10.0, 1000.0)
     assert teye_tau_range("my-own-data") == (0.001, 1000.0)

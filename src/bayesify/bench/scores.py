@@ -44,10 +44,13 @@ class NoiseFit:
         protocol: NoiseProtocol | str = NoiseProtocol.BAYESIFY,
         dataset: str | None = None,
         tau_range: tuple[float, float] | None = None,
+        y_scale: float = 1.0,
     ) -> NoiseFit:
         """Fit on a validation predictive (samples ``[T, N]``) and targets ``[N]`` (model units).
 
-        ``dataset`` picks Teye's τ range (``protocol="teye"``); ``tau_range`` overrides it.
+        ``dataset`` picks Teye's τ range (``protocol="teye"``); ``tau_range`` overrides it. The
+        ranges are in original target units: ``y_scale`` is the standard deviation the targets
+        were divided by (1 when the model predicts in original units).
         """
         try:
             protocol = NoiseProtocol(protocol)
@@ -56,7 +59,7 @@ class NoiseFit:
             raise ValueError(f"unknown noise protocol {protocol!r}; valid: {valid}") from None
         s, m = val_pred.samples, val_pred.mean
         if protocol is NoiseProtocol.TEYE:
-            bounds = variance_bounds(tau_range or teye_tau_range(dataset))
+            bounds = variance_bounds(tau_range or teye_tau_range(dataset), y_scale)
             noise = fit_noise_variance(s, y_val, "crps", bounds=bounds)
             const = metrics.fit_constant_std(m, y_val, "crps", bounds=bounds) ** 2
             return cls(noise, noise, const, const, protocol.value)

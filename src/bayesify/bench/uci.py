@@ -182,7 +182,8 @@ def _evaluate(kind: str, data: RegressionSplit, s: UCISettings, seed: int):
     res, spec, build, chosen = _search(kind, data, folds, s, seed)
     # τ and the constant baseline on the validation rows, with the tested T and bank size
     val_pred, y_val = fold_predictive(build[1], folds, res, spec, samples=s.samples, seed=seed)
-    fit = NoiseFit.fit(val_pred, y_val, protocol=s.noise_protocol, dataset=data.name)
+    fit = NoiseFit.fit(val_pred, y_val, protocol=s.noise_protocol, dataset=data.name,
+                       y_scale=float(data.scaler.y_std))  # fmt: skip
     x_all = torch.cat([data.x_train, data.x_val]) if s.refit else data.x_train
     y_all = torch.cat([data.y_train, data.y_val]) if s.refit else data.y_train
     loc, scale = data.scaler.y_mean, data.scaler.y_std
@@ -200,9 +201,10 @@ def _evaluate(kind: str, data: RegressionSplit, s: UCISettings, seed: int):
         y = data.y_test_original.to(pred.samples.dtype)
         per_seed.append(regression_scores(pred, y, fit, loc=loc, scale=scale))
         models.append((method, pred))
-    # τ⁻¹ and the constant variance in standardised units (for PLL; the CRPS ones in fit)
+    # τ⁻¹ and the constant variance used for PLL, in original target units²
+    var = float(data.scaler.y_std) ** 2
     info = {**chosen, "epochs": res.epochs, "cv_rmse": res.rmse,
-            "noise_var": fit.noise_pll, "constant_var": fit.constant_pll}  # fmt: skip
+            "noise_var": fit.noise_pll * var, "constant_var": fit.constant_pll * var}  # fmt: skip
     return models, fit, per_seed, info
 
 

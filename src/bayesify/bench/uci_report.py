@@ -280,11 +280,11 @@ def render_markdown(
 
 
 def _noise_lines(rows: list[dict], datasets: Sequence[str], settings: UCISettings) -> list[str]:
-    """τ⁻¹ (used for PLL) per dataset and method, standardised target units, and whether it sits
+    """τ⁻¹ (used for PLL) per dataset and method in original target units², and whether it sits
     on the lower end of the search range (Teye's rule: τ⁻¹ = 1/τ_max)."""
     lo = {d: 1.0 / teye_tau_range(d)[1] for d in datasets}
     out = [
-        "τ⁻¹ used for PLL and the constant variance (standardised target units; mean over "
+        "τ⁻¹ used for PLL and the constant variance (original target units²; mean over "
         "splits); † = τ⁻¹ at the lower end of the search range (1/τ_max of Teye's range).",
         "",
         "| dataset | method | τ⁻¹ | constant variance |",

@@ -6,8 +6,9 @@ Two protocols (:class:`NoiseProtocol`) say how τ and the constant-uncertainty b
   the mean CRPS of the moment-matched Gaussian (mean, Var_t + τ⁻¹) and used for both PLL and
   CRPS; the baseline's constant variance (CUBN / CUDO) is also chosen by CRPS and used for both.
   τ is searched only inside the authors' per-dataset range (:data:`TEYE_TAU_RANGE`, precision τ in
-  standardised target units, from their ``setup.yml``); :func:`teye_tau_range` gives it, or the
-  union of their ranges for a dataset they did not use.
+  ORIGINAL target units — their code scores de-standardised predictions — from their
+  ``setup.yml``); :func:`teye_tau_range` gives it, or the union of their ranges for a dataset
+  they did not use; :func:`variance_bounds` converts it to bounds on τ⁻¹ in model units.
 * ``"bayesify"`` — our default elsewhere: a separate τ for each metric (τ for PLL maximises the
   mixture PLL), the baseline's variance fitted per metric (σ² = MSE for PLL), and a wide search
   range, e⁻²⁰…e³ × MSE. It scores each metric at its own best, at the price of comparing a
@@ -41,9 +42,10 @@ class NoiseProtocol(StrEnum):
     BAYESIFY = "bayesify"
 
 
-#: Teye et al.'s search range for the precision τ per UCI dataset (standardised targets), from the
-#: ``tau_range`` of the authors' code (github.com/icml-mcbn/mcbn, ``code/mcbn/setup.yml``); the
-#: paper's text names no range. The noise variance τ⁻¹ lies in [1/τ_max, 1/τ_min].
+#: Teye et al.'s search range for the precision τ per UCI dataset, in original target units (their
+#: models de-standardise predictions before τ is applied), from the ``tau_range`` of the authors'
+#: code (github.com/icml-mcbn/mcbn, ``code/mcbn/setup.yml``); the paper's text names no range.
+#: The noise variance τ⁻¹ lies in [1/τ_max, 1/τ_min] (original units²).
 TEYE_TAU_RANGE: dict[str, tuple[float, float]] = {
     "bostonHousing": (0.01, 10.0),
     "concrete": (0.001, 10.0),
@@ -63,12 +65,16 @@ def teye_tau_range(dataset: str | None) -> tuple[float, float]:
     return TEYE_TAU_RANGE.get(dataset or "", TEYE_TAU_RANGE_DEFAULT)
 
 
-def variance_bounds(tau_range: tuple[float, float]) -> tuple[float, float]:
-    """A precision range (τ_min, τ_max) as bounds on the variance τ⁻¹: (1/τ_max, 1/τ_min)."""
+def variance_bounds(tau_range: tuple[float, float], y_scale: float = 1.0) -> tuple[float, float]:
+    """A precision range (τ_min, τ_max) in original target units as bounds on the variance τ⁻¹
+    in model units: (1/τ_max, 1/τ_min) / y_scale², where targets were standardised by dividing
+    by ``y_scale`` (1: the model predicts in original units)."""
     lo, hi = (float(t) for t in tau_range)
     if not 0 < lo <= hi or not math.isfinite(hi):
         raise ValueError(f"tau_range must be 0 < min <= max < inf, got {tau_range}")
-    return 1.0 / hi, 1.0 / lo
+    if not (y_scale > 0 and math.isfinite(y_scale)):
+        raise ValueError(f"y_scale must be a positive number, got {y_scale}")
+    return 1.0 / (hi * y_scale**2), 1.0 / (lo * y_scale**2)
 
 
 def _bounded_log_search(loss, lo: float, hi: float, grid: int = 64) -> float:
