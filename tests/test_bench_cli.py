@@ -129,9 +129,12 @@ COMMANDS = {
     "uci": {
         "--datasets": "bostonHousing,concrete,energy",
         "--splits": "5",
-        "--epochs": "300",
-        "--samples": "200",
-        "--batch-sizes": "32,128",
+        "--preset": "quick",
+        "--epochs": "0",
+        "--samples": "0",
+        "--cv-samples": "-1",
+        "--test-seeds": "0",
+        "--noise-protocol": "teye",
         "--out": "benchmarks/uci_mcbn",
         "--threads": "2",
     },
@@ -153,9 +156,11 @@ def _plain(text: str) -> str:
 
 
 def _defaults(help_text: str) -> dict[str, str]:
-    """``--option -> default`` from a command's ``--help`` (long defaults may wrap)."""
+    """``--option -> default`` from a command's ``--help`` (long defaults may wrap); an option
+    whose default is empty shows none and is left out."""
     out = {}
-    for m in re.finditer(r"(--[a-z][a-z-]*) .*?\[default: ([^\]]*)\]", _plain(help_text)):
+    pattern = r"(--[a-z][a-z-]*) (?:(?! --[a-z]).)*?\[default: ([^\]]*)\]"
+    for m in re.finditer(pattern, _plain(help_text)):
         out[m.group(1)] = m.group(2).replace(" ", "")
     return out
 

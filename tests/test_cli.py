@@ -146,3 +146,36 @@ def test_train_limit_samples_no_eval_and_mc_dropout_default(tmp_path):
     assert result.exit_code == 0 and "T = 3" in _said(result) and "rmse" in result.output
     result = runner.invoke(app, ["evaluate", str(out), "--samples", "4", "--limit", "7"])
     assert result.exit_code == 0 and "first 7 rows, T = 4" in _said(result)
+
+
+def test_train_preset_paper_reaches_the_method_and_the_training_loop(tmp_path, monkeypatch):
+    """`--preset paper`: the preset's config in the bundle, its optimiser / lr / batch size in
+    the training loop, while --epochs still applies."""
+    _need_data()
+    import json
+
+    import torch
+
+    from bayesify.methods import base
+    from bayesify.train import loader_batch_size
+
+    seen = []
+    real = base.train_loop
+
+    def spy(model, objective, loader, optimizer, *, epochs, **kw):
+        seen.append((type(optimizer), loader_batch_size(loader), epochs,
+                     sorted(g["lr"] for g in optimizer.param_groups)))  # fmt: skip
+        return real(model, objective, loader, optimizer, epochs=epochs, **kw)
+
+    monkeypatch.setattr(base, "train_loop", spy)
+    out = tmp_path / "b"
+    args = ["train", "--method", "ibnn", "--data", "yacht", "--norm", "none", "--preset",
+            "paper", "--epochs", "1", "--limit", "150", "--no-eval", "--out", str(out)]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert seen == [(torch.optim.SGD, 128, 1, [0.05, 1.2])]
+    config = json.loads((out / "config.json").read_text())
+    text = json.dumps(config)
+    assert '"mu_init_std": 0.75' in text and '"train_samples": 2' in text
+    bad = runner.invoke(app, [*args[:-1], str(tmp_path / "c"), "--preset", "nope"])
+    assert bad.exit_code == 2 and "unknown preset 'nope' for ibnn" in _said(bad)

@@ -43,16 +43,22 @@ def _teye_text() -> str:
 
 def test_teye_table_1_matches_the_paper():
     """Each row reads: name, then CRPS for MCBN, MCDO, MNF and PLL for the same three, each
-    number followed by its significance stars; we keep MCBN's CRPS and PLL."""
+    number followed by its significance stars; we keep MCBN's and MCDO's CRPS and PLL."""
     text = _teye_text()
     table = text[text.index("Uncertainty quality measured on eight regression datasets") :]
-    number = r"(-?\d+\.\d+)\s*(?:\*+|ns)"
-    found = {}
+    number = r"(-?\d+\.\d+)\s*(\*+|ns)"
+    found, found_do, stars = {}, {}, {"MCBN": {}, "MCDO": {}}
     for row, name in ROWS.items():
         m = re.search(rf"^{re.escape(row)}\s+" + r"\s+".join([number] * 6), table, re.M)
         assert m, row
-        found[name] = (float(m.group(1)), float(m.group(4)))
+        g = m.groups()  # (value, stars) × CRPS MCBN, MCDO, MNF, PLL MCBN, MCDO, MNF
+        found[name] = (float(g[0]), float(g[6]))
+        found_do[name] = (float(g[2]), float(g[8]))
+        stars["MCBN"][name] = (g[1], g[7])
+        stars["MCDO"][name] = (g[3], g[9])
     assert found == TEYE_TABLE_1
+    assert found_do == uci_report.TEYE_TABLE_1_MCDO
+    assert stars == uci_report.TEYE_STARS
 
 
 def test_report_holds_only_this_runs_cells(tmp_path, monkeypatch):

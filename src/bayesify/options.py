@@ -62,6 +62,18 @@ class Task(StrEnum):
     """Class labels ``[N]``: per-sample class probabilities ``[T, N, C]``."""
 
 
+class NoiseProtocol(StrEnum):
+    """How the regression noise τ⁻¹ and the constant-uncertainty baseline are fitted on
+    validation data (:mod:`bayesify.posthoc.noise`, :class:`bayesify.bench.scores.NoiseFit`)."""
+
+    TEYE = "teye"
+    """Teye et al. 2018: one τ per model fitted by CRPS inside the authors' per-dataset range and
+    used for PLL and CRPS alike; the baseline's constant variance fitted by CRPS in that range."""
+    BAYESIFY = "bayesify"
+    """A τ per metric (PLL and CRPS each fit their own) over a wide range, and the baseline's
+    variance for PLL as the mean squared error."""
+
+
 class Likelihood(StrEnum):
     """The regression noise model of a method (``MethodConfig.likelihood``)."""
 

@@ -45,3 +45,20 @@ def markdown_table(
         cells = [f"{stats[k][0]:.3f} ± {stats[k][1]:.3f}" if k in stats else "" for k in keys]
         lines.append(f"| {dataset} | {method} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+#: p-value thresholds of the significance stars (the usual GraphPad convention)
+STARS = ((1e-4, "****"), (1e-3, "***"), (1e-2, "**"), (5e-2, "*"))
+
+
+def significance(values: Sequence[float]) -> tuple[float, str]:
+    """One-sample, one-sided t-test that the mean of ``values`` exceeds 0 (Teye et al.'s test
+    that a normalised score beats the constant baseline): ``(p, stars)``, ``"ns"`` for p ≥ 0.05
+    and ``"n/a"`` with fewer than two values or no spread."""
+    from scipy.stats import ttest_1samp
+
+    vals = [float(v) for v in values]
+    if len(vals) < 2 or max(vals) == min(vals):
+        return math.nan, "n/a"
+    p = float(ttest_1samp(vals, 0.0, alternative="greater").pvalue)
+    return p, next((s for bound, s in STARS if p < bound), "ns")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import shlex
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -20,10 +21,12 @@ from tqdm.auto import tqdm
 from bayesify.bench.machine import machine_description
 from bayesify.bench.options import check_choices, option
 from bayesify.bench.store import ResultsStore
-from bayesify.bench.summary import markdown_table, summarise
-from bayesify.bench.uci import UCISettings, run_mcbn_split
+from bayesify.bench.summary import markdown_table, significance
+from bayesify.bench.uci import PRESETS, UCISettings, run_mcbn_split
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
+from bayesify.options import NoiseProtocol
 from bayesify.plots.uncertainty import uncertainty_error_plot
+from bayesify.posthoc.noise import teye_tau_range
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +44,34 @@ TEYE_TABLE_1 = {
     "wine-quality-red": (0.26, 0.19),
     "yacht": (-56.39, 45.58),
 }
+# Teye et al. 2018, Table 1: normalised CRPS / PLL of MCDO (×100)
+TEYE_TABLE_1_MCDO = {
+    "bostonHousing": (3.06, 5.51),
+    "concrete": (0.93, 10.92),
+    "energy": (1.37, -14.28),
+    "kin8nm": (1.82, -0.26),
+    "power-plant": (-0.44, 3.52),
+    "protein-tertiary-structure": (0.99, 6.23),
+    "wine-quality-red": (2.00, 2.91),
+    "yacht": (21.42, -41.54),
+}
+
+
+# the stars Teye et al. print beside each Table 1 number (CRPS, PLL)
+TEYE_STARS = {
+    "MCBN": {
+        "bostonHousing": ("****", "****"), "concrete": ("****", "**"), "energy": ("****", "****"),
+        "kin8nm": ("****", "***"), "power-plant": ("***", "**"),
+        "protein-tertiary-structure": ("****", "****"), "wine-quality-red": ("**", "*"),
+        "yacht": ("***", "****"),
+    },
+    "MCDO": {
+        "bostonHousing": ("****", "****"), "concrete": ("*", "****"), "energy": ("ns", "*"),
+        "kin8nm": ("****", "ns"), "power-plant": ("****", "****"),
+        "protein-tertiary-structure": ("****", "****"), "wine-quality-red": ("****", "****"),
+        "yacht": ("****", "ns"),
+    },
+}  # fmt: skip
 
 
 DEMO_DATASETS = ("bostonHousing", "concrete", "energy")  # small: `bayesify demo` and bench uci
@@ -48,35 +79,68 @@ DEMO_DATASETS = ("bostonHousing", "concrete", "energy")  # small: `bayesify demo
 
 @dataclass(frozen=True)
 class UCIOptions:
-    """Options of ``bayesify bench uci``."""
+    """Options of ``bayesify bench uci``; 0 or an empty list means the preset's value."""
 
     command: ClassVar[str] = "uci"
     datasets: tuple[str, ...] = option(DEMO_DATASETS, "UCI datasets (folder names under uci/).")
     splits: int = option(5, "Teye et al. 80/20 splits per dataset (at most 5).")
-    epochs: int = option(300, "Maximum epochs (early stopping on validation).")
-    samples: int = option(200, "MC samples T per prediction.")
-    batch_sizes: tuple[int, ...] = option((32, 128), "Batch sizes to choose from on validation.")
+    preset: str = option(
+        "quick",
+        "quick: one 20% hold-out, batch {32,128}, weight decay 1e-4; paper: Teye et al.'s "
+        "Table 1 protocol (5-fold CV over batch 32-1024 and weight decay 1e-15-1e-1, checks "
+        "every 20 epochs up to 2000, T = 500, 5 test seeds, MC dropout and CUDO beside MCBN).",
+    )
+    epochs: int = option(0, "Maximum epochs (quick 300, paper 2000).")
+    samples: int = option(0, "MC samples T per prediction (quick 200, paper 500).")
+    batch_sizes: tuple[int, ...] = option((), "MCBN batch-size grid.")
+    weight_decays: tuple[float, ...] = option((), "Weight-decay grid (Teye's L2 factor).")
+    dropout_rates: tuple[float, ...] = option((), "MC dropout rate grid (paper preset).")
+    cv_samples: int = option(-1, "T for the CV RMSE checks (0: deterministic net; -1: preset's).")
+    test_seeds: int = option(0, "Trainings per split on different seeds (quick 1, paper 5).")
+    noise_protocol: str = option(
+        "teye", "teye: one CRPS-fitted τ in Teye's range, CUBN by CRPS; bayesify: τ per metric."
+    )
     out: str = option("benchmarks/uci_mcbn", "Folder for uci_mcbn.md, figures and results.db.")
     threads: int = option(2, "torch CPU threads.")
 
     def __post_init__(self) -> None:
         check_choices("datasets", self.datasets, UCI_DATASETS)
-        if not self.batch_sizes or min(self.batch_sizes) < 2:
+        check_choices("preset", (self.preset,), PRESETS)
+        check_choices("noise protocol", (self.noise_protocol,), [p.value for p in NoiseProtocol])
+        if self.batch_sizes and min(self.batch_sizes) < 2:
             raise ValueError(f"batch sizes must be >= 2, got {self.batch_sizes}")
-        for name in ("splits", "epochs", "samples", "threads"):
+        for name in ("splits", "threads"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("epochs", "samples", "test_seeds"):
+            if getattr(self, name) < 0:
+                raise ValueError(
+                    f"{name} must be >= 0 (0: the preset's), got {getattr(self, name)}"
+                )
         if self.splits > TEYE_N_SPLITS:
             raise ValueError(
                 f"Teye et al.'s protocol has {TEYE_N_SPLITS} splits, got {self.splits}"
             )
 
+    def settings(self) -> UCISettings:
+        """The preset's settings with the options given here."""
+        given = {
+            "epochs": self.epochs, "samples": self.samples, "batch_sizes": self.batch_sizes,
+            "weight_decays": self.weight_decays, "dropout_rates": self.dropout_rates,
+            "test_seeds": self.test_seeds,
+        }  # fmt: skip
+        overrides = {k: v for k, v in given.items() if v}
+        if self.cv_samples >= 0:
+            overrides["cv_samples"] = self.cv_samples
+        if "samples" in overrides and self.preset == "paper":
+            overrides.setdefault("bank_size", self.samples)  # one bank batch per sample
+        return UCISettings.from_preset(self.preset, noise_protocol=self.noise_protocol, **overrides)
+
 
 def run(opts: UCIOptions) -> str:
     """Train and score every (dataset, split) of ``opts``; returns the markdown page."""
     torch.set_num_threads(opts.threads)
-    settings = UCISettings(epochs=opts.epochs, samples=opts.samples, batch_sizes=opts.batch_sizes)
-    text, _ = run_uci_benchmark(opts.datasets, opts.splits, settings, Path(opts.out))
+    text, _ = run_uci_benchmark(opts.datasets, opts.splits, opts.settings(), Path(opts.out))
     return text
 
 
@@ -98,17 +162,23 @@ def run_uci_benchmark(
     """Train and score every (dataset, split); write ``out/uci_mcbn.md``, figures, results.db.
 
     The report holds this run's cells only; ``results.db`` keeps every run's (a re-run cell
-    replaces its row). Returns the markdown text and the result rows.
+    replaces its row; a cell is the mean over test seeds). Returns the markdown text and the
+    result rows.
     """
     out.mkdir(parents=True, exist_ok=True)
     store = ResultsStore(out / "results.db")
     jobs = [(d, s) for d in datasets for s in range(splits)]
     rows: list[dict] = []  # this run's cells only: the store also holds earlier runs'
+    seed_rows: list[dict] = []  # one per (split, test seed): the t-test's sample
+    start = time.time()
     for name, split in tqdm(jobs, desc="UCI splits", disable=not progress):
         run = run_mcbn_split(name, split, settings, seed=seed)
         for method, scores in run.scores.items():
             store.add(EXPERIMENT, name, split, method, scores, asdict(settings))
             rows.append({"dataset": name, "split": split, "method": method, **scores})
+        for per_seed in getattr(run, "seed_scores", None) or [run.scores]:
+            for method, scores in per_seed.items():
+                seed_rows.append({"dataset": name, "method": method, **scores})
         if on_result is not None:
             on_result(name, split, run.scores)
         if split == 0:
@@ -119,38 +189,113 @@ def run_uci_benchmark(
                 path=out / f"uncertainty_error_{name}.png",
             )
     rows.sort(key=lambda r: (r["dataset"], r["method"], r["split"]))
-    text = render_markdown(rows, datasets, splits, settings)
+    minutes = (time.time() - start) / 60
+    text = render_markdown(rows, datasets, splits, settings, seed_rows=seed_rows, minutes=minutes)
     (out / "uci_mcbn.md").write_text(text)
     return text, rows
 
 
+def noise_protocol_text(settings: UCISettings) -> str:
+    """One sentence saying how τ and the constant baseline were fitted."""
+    if settings.noise_protocol == NoiseProtocol.TEYE:
+        return (
+            "τ protocol **teye** (Teye et al.): one τ per model, fitted by the validation CRPS "
+            "inside the authors' per-dataset τ range and used for both PLL and CRPS; the "
+            "constant baseline's variance (CUBN/CUDO) also fitted by CRPS and used for both."
+        )
+    return (
+        "τ protocol **bayesify**: τ and the constant baseline's variance fitted on validation "
+        "data separately for PLL (σ² = MSE for the baseline) and for CRPS, τ⁻¹ searched over "
+        "e⁻²⁰…e³ × MSE."
+    )
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "–"
+    _, stars = significance(values)
+    mean = sum(values) / len(values)
+    return f"{mean:.2f} {stars}" if stars != "n/a" else f"{mean:.2f}"
+
+
 def render_markdown(
-    rows: list[dict], datasets: Sequence[str], splits: int, settings: UCISettings
+    rows: list[dict],
+    datasets: Sequence[str],
+    splits: int,
+    settings: UCISettings,
+    *,
+    seed_rows: list[dict] | None = None,
+    minutes: float | None = None,
 ) -> str:
-    """The benchmark page: command, machine, table, comparison with Teye et al.'s Table 1."""
-    summary = summarise(rows, METRICS)
+    """The benchmark page: command, machine, settings, table, comparison with Teye et al.'s
+    Table 1 with one-sided one-sample t-test stars over (split, seed) values."""
+    seed_rows = rows if seed_rows is None else seed_rows
+    methods = sorted({r["method"] for r in rows})
+    search = (
+        f"{settings.cv_folds}-fold cross-validation on the training part"
+        if settings.cv_folds
+        else "one hold-out (last 20% of the training part)"
+    )
     lines = [
         "# MCBN vs constant uncertainty (CUBN) on UCI regression",
         "",
         f"Command: `{shlex.join(['bayesify', *sys.argv[1:]])}`  ",
         f"Machine: {machine()}  ",
+        *([f"Wall time: {minutes:.1f} min  "] if minutes is not None else []),
+        f"Preset: **{settings.preset}**; hyper-parameters chosen by validation RMSE with {search}. "
         f"Settings: {asdict(settings)}",
         "",
-        "Mean ± standard error over splits; RMSE, PLL and CRPS in original target units. "
-        "Normalised scores ×100: 0 = CUBN (constant variance fitted on validation), "
-        "100 = per-point optimal variance (Teye et al. 2018 §4.2). τ and the constant variance "
-        "are fitted on the validation part separately for PLL and for CRPS.",
+        noise_protocol_text(settings),
+        "",
+        "Mean ± standard error over splits (each split: mean over its test seeds); RMSE, PLL and "
+        "CRPS in original target units. Normalised scores ×100: 0 = the constant-variance "
+        "baseline, 100 = per-point optimal variance (Teye et al. 2018 §4.2).",
         "",
         markdown_table(rows, METRICS, HEADERS),
         "",
-        "| dataset | norm. CRPS (ours) | norm. CRPS (Teye Table 1) | norm. PLL (ours) | "
-        "norm. PLL (Teye Table 1) |",
-        "| --- | ---: | ---: | ---: | ---: |",
+        "Normalised scores beside Teye et al.'s Table 1. Stars: one-sided one-sample t-test that "
+        "the mean over all (split, test seed) values exceeds 0 (* p < 0.05, ** < 0.01, "
+        "*** < 0.001, **** < 0.0001, ns otherwise); the paper's stars in its column.",
+        "",
+    ]
+    pairs = [("MCBN", TEYE_TABLE_1)] + ([("MCDO", TEYE_TABLE_1_MCDO)] if "MCDO" in methods else [])
+    head = ["dataset"]
+    for m, _ in pairs:
+        head += [f"{m} norm. CRPS", "Teye", f"{m} norm. PLL", "Teye"]
+    lines += ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+    for d in datasets:
+        cells = [d]
+        for m, table in pairs:
+            vals = [r for r in seed_rows if r["dataset"] == d and r["method"] == m]
+            ref = table.get(d, (float("nan"), float("nan")))
+            cells += [
+                _cell([r["crps_norm"] for r in vals]), f"{ref[0]:.2f} {TEYE_STARS[m][d][0]}",
+                _cell([r["pll_norm"] for r in vals]), f"{ref[1]:.2f} {TEYE_STARS[m][d][1]}",
+            ]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", *_noise_lines(rows, datasets, settings), ""]
+    return "\n".join(lines)
+
+
+def _noise_lines(rows: list[dict], datasets: Sequence[str], settings: UCISettings) -> list[str]:
+    """τ⁻¹ (used for PLL) per dataset and method in original target units², and whether it sits
+    on the lower end of the search range (Teye's rule: τ⁻¹ = 1/τ_max)."""
+    lo = {d: 1.0 / teye_tau_range(d)[1] for d in datasets}
+    out = [
+        "τ⁻¹ used for PLL and the constant variance (original target units²; mean over "
+        "splits); † = τ⁻¹ at the lower end of the search range (1/τ_max of Teye's range).",
+        "",
+        "| dataset | method | τ⁻¹ | constant variance |",
+        "| --- | --- | ---: | ---: |",
     ]
     for d in datasets:
-        ours = summary.get((d, "MCBN"), {})
-        ref = TEYE_TABLE_1.get(d, (float("nan"), float("nan")))
-        c, p = ours.get("crps_norm", (float("nan"),)), ours.get("pll_norm", (float("nan"),))
-        lines.append(f"| {d} | {c[0]:.2f} | {ref[0]:.2f} | {p[0]:.2f} | {ref[1]:.2f} |")
-    lines.append("")
-    return "\n".join(lines)
+        for r_method in sorted({r["method"] for r in rows if "noise_var" in r}):
+            vals = [r for r in rows if r["dataset"] == d and r["method"] == r_method]
+            if not vals:
+                continue
+            nv = sum(r["noise_var"] for r in vals) / len(vals)
+            cv = sum(r["constant_var"] for r in vals) / len(vals)
+            teye = settings.noise_protocol == NoiseProtocol.TEYE
+            mark = " †" if teye and any(r["noise_var"] <= lo[d] * 1.0001 for r in vals) else ""
+            out.append(f"| {d} | {r_method} | {nv:.4g}{mark} | {cv:.4g} |")
+    return out

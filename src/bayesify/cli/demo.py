@@ -45,6 +45,9 @@ def demo(
         raise fail(str(e)) from None
     settings = UCISettings(epochs=epochs, samples=samples, batch_sizes=ints(batch_sizes))
     console.print(f"MCBN vs CUBN on {', '.join(names)}, {splits} split(s) each -> {out}/")
+    console.print(
+        "τ and CUBN fitted by Teye et al.'s rule (one CRPS-fitted τ, noise protocol teye)"
+    )
 
     def show(name: str, split: int, scores: dict) -> None:
         console.print(scores_table(f"{name}, split {split}", scores,

@@ -38,6 +38,14 @@ def train(
     ] = None,
     seed: Annotated[int, typer.Option()] = 0,
     option: Annotated[list[str] | None, typer.Option(help="Method option key=value.")] = None,
+    preset: Annotated[
+        str | None,
+        typer.Option(
+            help="Paper preset (e.g. paper): its config and its optimiser, lr, weight "
+            "decay and batch size replace --lr/--weight-decay/--batch-size; --epochs "
+            "still applies. See docs/fidelity.md."
+        ),
+    ] = None,  # fmt: skip
     out: Annotated[Path, typer.Option(help="Bundle folder to write.")] = Path("runs/model"),
     overwrite: Annotated[
         bool, typer.Option(help="Write into a non-empty --out folder (replacing its bundle).")
@@ -55,12 +63,15 @@ def train(
     import bayesify.app.jobs as jobs
 
     check_out(out, overwrite)
+    options = parse_options(option or []) | ({"preset": preset} if preset else {})
     try:
         job = jobs.build_training(method, data, split=split, protocol=protocol, model=model,
                                   hidden=hidden, norm=norm, dropout=dropout, limit=limit,
-                                  seed=seed, options=parse_options(option or []))  # fmt: skip
+                                  seed=seed, options=options)  # fmt: skip
         fit_options = dict(epochs=epochs, batch_size=batch_size, lr=lr,
                            weight_decay=weight_decay, patience=patience, seed=seed)  # fmt: skip
+        if preset:  # the recipe fills what is left out (methods/presets.py)
+            fit_options = {k: fit_options[k] for k in ("epochs", "patience", "seed")}
         if nproc > 1:
             from bayesify.distributed import fit_distributed
 

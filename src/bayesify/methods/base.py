@@ -38,7 +38,8 @@ from bayesify.methods.inputs import (
     regression_targets,
     seeded_generator,
 )
-from bayesify.methods.likelihood import gaussian_nll, split_heteroscedastic
+from bayesify.methods.likelihood import gaussian_nll, regression_means, split_heteroscedastic
+from bayesify.methods.presets import apply_preset, with_recipe
 from bayesify.methods.pretrained import FromPretrained
 from bayesify.metrics import fit_constant_std
 from bayesify.nn import (
@@ -84,6 +85,7 @@ class Method(FromPretrained):
         config: MethodConfig | None = None,
         *,
         inplace: bool = False,
+        preset: str | None = None,
         **options: Any,
     ):
         if not isinstance(net, nn.Module):
@@ -92,6 +94,10 @@ class Method(FromPretrained):
             )
         if not isinstance(inplace, bool):
             raise TypeError(f"inplace must be True or False, got {inplace!r}")
+        # a paper preset (methods/presets.py): its config under the given options, its fit
+        # keyword arguments as fit()'s defaults
+        options, self.recipe = apply_preset(self.name, preset, options)
+        self.preset = preset
         if config is None:
             config = self.Config.from_dict(options)
         elif options:
@@ -164,6 +170,7 @@ class Method(FromPretrained):
             yield
 
     # ------------------------------------------------------------------ training
+    @with_recipe
     def fit(
         self,
         train: Data,
@@ -230,7 +237,7 @@ class Method(FromPretrained):
         if self.config.heteroscedastic:  # the noise is learned: only the baseline is fitted
             means = split_heteroscedastic(out)[0]
         else:
-            means = self._regression_outputs(out)
+            means = regression_means(out)
             self.noise_variance = fit_noise_variance(means, yv, self.config.noise_objective)
         std = fit_constant_std(means.mean(0), yv, self.config.noise_objective.value)
         self.constant_variance = float(std) ** 2
@@ -353,16 +360,7 @@ class Method(FromPretrained):
                 UserWarning,
                 stacklevel=3,
             )
-        return Predictive.regression(self._regression_outputs(out), self.noise_variance)
-
-    @staticmethod
-    def _regression_outputs(out: Tensor) -> Tensor:
-        """A regression net's samples ``[T, N]`` from its outputs ``[T, N]`` or ``[T, N, 1]``."""
-        if out.dim() == 3 and out.shape[-1] != 1:
-            raise ValueError(
-                f"a regression net must output [N] or [N, 1], got [N, {out.shape[-1]}]"
-            )
-        return out.reshape(out.shape[0], out.shape[1])
+        return Predictive.regression(regression_means(out), self.noise_variance)
 
     # ------------------------------------------------------------------ input checks
     def _tensors(self, data: Data) -> tuple[Tensor, Tensor]:

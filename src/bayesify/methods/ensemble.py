@@ -43,6 +43,7 @@ from torch.func import functional_call, stack_module_state, vmap
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.presets import with_recipe
 from bayesify.nn import chunk_plan, forward_in_chunks, stochastic_modules
 from bayesify.train import Data, as_dataset
 
@@ -211,6 +212,7 @@ class DeepEnsemble(Method):
         return self.config.members
 
     # ------------------------------------------------------------------ training
+    @with_recipe
     def fit(
         self, train: Data, val: Data | None = None, *, seed: int = 0, **kwargs: Any
     ) -> DeepEnsemble:

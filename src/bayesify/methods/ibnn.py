@@ -44,7 +44,8 @@ class IBNNConfig(MethodConfig):
     """``components`` K; ``train_samples`` S noise draws per datum in training (Trinh et al.'s
     experiments use S = 2, which doubles the rows and so roughly the cost of an epoch; the default
     S = 1 keeps an epoch near the deterministic network's); ``prior_std`` s; ``mu_init_std`` σ0
-    (μ ~ N(1, σ0²)); ``sigma_init`` initial σ; ``variational_lr`` the (large) learning rate of
+    (μ ~ N(1, σ0²)); ``sigma_init`` initial σ, drawn from N(sigma_init, ``sigma_init_std``²)
+    when that is > 0 (Trinh et al.: N(0.05, 0.02²)); ``variational_lr`` the (large) learning rate of
     μ, σ; ``kl_anneal`` fraction of training over which β goes 0 → 1 (0: β = 1 throughout);
     ``init_seed`` seeds μ's initialisation."""
 
@@ -53,6 +54,7 @@ class IBNNConfig(MethodConfig):
     prior_std: float = 0.3
     mu_init_std: float = 0.1
     sigma_init: float = 0.05
+    sigma_init_std: float = 0.0
     variational_lr: float = 1e-2
     kl_anneal: float = 0.5
     init_seed: int = 0
@@ -62,7 +64,7 @@ class IBNNConfig(MethodConfig):
         self._require(("components", "train_samples"), lambda v: v >= 1, ">= 1")
         self._require(("prior_std", "sigma_init", "variational_lr"), lambda v: v > 0, "> 0")
         self._require(("kl_anneal",), lambda v: 0.0 <= v <= 1.0, "in [0, 1]")
-        self._require(("mu_init_std",), lambda v: v >= 0, ">= 0")
+        self._require(("mu_init_std", "sigma_init_std"), lambda v: v >= 0, ">= 0")
 
 
 class IBNN(Method):
@@ -79,6 +81,7 @@ class IBNN(Method):
             c.components,
             mu_init_std=c.mu_init_std,
             sigma_init=c.sigma_init,
+            sigma_init_std=c.sigma_init_std,
             train_repeats=c.train_samples,
             generator=torch.Generator().manual_seed(c.init_seed),
         )

@@ -18,7 +18,13 @@ from torch import Tensor
 
 from bayesify.options import Likelihood
 
-__all__ = ["VARIANCE_FLOOR", "Likelihood", "gaussian_nll", "split_heteroscedastic"]
+__all__ = [
+    "VARIANCE_FLOOR",
+    "Likelihood",
+    "gaussian_nll",
+    "regression_means",
+    "split_heteroscedastic",
+]
 
 #: smallest predicted variance (training-target units: standardised targets give 1e-6 of the
 #: targets' variance)
@@ -41,3 +47,11 @@ def gaussian_nll(mean: Tensor, variance: Tensor, y: Tensor) -> Tensor:
     [N, 1]."""
     y = y.reshape(mean.shape)
     return 0.5 * (_LOG_2PI + variance.log() + (y - mean) ** 2 / variance).mean()
+
+
+def regression_means(out: Tensor) -> Tensor:
+    """A homoscedastic regression net's samples ``[T, N]`` from its outputs ``[T, N]`` or
+    ``[T, N, 1]``."""
+    if out.dim() == 3 and out.shape[-1] != 1:
+        raise ValueError(f"a regression net must output [N] or [N, 1], got [N, {out.shape[-1]}]")
+    return out.reshape(out.shape[0], out.shape[1])

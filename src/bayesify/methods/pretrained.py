@@ -63,6 +63,7 @@ class FromPretrained:
         seed: int = 0,
         progress: bool = False,
         inplace: bool = False,
+        preset: str | None = None,
         **options: Any,
     ) -> Self:
         """Wrap an already-trained network (a copy of it unless ``inplace=True``).
@@ -74,11 +75,12 @@ class FromPretrained:
         with; a DataLoader's own batch size is used when it is not given). ``options`` are the
         method's config fields and its own ``from_pretrained`` options (e.g. MCBN's
         ``bank_size``, IBNN's ``epochs``, MC dropout's ``dropout``/``where``); an unknown one is
-        a ``ValueError`` listing the valid ones.
+        a ``ValueError`` listing the valid ones. ``preset``: a paper preset
+        (:mod:`bayesify.methods.presets`), as for the constructor.
         """
         owner = f"{cls.__name__}.from_pretrained"
         config, hook = split_options(owner, cls.Config, cls._from_pretrained, options)
-        method = cls(net, inplace=inplace, task=task, **config)
+        method = cls(net, inplace=inplace, preset=preset, task=task, **config)
         for data in (train, val):
             if data is not None:
                 method._remember_input_shape(as_dataset(data))

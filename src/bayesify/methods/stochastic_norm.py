@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.nn import noisy_training
-from bayesify.nn.stochastic_scale import StochasticScale, add_stochastic_scale
+from bayesify.nn.stochastic_scale import StochasticScale, add_stochastic_scale, data_dependent_init
 from bayesify.options import ScaleNoise, SigmaPer
 
 log = logging.getLogger(__name__)
@@ -30,8 +30,12 @@ log = logging.getLogger(__name__)
 class StochasticNormConfig(MethodConfig):
     """``noise``: learned | bn | none; ``sigma_per``: channel | layer; ``sigma_init`` initial σ;
     ``stochastic_bias`` also learns a Gaussian bias; ``prior_std`` of the N(1, ·²) prior on S;
-    ``bn_mult_std`` / ``bn_add_std`` the fixed levels of ``noise="bn"``; ``skip_last`` leaves the
-    output layer plain."""
+    ``bn_mult_std`` / ``bn_add_std`` the fixed levels of ``noise="bn"``, or ``bn_levels`` one
+    (σ_U, σ_V) pair per normalised layer, e.g. measured in a BN network with
+    :func:`bayesify.bench.experiments.bn_noise.measure_bn_noise` (the paper's "noise like BN");
+    ``skip_last`` leaves the output layer plain (the paper normalises it too); ``data_init``
+    initialises s and b on the first training batch so that every layer's output has zero mean
+    and unit variance (:func:`~bayesify.nn.stochastic_scale.data_dependent_init`)."""
 
     noise: ScaleNoise = ScaleNoise.LEARNED
     sigma_per: SigmaPer = SigmaPer.CHANNEL
@@ -41,9 +45,16 @@ class StochasticNormConfig(MethodConfig):
     bn_mult_std: float = 0.05
     bn_add_std: float = 0.05
     skip_last: bool = True
+    data_init: bool = False
+    bn_levels: tuple[tuple[float, float], ...] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()  # checks and converts every field by its type
+        if self.bn_levels is not None:
+            levels = tuple((float(u), float(v)) for u, v in self.bn_levels)
+            if any(u < 0 or v < 0 for u, v in levels):
+                raise ValueError(f"bn_levels must be (σ_U, σ_V) pairs >= 0, got {levels}")
+            object.__setattr__(self, "bn_levels", levels)
         self._require(("sigma_init", "prior_std"), lambda v: v > 0, "> 0")
         self._require(("bn_mult_std", "bn_add_std"), lambda v: v >= 0, ">= 0")
 
@@ -69,6 +80,15 @@ class StochasticNorm(Method):
             bn_mult_std=c.bn_mult_std,
             bn_add_std=c.bn_add_std,
         )
+        if c.bn_levels is not None:
+            if len(c.bn_levels) != len(self.layers):
+                raise ValueError(
+                    f"bn_levels has {len(c.bn_levels)} (σ_U, σ_V) pairs but the network has "
+                    f"{len(self.layers)} normalised layers"
+                )
+            for layer, (mult, add) in zip(self.layers, c.bn_levels, strict=True):
+                layer.bn_mult_std, layer.bn_add_std = mult, add
+        self.initialised = not c.data_init  # data_init waits for the first training batch
 
     def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
         """Unit-norm directions and KL-regularised scale parameters without weight decay."""
@@ -90,9 +110,18 @@ class StochasticNorm(Method):
         return sum(layer.kl(self.config.prior_std) for layer in self.layers)
 
     def objective(self, x: Tensor, y: Tensor, progress: float, n_data: int) -> Tensor:
+        if not self.initialised:
+            data_dependent_init(self.net, self.layers, x)
+            self.initialised = True
         with noisy_training(self.net, self.layers):
             nll = self.nll(self.net(x), y)
         return nll + self.kl() / n_data
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"initialised": self.initialised}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        self.initialised = bool(state.get("initialised", True))
 
     def noise_levels(self) -> dict[str, Any]:
         """Learned σ per layer (mean over channels), for reports."""

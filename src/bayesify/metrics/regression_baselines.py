@@ -101,7 +101,11 @@ def _fit_crps_std(abs_err: np.ndarray) -> float:
 
 
 def fit_constant_std(
-    mean: Any, y: Any, objective: NoiseObjective | str = NoiseObjective.PLL
+    mean: Any,
+    y: Any,
+    objective: NoiseObjective | str = NoiseObjective.PLL,
+    *,
+    bounds: tuple[float, float] | None = None,
 ) -> float:
     """The single σ that best scores ``N(mean_i, σ²)`` over the given (validation) points.
 
@@ -115,24 +119,35 @@ def fit_constant_std(
     If the optimum is σ -> 0 (e.g. all residuals zero) the floor ``ERROR_FLOOR`` (1e-12) is
     returned and a warning logged.
 
+    ``bounds`` (min, max) restricts the **variance** σ² (Teye et al.'s code searches CUBN's
+    variance inside the same per-dataset range as τ⁻¹). Both objectives are unimodal in σ, so the
+    constrained optimum is the unconstrained one clipped to the bounds.
+
     Args:
         mean: predictive mean ``[N]``.
         y: targets ``[N]``.
         objective: ``"pll"`` (default, as everywhere a noise level is fitted) or ``"crps"``
             (Teye et al.'s choice); see :class:`~bayesify.options.NoiseObjective`.
+        bounds: optional (min, max) on σ², both > 0.
 
     Returns:
         σ as a Python float.
     """
     obj = parse_option(NoiseObjective, objective, option="objective")
+    if bounds is not None and not 0 < bounds[0] <= bounds[1]:
+        raise ValueError(f"bounds must be 0 < min <= max (variances), got {bounds}")
     m, t = _point_inputs(mean, y)
     err = (t.to(torch.float64) - m.to(torch.float64)).cpu().numpy()
     if obj is NoiseObjective.PLL:
         sigma = math.sqrt(float(np.mean(err * err)))
-        if sigma == 0.0:
+        if sigma == 0.0 and bounds is None:
             logger.warning("all residuals are zero; returning the floor std %g", ERROR_FLOOR)
-        return max(sigma, ERROR_FLOOR)
-    return _fit_crps_std(np.abs(err))
+        sigma = max(sigma, ERROR_FLOOR)
+    else:
+        sigma = _fit_crps_std(np.abs(err))
+    if bounds is not None:
+        sigma = min(max(sigma, math.sqrt(bounds[0])), math.sqrt(bounds[1]))
+    return sigma
 
 
 def optimal_pll(mean: Any, y: Any, *, reduction: str = "mean") -> Tensor:

@@ -48,6 +48,7 @@ class NodeNoise(TrainingNoiseModule):
         *,
         mu_init_std: float = 0.1,
         sigma_init: float = 0.05,
+        sigma_init_std: float = 0.0,
         train_repeats: int = 1,
         generator: torch.Generator | None = None,
     ) -> None:
@@ -61,7 +62,16 @@ class NodeNoise(TrainingNoiseModule):
         self.features, self.components = features, components
         mu = 1.0 + mu_init_std * torch.randn(components, features, generator=generator)
         self.mu = nn.Parameter(mu)  # [K, F]
-        self.rho = nn.Parameter(torch.full((components, features), inverse_softplus(sigma_init)))
+        if sigma_init_std > 0:  # σ ~ N(sigma_init, sigma_init_std²), kept positive (Trinh et al.)
+            sigma = sigma_init + sigma_init_std * torch.randn(
+                components, features, generator=generator
+            )
+            sigma = sigma.clamp_min(sigma_init / 10)
+            self.rho = nn.Parameter(torch.log(torch.expm1(sigma)))  # softplus⁻¹, elementwise
+        else:
+            self.rho = nn.Parameter(
+                torch.full((components, features), inverse_softplus(sigma_init))
+            )
         self.train_repeats = train_repeats  # S copies of the mini-batch per training pass
 
     def extra_repr(self) -> str:
@@ -124,6 +134,7 @@ def add_node_noise(
     *,
     mu_init_std: float = 0.1,
     sigma_init: float = 0.05,
+    sigma_init_std: float = 0.0,
     train_repeats: int = 1,
     generator: torch.Generator | None = None,
 ) -> list[NodeNoise]:
@@ -144,6 +155,7 @@ def add_node_noise(
             components,
             mu_init_std=mu_init_std,
             sigma_init=sigma_init,
+            sigma_init_std=sigma_init_std,
             train_repeats=train_repeats,
             generator=generator,
         ).to(device=child.weight.device, dtype=child.weight.dtype)

@@ -164,6 +164,32 @@ class StochasticScale(TrainingNoiseModule):
 SCALABLE = (nn.Linear, nn.Conv1d, nn.Conv2d)
 
 
+@torch.no_grad()
+def data_dependent_init(model: nn.Module, layers: list[StochasticScale], x: Tensor) -> None:
+    """Shekhovtsov & Flach's data-dependent initialisation: one noise-free pass over the batch
+    ``x`` in which every layer, in forward order, sets its scale s = 1 / std(x̂) and bias
+    b = −mean(x̂) / std(x̂) per channel (x̂ = w x / ‖w‖ over rows and positions), so its output
+    starts with zero mean and unit variance, as a first batch-norm pass would give."""
+
+    def hook(layer: StochasticScale, args: tuple[Tensor, ...]) -> None:
+        xhat = layer._linear(args[0]) / layer.weight_norm().view(-1, *([1] * (args[0].dim() - 2)))
+        per_channel = xhat.transpose(0, 1).flatten(1)  # [C, rows * positions]
+        std = per_channel.std(dim=1, unbiased=False).clamp_min(1e-6)
+        layer.scale.copy_(1.0 / std)
+        if layer.layer.bias is not None:
+            layer.layer.bias.copy_(-per_channel.mean(dim=1) / std)
+
+    handles = [layer.register_forward_pre_hook(hook) for layer in layers]
+    was_training = model.training
+    try:
+        model.eval()
+        model(x)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+
+
 def add_stochastic_scale(
     model: nn.Module, *, skip_last: bool = True, **options: object
 ) -> list[StochasticScale]:

@@ -4,8 +4,12 @@ In a trained BN network, draw random training mini-batches of size k as in train
 BN layer's batch mean M and (biased) variance S² (:meth:`bayesify.MCBN.fill_bank`), and compare
 them with the population statistics μ, σ² (running statistics). Training-time BN equals test-time
 BN up to an additive noise V = (μ − M)/σ and a multiplicative noise U = σ/S. With n = k·z values
-per channel (z = spatial size) and i.i.d. Gaussian activations, V ~ N(0, 1/n) and
-(n−1)S²/σ² ~ χ²(n−1), so std(V) ≈ 1/√n and std(U) ≈ 1/√(2(n−1)): both variances ∝ 1/(k·z).
+per channel (z = spatial size) and i.i.d. Gaussian activations, V ~ N(0, 1/n) exactly, and for the
+biased variance S² (divided by n, as BN computes it) nS²/σ² ~ χ²(n−1) — the χ²(n−1) law with
+factor n−1 belongs to the unbiased variance. So U = √n / χ(n−1) = √n·χ⁻¹(n−1) exactly (χ⁻¹: the
+inverse-chi distribution), with E[U²] = n/(n−3) and E[U] = √(n/2)·Γ((n−2)/2)/Γ((n−1)/2)
+(:func:`exact_std_mult`). Its first-order approximation std(U) ≈ 1/√(2(n−1)) holds only for large
+n: at n = 8 the exact std is 0.389, not 0.267, and var(U) falls faster than 1/n at small n.
 
     bayesify bench bn-noise --bundle /tmp/bayesify_bn_lenet --out benchmarks/bn_noise
 """
@@ -19,6 +23,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import torch
+from scipy.special import gammaln
 
 import bayesify
 from bayesify.bench.machine import machine_description
@@ -46,6 +51,24 @@ class BNNoiseOptions:
     seed: int = option(0, "Seed for the subset and the batches.")
 
 
+def exact_std_mult(n: int) -> float:
+    """std of U = σ/S for n i.i.d. Gaussian values, S² the biased variance: U = √n·χ⁻¹(n−1).
+
+    With X ~ χ(m), m = n − 1: E[1/X²] = 1/(m − 2) and E[1/X] = Γ((m−1)/2) / (√2·Γ(m/2)), so
+    Var(U) = n·(1/(m−2) − E[1/X]²). Infinite for n ≤ 3 (the second moment does not exist).
+    """
+    m = n - 1
+    if m <= 2:
+        return math.inf
+    e_inv = math.exp(gammaln((m - 1) / 2) - gammaln(m / 2)) / math.sqrt(2.0)
+    return math.sqrt(n * (1.0 / (m - 2) - e_inv**2))
+
+
+def first_order_std_mult(n: int) -> float:
+    """The delta-method approximation 1/√(2(n−1)) of :func:`exact_std_mult` (large n)."""
+    return 1.0 / math.sqrt(2.0 * max(n - 1, 1))
+
+
 @dataclass(frozen=True)
 class BNNoise:
     """Per layer and batch size: spatial size z, and the std of U and V averaged over channels."""
@@ -62,7 +85,12 @@ class BNNoise:
 
     @property
     def model_std_mult(self) -> float:
-        return 1.0 / math.sqrt(2.0 * max(self.n - 1, 1))
+        """The exact law's std of U (:func:`exact_std_mult`)."""
+        return exact_std_mult(self.n)
+
+    @property
+    def first_order_std_mult(self) -> float:
+        return first_order_std_mult(self.n)
 
     @property
     def model_std_add(self) -> float:
@@ -119,24 +147,32 @@ def run(opts: BNNoiseOptions) -> str:
         f"Network: the BN LeNet trained by `bayesify bench mcbn-collapse` (bundle {opts.bundle}); "
         f"{opts.repeats} random mini-batches from {opts.n_train} Fashion-MNIST training images "
         "per batch size k. U = σ/S (multiplicative), V = (μ − M)/σ (additive); std over batches, "
-        "mean over channels; model: i.i.d. Gaussian activations, n = k·z.",
+        "mean over channels; model: i.i.d. Gaussian activations, n = k·z, exact law "
+        "U = √n·χ⁻¹(n−1) (biased S²), V ~ N(0, 1/n); the first-order 1/√(2(n−1)) for comparison.",
         "",
-        "| layer | spatial z | k | n = k·z | std U | model 1/√(2(n−1)) | std V | model 1/√n |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| layer | spatial z | k | n = k·z | std U | exact √n·χ⁻¹(n−1) | first order "
+        "1/√(2(n−1)) | std V | model 1/√n |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in sorted(rows, key=lambda r: (r.layer, r.batch_size)):
         lines.append(
             f"| {r.layer} | {r.spatial} | {r.batch_size} | {r.n} | {r.std_mult:.4f} "
-            f"| {r.model_std_mult:.4f} | {r.std_add:.4f} | {r.model_std_add:.4f} |"
+            f"| {r.model_std_mult:.4f} | {r.first_order_std_mult:.4f} | {r.std_add:.4f} "
+            f"| {r.model_std_add:.4f} |"
         )
     slopes = _slopes(rows)
+    model = _slopes(rows, model=True)
     lines += [
         "",
-        "Log-log slope of var(V) and var(U) against k per layer (the model predicts −1):",
+        "Log-log slope of var(U) and var(V) against k per layer, measured and under the exact "
+        "law (the first-order law predicts −1 for both):",
         "",
-        "| layer | slope var(U) | slope var(V) |",
-        "| ---: | ---: | ---: |",
-        *[f"| {i} | {su:.2f} | {sv:.2f} |" for i, (su, sv) in slopes.items()],
+        "| layer | slope var(U) | exact law | slope var(V) | exact law |",
+        "| ---: | ---: | ---: | ---: | ---: |",
+        *[
+            f"| {i} | {su:.2f} | {model[i][0]:.2f} | {sv:.2f} | {model[i][1]:.2f} |"
+            for i, (su, sv) in slopes.items()
+        ],
         "",
         "![BN noise vs batch size](bn_noise.png)",
         "",
@@ -146,13 +182,17 @@ def run(opts: BNNoiseOptions) -> str:
     return write_report(Path(opts.out) / "README.md", "\n".join(lines))
 
 
-def _slopes(rows: list[BNNoise]) -> dict[int, tuple[float, float]]:
+def _slopes(rows: list[BNNoise], *, model: bool = False) -> dict[int, tuple[float, float]]:
+    """Least-squares log-log slope of var(U), var(V) against k per layer (measured, or the
+    exact law's with ``model``)."""
     out = {}
     for i in sorted({r.layer for r in rows}):
         rs = [r for r in rows if r.layer == i]
         lk = torch.tensor([math.log(r.batch_size) for r in rs])
         fits = []
-        for vals in ([r.std_mult for r in rs], [r.std_add for r in rs]):
+        mult = [r.model_std_mult if model else r.std_mult for r in rs]
+        add = [r.model_std_add if model else r.std_add for r in rs]
+        for vals in (mult, add):
             lv = torch.tensor([2 * math.log(v) for v in vals])
             lkc = lk - lk.mean()
             fits.append(float((lkc * (lv - lv.mean())).sum() / lkc.pow(2).sum()))
