@@ -150,6 +150,19 @@ class RowNoise:
         u2 = self.uniform(total_rows, features, device, 2 * stream + 2)
         return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
 
+    def group_normal(self, features: int, device: torch.device, stream: int = 0) -> Tensor:
+        """Standard normals ``[G, features]`` (float64), one set per group in use and the same
+        for every data row: a per-group draw (e.g. a weight sample) that chunks and ranges of
+        groups replay exactly. Streams are shared with :meth:`normal`; use one it does not."""
+        if self.keys is None:
+            raise RuntimeError("RowNoise used outside a sampling block")
+        row = torch.zeros(1, dtype=torch.int64, device=device)
+        keys = self.keys.to(device)
+        u1 = hash_uniform(keys, row, features, 2 * stream + 1, rows_below=1)
+        u2 = hash_uniform(keys, row, features, 2 * stream + 2, rows_below=1)
+        z = torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)  # [G, 1, F]
+        return z.view(len(keys), features)
+
     def advance(self, total_rows: int) -> None:
         """Count the data rows of a finished pass (call once per forward)."""
         if self.keys is not None:
