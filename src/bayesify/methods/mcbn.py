@@ -17,7 +17,6 @@ import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import torch
@@ -26,16 +25,10 @@ from tqdm.auto import tqdm
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampling
+from bayesify.nn.mc_batchnorm import GroupStatistics, Statistics, StatisticsPlan
 from bayesify.train import Data, as_dataset, as_loader
 
 log = logging.getLogger(__name__)
-
-
-class Statistics(StrEnum):
-    """Where MCBN's per-sample batch statistics come from."""
-
-    BANK = "bank"  # recorded statistics of real training mini-batches (Teye et al.)
-    GAUSSIAN = "gaussian"  # drawn from their large-sample law given the running statistics
 
 
 @dataclass(frozen=True)
@@ -196,57 +189,40 @@ class MCBN(Method):
             return torch.randperm(n, generator=generator, device=dev)[:samples].cpu()
         return torch.randint(n, (samples,), generator=generator, device=dev).cpu()
 
-    def _configure_layers(self) -> None:
-        for layer in self.layers:
-            layer.statistics = self.config.statistics.value
-            layer.effective_batch_size = self.effective_batch_size
+    def statistics_plan(self, samples: int, generator: torch.Generator | None) -> StatisticsPlan:
+        """How every batch-norm layer chooses its statistics for ``samples`` groups: bank rows
+        drawn now (the same rows for every layer), or the Gaussian model's batch size."""
+        if self.gaussian:
+            return StatisticsPlan(
+                Statistics.GAUSSIAN, effective_batch_size=self.effective_batch_size
+            )
+        return StatisticsPlan(Statistics.BANK, rows=self.draw_rows(samples, generator))
 
     @contextmanager
     def sampling(self, samples: int, generator: torch.Generator | None) -> Iterator[None]:
-        self._configure_layers()
-        if self.gaussian:
-            with sampling(self.net, samples, generator):
-                yield
-            return
-        rows = self.draw_rows(samples, generator)
-        for layer in self.layers:
-            layer.rows = rows
-        try:
-            with sampling(self.net, samples, generator):
-                yield
-        finally:
-            for layer in self.layers:
-                layer.rows = None
+        plan = self.statistics_plan(samples, generator)
+        with sampling(self.net, samples, generator, {layer: plan for layer in self.layers}):
+            yield
 
     def reference_samples(
         self, x: Tensor, samples: int, generator: torch.Generator | None = None
     ) -> Tensor:
         """The plain loop of T passes with the same bank rows (or Gaussian draws, taken per layer
-        in the same order as :meth:`sample` takes them) as :meth:`sample`: ``[T, N, ...]``."""
+        in the same order as :meth:`sample` takes them) as :meth:`sample`: ``[T, N, ...]``.
+        Pass t is a sampling block of one group, handed group t's statistics."""
         x = self._check_inputs(x)
-        self._configure_layers()
-        if self.gaussian:
-            draws = [layer.draw_statistics(samples, generator) for layer in self.layers]
-            self.net.eval()
-            outs = []
-            with torch.no_grad():
-                for t in range(samples):
-                    with sampling(self.net, 1):
-                        for layer, (mean, var) in zip(self.layers, draws, strict=True):
-                            layer.set_draw(mean[t : t + 1], var[t : t + 1])
-                        outs.append(self.net(x))
-            return torch.stack(outs)
-        rows = self.draw_rows(samples, generator)
+        plan = self.statistics_plan(samples, generator)
+        draws = [layer.draw_statistics(samples, generator, plan) for layer in self.layers]
         self.net.eval()
         outs = []
         with torch.no_grad():
             for t in range(samples):
-                for layer in self.layers:
-                    layer.rows = rows[t : t + 1]
-                with sampling(self.net, 1):
+                given = {
+                    layer: GroupStatistics(mean[t : t + 1], var[t : t + 1])
+                    for layer, (mean, var) in zip(self.layers, draws, strict=True)
+                }
+                with sampling(self.net, 1, draws=given):
                     outs.append(self.net(x))
-        for layer in self.layers:
-            layer.rows = None
         return torch.stack(outs)
 
     def extra_state(self) -> dict[str, Any]:

@@ -28,6 +28,8 @@ group's key: the same in every chunk and range of groups).
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -40,8 +42,16 @@ from bayesify.nn.gaussian_posterior import (
 )
 from bayesify.nn.row_noise import RowNoiseModule
 
+
+class ConvEstimator(StrEnum):
+    """The training noise of :class:`BayesConv2d` (prediction always samples per row)."""
+
+    SHARED = "shared"  # one weight sample per mini-batch: one convolution (Blundell et al.)
+    FLIPOUT = "flipout"  # per-row signs (Wen et al.): lower-variance gradients, two convolutions
+
+
 #: training estimators of :class:`BayesConv2d`
-CONV_ESTIMATORS = ("shared", "flipout")
+CONV_ESTIMATORS = tuple(e.value for e in ConvEstimator)
 #: the :class:`~bayesify.nn.row_noise.RowNoise` stream of flipout's per-group ε (the per-row
 #: draws use uniform streams 1-2 and normal stream 3)
 _EPS_STREAM = 4
@@ -198,6 +208,7 @@ class BayesConv2d(_BayesLayer):
         bias: bool = True,
         prior: Prior | None = None,
         init_rho: float = -5.0,
+        train_estimator: ConvEstimator | str = ConvEstimator.SHARED,
     ) -> None:
         super().__init__()
         ref = nn.Conv2d(
@@ -206,15 +217,17 @@ class BayesConv2d(_BayesLayer):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.stride, self.padding, self.dilation = ref.stride, ref.padding, ref.dilation
         self.conv_groups = conv_groups
-        #: training noise: "shared" (one weight sample per mini-batch, one convolution) or
-        #: "flipout" (per-row, two convolutions); prediction always samples per row
-        self.train_estimator = "shared"
+        self.train_estimator = _conv_estimator(train_estimator)
         self._init_params(ref.weight, ref.bias, prior or Prior(), init_rho)
         self._eps: tuple[int, Tensor] | None = None  # (first group, ε [G, ...]) of this block
 
     @classmethod
     def from_conv2d(
-        cls, layer: nn.Conv2d, prior: Prior | None = None, init_rho: float = -5.0
+        cls,
+        layer: nn.Conv2d,
+        prior: Prior | None = None,
+        init_rho: float = -5.0,
+        train_estimator: ConvEstimator | str = ConvEstimator.SHARED,
     ) -> BayesConv2d:
         """Posterior means initialised from ``layer``'s (pretrained) weights."""
         if layer.padding_mode != "zeros":
@@ -230,6 +243,7 @@ class BayesConv2d(_BayesLayer):
             layer.bias is not None,
             prior,
             init_rho,
+            train_estimator,
         )
         new._init_params(layer.weight, layer.bias, new.prior, init_rho)
         return new.to(layer.weight.device).train(layer.training)
@@ -277,7 +291,7 @@ class BayesConv2d(_BayesLayer):
 
     def forward(self, x: Tensor) -> Tensor:
         noisy = self._noisy()
-        if self.training and not noisy and self.train_estimator == "shared":
+        if self.training and not noisy and self.train_estimator == ConvEstimator.SHARED:
             return self._shared_sample_forward(x)
         mean = self._conv(x, self.weight_mu, self.bias_mu)  # [R, C', H', W']
         if not (noisy or self.training):
@@ -312,7 +326,7 @@ def bayesianize(
     last_k: int | None = None,
     prior: Prior | None = None,
     init_rho: float = -5.0,
-    conv_estimator: str = "shared",
+    conv_estimator: ConvEstimator | str = ConvEstimator.SHARED,
 ) -> list[_BayesLayer]:
     """Replace ``nn.Linear``/``nn.Conv2d`` layers of ``model`` (in place) by Bayesian ones whose
     posterior means are the current (e.g. pretrained) weights.
@@ -321,10 +335,7 @@ def bayesianize(
     rest stay deterministic. ``conv_estimator``: the convolutions' training noise, ``"shared"``
     or ``"flipout"`` (see :class:`BayesConv2d`). Returns all Bayesian layers in order.
     """
-    if conv_estimator not in CONV_ESTIMATORS:
-        raise ValueError(
-            f"unknown conv_estimator {conv_estimator!r}; valid: {', '.join(CONV_ESTIMATORS)}"
-        )
+    conv_estimator = _conv_estimator(conv_estimator)
     found = [
         (parent, name, child)
         for parent in model.modules()
@@ -337,18 +348,23 @@ def bayesianize(
         found = found[-last_k:]
     for parent, name, child in found:
         if isinstance(child, nn.Conv2d):
-            setattr(parent, name, BayesConv2d.from_conv2d(child, prior, init_rho))
+            setattr(parent, name, BayesConv2d.from_conv2d(child, prior, init_rho, conv_estimator))
         else:
             setattr(parent, name, BayesLinear.from_linear(child, prior, init_rho))
     layers = [m for m in model.modules() if isinstance(m, _BayesLayer)]
-    for layer in layers:
-        if isinstance(layer, BayesConv2d):
-            layer.train_estimator = conv_estimator
     if not layers:
         raise ValueError(
             f"Bayes by Backprop needs Linear or Conv2d layers; {type(model).__name__} has none"
         )
     return layers
+
+
+def _conv_estimator(value: ConvEstimator | str) -> ConvEstimator:
+    try:
+        return ConvEstimator(value)
+    except ValueError:
+        valid = ", ".join(CONV_ESTIMATORS)
+        raise ValueError(f"unknown conv_estimator {value!r}; valid: {valid}") from None
 
 
 BayesLayer = _BayesLayer

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from bayesify.nn.stochastic import StochasticModule, generator_device
+from bayesify.nn.stochastic import SamplingPlan, StochasticModule, generator_device
 
 _M32 = 0xFFFFFFFF
 
@@ -181,9 +181,9 @@ class RowNoiseModule(StochasticModule):
         """Inside a sampling block with this layer switched on."""
         return self.stochastic and self.noise.active
 
-    def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
-        super().begin_sampling(samples, generator)
-        self.noise.begin(samples, generator)
+    def begin_sampling(self, plan: SamplingPlan) -> None:
+        super().begin_sampling(plan)
+        self.noise.begin(plan.samples, plan.generator)
 
     def end_sampling(self) -> None:
         super().end_sampling()
