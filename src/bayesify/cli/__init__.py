@@ -195,13 +195,12 @@ def train(
                              options=_parse_options(option or []))  # fmt: skip
         fit_options = dict(epochs=epochs, batch_size=batch_size, lr=lr,
                            weight_decay=weight_decay, patience=patience, seed=seed)  # fmt: skip
+        strategy = None
         if nproc > 1:
-            from bayesify.distributed import fit_distributed
+            from bayesify.train.distributed import DDP
 
-            fit_distributed(job.method, job.train, job.val, nproc=nproc, batch_norm=batch_norm,
-                            progress=True, **fit_options)  # fmt: skip
-        else:
-            job.method.fit(job.train, val=job.val, **fit_options)
+            strategy = DDP(nproc=nproc, batch_norm=batch_norm)
+        job.method.fit(job.train, val=job.val, strategy=strategy, **fit_options)
         job.method.metadata.update(job.metadata)
         job.method.save(out)
     except (ValueError, TypeError, OSError) as e:

@@ -14,13 +14,13 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
 from bayesify.io import write_bundle
 from bayesify.metrics import fit_constant_std
@@ -37,9 +37,10 @@ from bayesify.predictive import Predictive, Task
 from bayesify.train import (
     Data,
     History,
+    Replica,
+    Strategy,
+    Trained,
     as_dataset,
-    as_loader,
-    loader_batch_size,
     make_optimizer,
     train_loop,
 )
@@ -85,6 +86,20 @@ class MethodConfig:
                 f"unknown {cls.__name__} option(s) {sorted(unknown)}; valid: {sorted(names)}"
             )
         return cls(**d)
+
+
+@dataclass(frozen=True)
+class _LoopOptions:
+    """The training-loop options of one :meth:`Method.fit` call."""
+
+    epochs: int
+    batch_size: int
+    lr: float
+    weight_decay: float
+    optimizer: str
+    patience: int | None
+    seed: int
+    progress: bool
 
 
 def _seeded_generator(
@@ -168,6 +183,9 @@ class Method:
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
         """Runs once after training on the training data (e.g. fill a statistics bank)."""
 
+    def _check_strategy(self, strategy: Strategy, replica_batch_size: int) -> None:
+        """Refuse a training strategy the method cannot train with (before any work)."""
+
     @contextmanager
     def sampling(self, samples: int, generator: torch.Generator | None) -> Iterator[None]:
         """Turn the network's randomness on for ``samples`` groups; methods may draw first."""
@@ -189,47 +207,69 @@ class Method:
         seed: int = 0,
         device: str | torch.device | None = None,
         progress: bool = True,
+        strategy: Strategy | None = None,
     ) -> Method:
         """Train on ``train`` (``(X, y)`` tensors, a Dataset or a DataLoader); returns ``self``.
 
         A DataLoader is used as it is: its batch size, not ``batch_size``, is the training batch
         size (which e.g. MCBN's bank then matches). With ``val``, the epoch with the best
         validation loss is kept (early stopping after ``patience`` stale epochs) and, for
-        regression, τ is fitted on it afterwards.
+        regression, τ is fitted on it afterwards. ``strategy`` runs the training loop elsewhere,
+        e.g. ``bayesify.train.distributed.DDP(nproc=2)`` (``batch_size`` is then the global
+        batch); the default trains in this process.
         """
+        strategy = strategy or Strategy()
         if device is not None:
             self.net.to(device)
+        replica_batch = strategy.replica_batch_size(train, batch_size)
+        self._check_strategy(strategy, replica_batch)
+        self._remember_input_shape(as_dataset(train))
+        loop = _LoopOptions(epochs, batch_size, lr, weight_decay, optimizer, patience, seed,
+                            progress)  # fmt: skip
         dev = self.device
-        loader = as_loader(train, batch_size, shuffle=True, seed=seed)
-        if isinstance(train, DataLoader):
-            batch_size = loader_batch_size(loader) or batch_size
-        n_data = len(loader.dataset)
-        self._remember_input_shape(loader.dataset)
-        opt = make_optimizer(self.param_groups(lr, weight_decay), optimizer, lr)
-        validate = None
-        if val is not None:
-            xv, yv = self._tensors(val)
-            xv, yv = xv.to(dev), yv.to(dev)
-            validate = lambda: float(self.nll(self.net(xv), yv))  # noqa: E731
         with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-            torch.manual_seed(seed)
-            self.history = train_loop(
-                self.net,
-                lambda x, y, p: self.objective(x, y, p, n_data),
-                loader,
-                opt,
-                epochs=epochs,
-                validate=validate,
-                patience=patience,
-                after_step=self.after_step,
-                device=dev,
-                progress=progress,
-                desc=f"{self.name} train",
-            )
-            self._after_fit(train, batch_size, seed)
+            self.history = strategy.run(partial(self._train_replica, train, val, loop), self.net)
+            self.net.eval()
+            self._after_fit(train, replica_batch, seed)
         if val is not None and self.config.task is Task.REGRESSION:
             self.fit_noise(val, seed=seed)
         return self
+
+    def _train_replica(
+        self, train: Data, val: Data | None, loop: _LoopOptions, replica: Replica
+    ) -> Trained:
+        """One replica's training through the one loop (:func:`bayesify.train.train_loop`)."""
+        net = self.net.to(replica.device(self.device))
+        dev = self.device
+        loader, on_epoch = replica.loader(train, loop.batch_size, loop.seed)
+        n_data = len(loader.dataset)
+        opt = make_optimizer(self.param_groups(loop.lr, loop.weight_decay), loop.optimizer, loop.lr)
+        validate = None
+        if val is not None:
+            xv, yv = self._tensors(val)
+            validate = lambda: replica.mean(float(self.nll(net(xv), yv)))  # noqa: E731
+        model = replica.wrap(net)
+        torch.manual_seed(loop.seed + replica.rank)
+        # the objectives forward through self.net: during training that is the wrapped module
+        self.net = model
+        try:
+            history = train_loop(
+                model,
+                lambda x, y, p: self.objective(x, y, p, n_data),
+                loader,
+                opt,
+                epochs=loop.epochs,
+                validate=validate,
+                patience=loop.patience,
+                after_step=self.after_step,
+                device=dev,
+                progress=loop.progress and replica.rank == 0,
+                desc=f"{self.name} train" + (f" ×{replica.world}" if replica.world > 1 else ""),
+                on_epoch=on_epoch,
+            )
+        finally:
+            self.net = replica.unwrap(model)
+        return Trained(history, self.net)
 
     def fit_noise(self, val: Data, *, seed: int = 0) -> float:
         """Fit τ⁻¹ on validation data for ``config.noise_objective``; returns it (regression)."""

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampling
 from bayesify.nn.mc_batchnorm import GroupStatistics, Statistics, StatisticsPlan
-from bayesify.train import Data, as_dataset, as_loader
+from bayesify.train import Data, Strategy, as_dataset, as_loader
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +107,18 @@ class MCBN(Method):
                 self.effective_batch_size = float(self.bank_batch_size)
             return
         self.fill_bank(train, batch_size=self.config.bank_batch_size or batch_size, seed=seed)
+
+    def _check_strategy(self, strategy: Strategy, replica_batch_size: int) -> None:
+        if strategy.sync_batch_norm:
+            raise ValueError(
+                "batch_norm='sync' is not available for MCBN: its posterior is defined by the "
+                "statistics of per-replica mini-batches; use batch_norm='replica'"
+            )
+        if strategy.replicas > 1 and replica_batch_size < 2:
+            raise ValueError(
+                f"MCBN needs at least 2 rows per replica batch, got {replica_batch_size} "
+                f"(over {strategy.replicas} processes)"
+            )
 
     def _record_spatial_sizes(self, loader: Any, batch_size: int) -> None:
         """One ordinary eval forward so every layer knows its spatial size (Gaussian model)."""
