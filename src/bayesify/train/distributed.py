@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -47,9 +47,6 @@ from torch.utils.data.distributed import DistributedSampler
 from bayesify.io import read_bundle, write_bundle
 from bayesify.train.loop import Data, History, as_dataset
 from bayesify.train.strategy import Replica, Strategy, Trained
-
-if TYPE_CHECKING:
-    from bayesify.methods.base import Method
 
 log = logging.getLogger(__name__)
 
@@ -255,9 +252,14 @@ class DistributedSettings:
         return self.batch_size // self.nproc
 
 
-def fit_distributed(
-    method: Method, train: Data, val: Data | None = None, **settings: Any
-) -> Method:
+class _Fits(Protocol):
+    """What :func:`fit_distributed` needs of a method (``bayesify.methods.Method``'s ``fit``;
+    named structurally because methods sit above this layer)."""
+
+    def fit(self, train: Data, val: Data | None = None, **options: Any) -> Any: ...
+
+
+def fit_distributed(method: _Fits, train: Data, val: Data | None = None, **settings: Any) -> Any:
     """``method.fit(train, val, ..., strategy=DDP(...))`` with keyword ``settings`` the fields of
     :class:`DistributedSettings` (``nproc``, ``epochs``, global ``batch_size``, ``lr``, ...).
 
