@@ -156,18 +156,18 @@ def test_train_preset_paper_reaches_the_method_and_the_training_loop(tmp_path, m
 
     import torch
 
-    from bayesify.methods import base
+    from bayesify.methods import training
     from bayesify.train import loader_batch_size
 
     seen = []
-    real = base.train_loop
+    real = training.train_loop
 
     def spy(model, objective, loader, optimizer, *, epochs, **kw):
         seen.append((type(optimizer), loader_batch_size(loader), epochs,
                      sorted(g["lr"] for g in optimizer.param_groups)))  # fmt: skip
         return real(model, objective, loader, optimizer, epochs=epochs, **kw)
 
-    monkeypatch.setattr(base, "train_loop", spy)
+    monkeypatch.setattr(training, "train_loop", spy)
     out = tmp_path / "b"
     args = ["train", "--method", "ibnn", "--data", "yacht", "--norm", "none", "--preset",
             "paper", "--epochs", "1", "--limit", "150", "--no-eval", "--out", str(out)]  # fmt: skip

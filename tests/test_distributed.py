@@ -8,8 +8,8 @@ import torch
 from torch import nn
 
 import bayesify
-from bayesify.distributed import DistributedSettings, fit_distributed
 from bayesify.models import mlp
+from bayesify.train.distributed import DistributedSettings, fit_distributed
 
 pytestmark = pytest.mark.skipif(
     not torch.distributed.is_available(), reason="torch.distributed is not available"
@@ -66,3 +66,18 @@ def test_settings_are_checked() -> None:
     mcbn = bayesify.get_method("mcbn")(mlp(6, 1, (8,), norm="batch"))
     with pytest.raises(ValueError, match="per-replica"):
         fit_distributed(mcbn, _data(), nproc=2, batch_norm="sync", epochs=1)
+
+
+def test_fit_takes_the_ddp_strategy_for_a_method_with_its_own_parameters() -> None:
+    """Bayes by Backprop's learned noise is a parameter of the network, read by its objective
+    while the network trains wrapped in DDP; method.fit(strategy=DDP(...)) trains it."""
+    from bayesify.train.distributed import DDP
+
+    torch.manual_seed(0)
+    method = bayesify.get_method("bbb")(mlp(6, 1, (16,), norm=None))
+    start = _flat(method.net)
+    method.fit(_data(), epochs=1, batch_size=16, lr=0.01, seed=1, progress=False,
+               strategy=DDP(nproc=2))  # fmt: skip
+    assert method.history.epochs == 1
+    assert (_flat(method.net) - start).abs().max() > 1e-3
+    assert method.noise_variance == pytest.approx(float(method.log_noise.detach().exp()))

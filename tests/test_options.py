@@ -13,7 +13,6 @@ import torch
 import bayesify
 from bayesify import options
 from bayesify.data import load_uci
-from bayesify.distributed import DistributedSettings
 from bayesify.methods import METHODS
 from bayesify.metrics import aupr, crps_gaussian, fit_constant_std
 from bayesify.models import mlp
@@ -22,6 +21,7 @@ from bayesify.nn.stochastic_scale import StochasticScale
 from bayesify.posthoc.noise import fit_noise_variance
 from bayesify.predictive import Predictive
 from bayesify.train import make_optimizer
+from bayesify.train.distributed import DistributedSettings
 
 ENUMS = [
     v

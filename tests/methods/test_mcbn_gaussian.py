@@ -17,6 +17,7 @@ from bayesify.methods.mcbn_tuning import (
 )
 from bayesify.models import lenet, mlp
 from bayesify.nn import MCBatchNorm
+from bayesify.nn.mc_batchnorm import Statistics, StatisticsPlan
 
 
 def regression_data(n: int = 256, d: int = 5, seed: int = 0):
@@ -60,16 +61,18 @@ def _layer(c: int = 3, n_spatial: int = 1) -> MCBatchNorm:
     layer.running_mean = torch.tensor([0.5, -1.0, 2.0])[:c]
     layer.running_var = torch.tensor([1.0, 4.0, 0.25])[:c]
     layer.spatial_size.fill_(n_spatial)
-    layer.statistics = "gaussian"
     return layer
+
+
+def _gaussian(b: float) -> StatisticsPlan:
+    return StatisticsPlan(Statistics.GAUSSIAN, effective_batch_size=b)
 
 
 @pytest.mark.parametrize("b, spatial", [(3.0, 1), (8.0, 4), (2.5, 1)])
 def test_drawn_statistics_follow_the_chi2_law(b, spatial):
     layer = _layer(n_spatial=spatial)
-    layer.effective_batch_size = b
     n = b * spatial
-    mean, var = layer.draw_statistics(20000, torch.Generator().manual_seed(0))  # [T, C]
+    mean, var = layer.draw_statistics(20000, torch.Generator().manual_seed(0), _gaussian(b))
     mu, s2 = layer.running_mean.double(), layer.running_var.double()
     m, v = mean.double(), var.double()
     # sample mean ~ N(mu, s2 / n)
@@ -102,8 +105,7 @@ def test_drawn_statistics_match_real_mini_batches(b):
     with layer.recording():
         for idx in batches:
             layer(population[idx])
-    layer.statistics, layer.effective_batch_size = "gaussian", float(b)
-    mean, var = layer.draw_statistics(20000, torch.Generator().manual_seed(2))
+    mean, var = layer.draw_statistics(20000, torch.Generator().manual_seed(2), _gaussian(b))
     s2 = layer.running_var
     bank_ratio = layer.bank_var.mean(0) / s2
     model_ratio = var.mean(0) / s2
@@ -116,13 +118,11 @@ def test_drawn_statistics_match_real_mini_batches(b):
 def test_gaussian_draws_need_spatial_size_and_n_above_one():
     layer = _layer()
     layer.spatial_size.fill_(0)
-    layer.effective_batch_size = 4.0
     with pytest.raises(RuntimeError, match="spatial size"):
-        layer.draw_statistics(2, None)
+        layer.draw_statistics(2, None, _gaussian(4.0))
     layer.spatial_size.fill_(1)
-    layer.effective_batch_size = 1.0
     with pytest.raises(ValueError, match="n must be > 1"):
-        layer.draw_statistics(2, None)
+        layer.draw_statistics(2, None, _gaussian(1.0))
 
 
 def test_larger_effective_batch_means_less_spread():

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import bayesify
-from bayesify.methods import base
+from bayesify.methods import training
 from bayesify.methods.presets import PRESETS, get_preset
 from bayesify.models import mlp
 from bayesify.nn.stochastic_scale import StochasticScale
@@ -20,14 +20,14 @@ from bayesify.train import loader_batch_size
 def spy(monkeypatch):
     """Record what Method.fit hands the training loop; run one epoch only."""
     calls = []
-    real = base.train_loop
+    real = training.train_loop
 
     def fake(model, objective, loader, optimizer, *, epochs, **kw):
         calls.append({"epochs": epochs, "batch_size": loader_batch_size(loader),
                       "optimizer": optimizer, "patience": kw.get("patience")})  # fmt: skip
         return real(model, objective, loader, optimizer, epochs=1, **kw)
 
-    monkeypatch.setattr(base, "train_loop", fake)
+    monkeypatch.setattr(training, "train_loop", fake)
     return calls
 
 

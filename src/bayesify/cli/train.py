@@ -72,13 +72,12 @@ def train(
                            weight_decay=weight_decay, patience=patience, seed=seed)  # fmt: skip
         if preset:  # the recipe fills what is left out (methods/presets.py)
             fit_options = {k: fit_options[k] for k in ("epochs", "patience", "seed")}
+        strategy = None
         if nproc > 1:
-            from bayesify.distributed import fit_distributed
+            from bayesify.train.distributed import DDP
 
-            fit_distributed(job.method, job.train, job.val, nproc=nproc, batch_norm=batch_norm,
-                            progress=True, **fit_options)  # fmt: skip
-        else:
-            job.method.fit(job.train, val=job.val, **fit_options)
+            strategy = DDP(nproc=nproc, batch_norm=batch_norm)
+        job.method.fit(job.train, val=job.val, strategy=strategy, **fit_options)
         job.method.metadata.update(job.metadata)
         job.method.save(out, overwrite=overwrite)
     except (ValueError, TypeError, OSError) as e:

@@ -6,8 +6,9 @@ one vectorised pass over ``T*N`` rows. It returns a :class:`~bayesify.predictive
 Memory is bounded by ``max_rows`` rows per forward; the folding and chunking are
 :mod:`bayesify.nn.folding`'s. Around the class: :mod:`~bayesify.methods.config` (the options
 every method has), :mod:`~bayesify.methods.inputs` (what inputs, targets, sample counts and
-devices are accepted), :mod:`~bayesify.methods.pretrained` (``from_pretrained``) and
-:mod:`~bayesify.methods.bundle` (``save``).
+devices are accepted), :mod:`~bayesify.methods.pretrained` (``from_pretrained``),
+:mod:`~bayesify.methods.training` (``fit``, ``fit_noise``) and :mod:`~bayesify.methods.bundle`
+(``save``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.utils.data import DataLoader
 
 from bayesify.methods.bundle import save_bundle
 from bayesify.methods.config import MethodConfig
@@ -39,9 +39,9 @@ from bayesify.methods.inputs import (
     seeded_generator,
 )
 from bayesify.methods.likelihood import gaussian_nll, regression_means, split_heteroscedastic
-from bayesify.methods.presets import apply_preset, with_recipe
+from bayesify.methods.presets import apply_preset
 from bayesify.methods.pretrained import FromPretrained
-from bayesify.metrics import fit_constant_std
+from bayesify.methods.training import Trainable
 from bayesify.nn import (
     DEFAULT_MAX_ROWS,
     MaxRows,
@@ -53,21 +53,17 @@ from bayesify.nn import (
 )
 from bayesify.nn.modes import kept_modes
 from bayesify.options import Task
-from bayesify.posthoc.noise import fit_noise_variance
 from bayesify.predictive import Predictive
 from bayesify.train import (
     Data,
     History,
-    as_loader,
-    loader_batch_size,
-    make_optimizer,
-    train_loop,
+    Strategy,
 )
 
 log = logging.getLogger(__name__)
 
 
-class Method(FromPretrained):
+class Method(FromPretrained, Trainable):
     """Base class: a network plus the randomness used to sample its predictive distribution.
 
     The method works on a deep copy of ``net`` (``method.net``): wrapping, fitting and
@@ -163,92 +159,14 @@ class Method(FromPretrained):
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
         """Runs once after training on the training data (e.g. fill a statistics bank)."""
 
+    def _check_strategy(self, strategy: Strategy, replica_batch_size: int) -> None:
+        """Refuse a training strategy the method cannot train with (before any work)."""
+
     @contextmanager
     def sampling(self, samples: int, generator: torch.Generator | None) -> Iterator[None]:
         """Turn the network's randomness on for ``samples`` groups; methods may draw first."""
         with sampling(self.net, samples, generator):
             yield
-
-    # ------------------------------------------------------------------ training
-    @with_recipe
-    def fit(
-        self,
-        train: Data,
-        val: Data | None = None,
-        *,
-        epochs: int = 100,
-        batch_size: int = 32,
-        lr: float = 1e-3,
-        weight_decay: float = 0.0,
-        optimizer: str = "adam",
-        patience: int | None = None,
-        seed: int = 0,
-        device: str | torch.device | None = None,
-        progress: bool = True,
-    ) -> Method:
-        """Train on ``train`` (``(X, y)`` tensors, a Dataset or a DataLoader); returns ``self``.
-
-        A DataLoader is used as it is: its batch size, not ``batch_size``, is the training batch
-        size (which e.g. MCBN's bank then matches). With ``val``, the epoch with the best
-        validation loss is kept (early stopping after ``patience`` stale epochs) and, for
-        regression, τ is fitted on it afterwards.
-        """
-        if device is not None:
-            self.to(device)
-        dev = self.device
-        loader = as_loader(train, batch_size, shuffle=True, seed=seed)
-        if isinstance(train, DataLoader):
-            batch_size = loader_batch_size(loader) or batch_size
-        n_data = len(loader.dataset)
-        self._remember_input_shape(loader.dataset)
-        opt = make_optimizer(self.param_groups(lr, weight_decay), optimizer, lr)
-        validate = None
-        if val is not None:
-            xv, yv = self._tensors(val)
-            xv, yv = xv.to(dev), yv.to(dev)
-            validate = lambda: float(self.nll(self.net(xv), yv))  # noqa: E731
-        with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
-            torch.manual_seed(seed)
-            self.history = train_loop(
-                self.net,
-                lambda x, y, p: self.objective(x, y, p, n_data),
-                loader,
-                opt,
-                epochs=epochs,
-                validate=validate,
-                patience=patience,
-                after_step=self.after_step,
-                device=dev,
-                progress=progress,
-                desc=f"{self.name} train",
-            )
-            self._after_fit(train, batch_size, seed)
-        if val is not None and self.config.task is Task.REGRESSION:
-            self.fit_noise(val, seed=seed)
-        return self
-
-    def fit_noise(self, val: Data, *, seed: int = 0) -> float:
-        """Fit τ⁻¹ on validation data for ``config.noise_objective``; returns it (regression)."""
-        if self.config.task is not Task.REGRESSION:
-            raise ValueError("the noise variance τ⁻¹ is a regression parameter")
-        xv, yv = self._tensors(val)
-        yv = regression_targets(yv)
-        out = self.sample(xv, self.config.noise_samples, seed=seed)
-        if self.config.heteroscedastic:  # the noise is learned: only the baseline is fitted
-            means = split_heteroscedastic(out)[0]
-        else:
-            means = regression_means(out)
-            self.noise_variance = fit_noise_variance(means, yv, self.config.noise_objective)
-        std = fit_constant_std(means.mean(0), yv, self.config.noise_objective.value)
-        self.constant_variance = float(std) ** 2
-        return self.noise_variance
-
-    def constant_baseline(self, pred: Predictive) -> Predictive:
-        """The constant-uncertainty baseline (CUBN / CUDO) for a regression predictive: same mean,
-        the constant variance fitted on validation data by :meth:`fit_noise`."""
-        if self.constant_variance is None:
-            raise RuntimeError("fit with validation data (or call fit_noise) before the baseline")
-        return pred.constant_uncertainty(self.constant_variance)
 
     # ------------------------------------------------------------------ prediction
     def to(self, device: str | torch.device) -> Method:

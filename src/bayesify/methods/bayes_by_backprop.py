@@ -110,8 +110,10 @@ class BayesByBackprop(Method):
             ref = self.layers[-1].weight_mu
             init = torch.tensor(math.log(cfg.init_noise_variance), dtype=ref.dtype)
             net.register_parameter(LOG_NOISE, nn.Parameter(init.to(ref.device)))
+        # the parameter itself: during training self.net may be a wrapper (e.g. DDP)
+        self.log_noise: nn.Parameter | None = getattr(net, LOG_NOISE, None)
         if self._learns_noise:
-            self.noise_variance = float(getattr(net, LOG_NOISE).detach().exp())
+            self.noise_variance = float(self.log_noise.detach().exp())
 
     @property
     def _learns_noise(self) -> bool:
@@ -126,7 +128,7 @@ class BayesByBackprop(Method):
         """Cross-entropy, or the Gaussian NLL with the learned noise variance (regression)."""
         if not self._learns_noise:  # cross-entropy or the heteroscedastic Gaussian NLL
             return super().nll(out, y)
-        log_var = getattr(self.net, LOG_NOISE)
+        log_var = self.log_noise
         sq = (out.reshape(y.shape) - y) ** 2
         return 0.5 * (math.log(2 * math.pi) + log_var + sq * torch.exp(-log_var)).mean()
 

@@ -27,9 +27,10 @@ from tqdm.auto import tqdm
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.mcbn_tuning import tune_effective_batch_size
 from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampling
+from bayesify.nn.mc_batchnorm import StatisticsPlan
 from bayesify.nn.modes import kept_modes
 from bayesify.options import Statistics
-from bayesify.train import Data, as_dataset, as_loader, loader_batch_size
+from bayesify.train import Data, Strategy, as_dataset, as_loader, loader_batch_size
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,18 @@ class MCBN(Method):
             return
         self.fill_bank(train, batch_size=self.config.bank_batch_size or batch_size, seed=seed)
 
+    def _check_strategy(self, strategy: Strategy, replica_batch_size: int) -> None:
+        if strategy.sync_batch_norm:
+            raise ValueError(
+                "batch_norm='sync' is not available for MCBN: its posterior is defined by the "
+                "statistics of per-replica mini-batches; use batch_norm='replica'"
+            )
+        if strategy.replicas > 1 and replica_batch_size < 2:
+            raise ValueError(
+                f"MCBN needs at least 2 rows per replica batch, got {replica_batch_size} "
+                f"(over {strategy.replicas} processes)"
+            )
+
     def _record_spatial_sizes(self, loader: Any, batch_size: int) -> None:
         """One ordinary eval forward so every layer knows its spatial size (Gaussian model)."""
         xb, _ = next(iter(loader))
@@ -213,27 +226,20 @@ class MCBN(Method):
             return torch.randperm(n, generator=generator, device=dev)[:samples].cpu()
         return torch.randint(n, (samples,), generator=generator, device=dev).cpu()
 
-    def _configure_layers(self) -> None:
-        for layer in self.layers:
-            layer.statistics = self.config.statistics.value
-            layer.effective_batch_size = self.effective_batch_size
+    def statistics_plan(self, samples: int, generator: torch.Generator | None) -> StatisticsPlan:
+        """How every batch-norm layer chooses its statistics for ``samples`` groups: bank rows
+        drawn now (the same rows for every layer), or the Gaussian model's batch size."""
+        if self.gaussian:
+            return StatisticsPlan(
+                Statistics.GAUSSIAN, effective_batch_size=self.effective_batch_size
+            )
+        return StatisticsPlan(Statistics.BANK, rows=self.draw_rows(samples, generator))
 
     @contextmanager
     def sampling(self, samples: int, generator: torch.Generator | None) -> Iterator[None]:
-        self._configure_layers()
-        if self.gaussian:
-            with sampling(self.net, samples, generator):
-                yield
-            return
-        rows = self.draw_rows(samples, generator)
-        for layer in self.layers:
-            layer.rows = rows
-        try:
-            with sampling(self.net, samples, generator):
-                yield
-        finally:
-            for layer in self.layers:
-                layer.rows = None
+        plan = self.statistics_plan(samples, generator)
+        with sampling(self.net, samples, generator, {layer: plan for layer in self.layers}):
+            yield
 
     def extra_state(self) -> dict[str, Any]:
         return {

@@ -9,7 +9,13 @@ from bayesify.nn.folding import (
     repeat_samples,
     resolve_max_rows,
 )
-from bayesify.nn.mc_batchnorm import MCBatchNorm, convert_batchnorm
+from bayesify.nn.mc_batchnorm import (
+    GroupStatistics,
+    MCBatchNorm,
+    Statistics,
+    StatisticsPlan,
+    convert_batchnorm,
+)
 from bayesify.nn.node_noise import NodeNoise, add_node_noise
 from bayesify.nn.row_noise import (
     RowNoise,
@@ -19,6 +25,7 @@ from bayesify.nn.row_noise import (
     noisy_training,
 )
 from bayesify.nn.stochastic import (
+    SamplingPlan,
     StochasticModule,
     generator_device,
     reference_loop,
@@ -32,10 +39,14 @@ from bayesify.nn.stochastic_scale import StochasticScale, add_stochastic_scale
 __all__ = [
     "DEFAULT_MAX_ROWS",
     "MaxRows",
+    "GroupStatistics",
     "MCBatchNorm",
     "NodeNoise",
     "RowNoise",
     "RowNoiseModule",
+    "SamplingPlan",
+    "Statistics",
+    "StatisticsPlan",
     "StochasticModule",
     "StochasticScale",
     "TrainingNoiseModule",

@@ -10,17 +10,20 @@ Noise per row:
 * :class:`BayesLinear` uses the local reparameterisation trick (Kingma et al. 2015): the
   pre-activation of a row is ``N(x μᵀ + b_μ, x² σ²ᵀ + σ_b²)``, sampled directly, in training
   and prediction.
-* :class:`BayesConv2d` samples per row at prediction with flipout (Wen et al. 2018): one shared
-  perturbation ``ε ∘ σ`` and per-row random signs, ``conv(x, μ) + conv(x ∘ s_in, σ ∘ ε) ∘ s_out``
-  (each row's weight is marginally ``N(μ, σ²)``), plus a per-row bias sample. In training it
-  draws one weight sample per mini-batch by default (``train_estimator="shared"``, Blundell et
-  al.'s plain reparameterisation: one convolution); ``"flipout"`` trains with per-row noise and
-  lower-variance gradients at the price of a second convolution.
+* :class:`BayesConv2d` samples per row at prediction with flipout (Wen et al. 2018): a
+  perturbation ``ε_t ∘ σ`` per sample group t and per-row random signs,
+  ``conv(x, μ) + conv(x ∘ s_in, σ ∘ ε_t) ∘ s_out`` (each row's weight is marginally
+  ``N(μ, σ²)``, and the T samples of a row are independent posterior draws), plus a per-row
+  bias sample. In training it draws one weight sample per mini-batch by default
+  (``train_estimator="shared"``, Blundell et al.'s plain reparameterisation: one convolution);
+  ``"flipout"`` trains with per-row signs around one ε per mini-batch and lower-variance
+  gradients at the price of a second convolution.
 
 Outside sampling the layers are random in ``.train()`` (torch's global RNG, for the ELBO) and
 return the posterior-mean output in ``.eval()``. Inside :func:`bayesify.nn.sampling` the per-row
-noise comes from :class:`~bayesify.nn.row_noise.RowNoise` (chunk-invariant, replayable per group)
-and flipout's shared ε is drawn once from the caller's generator in ``begin_sampling``.
+noise comes from :class:`~bayesify.nn.row_noise.RowNoise` (chunk-invariant, replayable per group),
+flipout's per-group ε too (:meth:`~bayesify.nn.row_noise.RowNoise.group_normal`, from the
+group's key: the same in every chunk and range of groups).
 """
 
 from __future__ import annotations
@@ -36,10 +39,11 @@ from bayesify.nn.gaussian_posterior import (
     _SoftplusGaussian,
 )
 from bayesify.nn.row_noise import RowNoiseModule
-from bayesify.nn.stochastic import generator_device
+from bayesify.options import ConvEstimator, parse_option
 
-#: training estimators of :class:`BayesConv2d`
-CONV_ESTIMATORS = ("shared", "flipout")
+#: the :class:`~bayesify.nn.row_noise.RowNoise` stream of flipout's per-group ε (the per-row
+#: draws use uniform streams 1-2 and normal stream 3)
+_EPS_STREAM = 4
 
 
 class _BayesLayer(RowNoiseModule):
@@ -193,6 +197,7 @@ class BayesConv2d(_BayesLayer):
         bias: bool = True,
         prior: Prior | None = None,
         init_rho: float = -5.0,
+        train_estimator: ConvEstimator | str = ConvEstimator.SHARED,
     ) -> None:
         super().__init__()
         ref = nn.Conv2d(
@@ -201,15 +206,17 @@ class BayesConv2d(_BayesLayer):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.stride, self.padding, self.dilation = ref.stride, ref.padding, ref.dilation
         self.conv_groups = conv_groups
-        #: training noise: "shared" (one weight sample per mini-batch, one convolution) or
-        #: "flipout" (per-row, two convolutions); prediction always samples per row
-        self.train_estimator = "shared"
+        self.train_estimator = _conv_estimator(train_estimator)
         self._init_params(ref.weight, ref.bias, prior or Prior(), init_rho)
-        self._eps: Tensor | None = None  # flipout's shared ε inside sampling
+        self._eps: tuple[int, Tensor] | None = None  # (first group, ε [G, ...]) of this block
 
     @classmethod
     def from_conv2d(
-        cls, layer: nn.Conv2d, prior: Prior | None = None, init_rho: float = -5.0
+        cls,
+        layer: nn.Conv2d,
+        prior: Prior | None = None,
+        init_rho: float = -5.0,
+        train_estimator: ConvEstimator | str = ConvEstimator.SHARED,
     ) -> BayesConv2d:
         """Posterior means initialised from ``layer``'s (pretrained) weights."""
         if layer.padding_mode != "zeros":
@@ -225,6 +232,7 @@ class BayesConv2d(_BayesLayer):
             layer.bias is not None,
             prior,
             init_rho,
+            train_estimator,
         )
         new._init_params(layer.weight, layer.bias, new.prior, init_rho)
         return new.to(layer.weight.device).train(layer.training)
@@ -236,16 +244,31 @@ class BayesConv2d(_BayesLayer):
     def _conv(self, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
         return F.conv2d(x, w, b, self.stride, self.padding, self.dilation, self.conv_groups)
 
-    def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
-        super().begin_sampling(samples, generator)
-        eps = torch.randn(
-            self.weight_mu.shape, generator=generator, device=generator_device(generator)
-        )
-        self._eps = eps.to(self.weight_mu)
+    def _group_eps(self, device: torch.device, dtype: torch.dtype) -> Tensor:
+        """Flipout's ε ``[G, C', C/conv_groups, kh, kw]`` of the groups in use, made once per
+        sampling block or range of groups (every row chunk reuses it)."""
+        start, groups = self.noise.start, len(self.noise.keys)
+        if self._eps is None or self._eps[0] != start or len(self._eps[1]) != groups:
+            eps = self.noise.group_normal(self.weight_mu.numel(), device, _EPS_STREAM)
+            self._eps = (start, eps.to(dtype).view(groups, *self.weight_mu.shape))
+        return self._eps[1]
 
     def end_sampling(self) -> None:
         super().end_sampling()
         self._eps = None
+
+    def _group_conv(self, x: Tensor, w: Tensor) -> Tensor:
+        """Group t of ``x [G*n, C, H, W]`` convolved with its own weight ``w[t]``
+        (``w [G, C', C/conv_groups, kh, kw]``) as one grouped convolution: ``[G*n, C', H', W']``."""
+        g = w.shape[0]
+        if g == 1:
+            return self._conv(x, w[0])
+        n, rest = x.shape[0] // g, x.shape[1:]
+        xg = x.view(g, n, *rest).transpose(0, 1).reshape(n, g * rest[0], *rest[1:])
+        out = F.conv2d(xg, w.reshape(-1, *w.shape[2:]), None, self.stride, self.padding,
+                       self.dilation, self.conv_groups * g)  # fmt: skip
+        out = out.view(n, g, -1, *out.shape[2:]).transpose(0, 1)  # [G, n, C', H', W']
+        return out.reshape(g * n, *out.shape[2:])
 
     def _shared_sample_forward(self, x: Tensor) -> Tensor:
         """Training with one weight sample for the whole mini-batch (Blundell et al.'s plain
@@ -257,7 +280,7 @@ class BayesConv2d(_BayesLayer):
 
     def forward(self, x: Tensor) -> Tensor:
         noisy = self._noisy()
-        if self.training and not noisy and self.train_estimator == "shared":
+        if self.training and not noisy and self.train_estimator == ConvEstimator.SHARED:
             return self._shared_sample_forward(x)
         mean = self._conv(x, self.weight_mu, self.bias_mu)  # [R, C', H', W']
         if not (noisy or self.training):
@@ -269,7 +292,7 @@ class BayesConv2d(_BayesLayer):
             s_out = torch.where(self.noise.uniform(rows, c_out, dev, 2) < 0.5, -1.0, 1.0)
             z_b = self.noise.normal(rows, c_out, dev, 3) if self.bias_mu is not None else None
             self.noise.advance(rows)
-            eps = self._eps
+            eps = self._group_eps(dev, x.dtype)  # [G, C', C/g, kh, kw]
         else:
             s_in = torch.randint(0, 2, (rows, c_in), device=x.device) * 2.0 - 1.0
             s_out = torch.randint(0, 2, (rows, c_out), device=x.device) * 2.0 - 1.0
@@ -277,7 +300,10 @@ class BayesConv2d(_BayesLayer):
             eps = torch.randn_like(self.weight_mu)
         sigmas = self._sigmas(training=not noisy)
         s_in, s_out = s_in.to(x.dtype)[..., None, None], s_out.to(x.dtype)[..., None, None]
-        out = mean + self._conv(x * s_in, sigmas[0] * eps) * s_out
+        if noisy:
+            out = mean + self._group_conv(x * s_in, sigmas[0] * eps) * s_out
+        else:
+            out = mean + self._conv(x * s_in, sigmas[0] * eps) * s_out
         if z_b is not None:
             out = out + (sigmas[1] * z_b.to(x.dtype))[..., None, None]
         return out
@@ -289,7 +315,7 @@ def bayesianize(
     last_k: int | None = None,
     prior: Prior | None = None,
     init_rho: float = -5.0,
-    conv_estimator: str = "shared",
+    conv_estimator: ConvEstimator | str = ConvEstimator.SHARED,
 ) -> list[_BayesLayer]:
     """Replace ``nn.Linear``/``nn.Conv2d`` layers of ``model`` (in place) by Bayesian ones whose
     posterior means are the current (e.g. pretrained) weights.
@@ -298,10 +324,7 @@ def bayesianize(
     rest stay deterministic. ``conv_estimator``: the convolutions' training noise, ``"shared"``
     or ``"flipout"`` (see :class:`BayesConv2d`). Returns all Bayesian layers in order.
     """
-    if conv_estimator not in CONV_ESTIMATORS:
-        raise ValueError(
-            f"unknown conv_estimator {conv_estimator!r}; valid: {', '.join(CONV_ESTIMATORS)}"
-        )
+    conv_estimator = _conv_estimator(conv_estimator)
     found = [
         (parent, name, child)
         for parent in model.modules()
@@ -314,18 +337,19 @@ def bayesianize(
         found = found[-last_k:]
     for parent, name, child in found:
         if isinstance(child, nn.Conv2d):
-            setattr(parent, name, BayesConv2d.from_conv2d(child, prior, init_rho))
+            setattr(parent, name, BayesConv2d.from_conv2d(child, prior, init_rho, conv_estimator))
         else:
             setattr(parent, name, BayesLinear.from_linear(child, prior, init_rho))
     layers = [m for m in model.modules() if isinstance(m, _BayesLayer)]
-    for layer in layers:
-        if isinstance(layer, BayesConv2d):
-            layer.train_estimator = conv_estimator
     if not layers:
         raise ValueError(
             f"Bayes by Backprop needs Linear or Conv2d layers; {type(model).__name__} has none"
         )
     return layers
+
+
+def _conv_estimator(value: ConvEstimator | str) -> ConvEstimator:
+    return parse_option(ConvEstimator, value, option="conv_estimator")
 
 
 BayesLayer = _BayesLayer

@@ -5,14 +5,17 @@ statistics in ``.eval()``). Inside :func:`bayesify.nn.sampling` each sample grou
 with the statistics of one training mini-batch: row ``rows[t]`` of a statistics bank
 ``[T_bank, C]`` recorded once by :meth:`MCBatchNorm.recording`.
 
-With ``statistics = "gaussian"`` the per-group statistics are drawn instead from their
+With :attr:`Statistics.GAUSSIAN` the per-group statistics are drawn instead from their
 large-sample law given the population statistics (Teye et al. appendix; Shekhovtsov & Flach
 §3.1; Mukhoti et al.): mean ~ N(μ, σ²/n), variance ~ σ²·χ²(n−1)/n (the biased variance batch
 norm normalises with, as in the bank), with μ, σ² the running statistics and
-n = ``effective_batch_size`` × spatial size (the values per channel a batch averages over). No
+n = effective batch size × spatial size (the values per channel a batch averages over). No
 training data is needed at prediction; n is a continuous knob.
 
-Either way the per-group statistics ``[T, C]`` are chosen once per sampling block (in
+Which of the two, the bank rows and the effective batch size are handed to the layer per
+sampling block as its entry of the block's :class:`~bayesify.nn.stochastic.SamplingPlan`: a
+:class:`StatisticsPlan`, or :class:`GroupStatistics` to normalise with given statistics. Either
+way the per-group statistics ``[T, C]`` are chosen once per sampling block (in
 ``begin_sampling``); ``select_groups(start, stop)`` uses rows ``start .. stop-1`` of them, so a
 range of groups run alone is normalised exactly as in the full pass.
 """
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -28,7 +32,34 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from bayesify.nn.stochastic import StochasticModule, generator_device
+from bayesify.nn.stochastic import SamplingPlan, StochasticModule, generator_device
+from bayesify.options import Statistics, parse_option
+
+
+@dataclass(frozen=True, eq=False)
+class StatisticsPlan:
+    """How :class:`MCBatchNorm` layers choose their per-group statistics in one sampling block:
+    bank rows ``rows [T]`` (``BANK``; the same rows for every layer, as in Teye et al.'s
+    Algorithm 1), or draws from the Gaussian model with effective batch size
+    ``effective_batch_size`` (``GAUSSIAN``; each layer draws from the block's generator)."""
+
+    statistics: Statistics = Statistics.BANK
+    rows: Tensor | None = None
+    effective_batch_size: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "statistics", parse_option(Statistics, self.statistics, option="statistics")
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class GroupStatistics:
+    """Given per-group statistics for one :class:`MCBatchNorm` layer: mean and biased variance,
+    ``[T, C]`` each."""
+
+    mean: Tensor
+    var: Tensor
 
 
 class MCBatchNorm(StochasticModule):
@@ -58,15 +89,12 @@ class MCBatchNorm(StochasticModule):
         self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
         # values per channel per input row (H*W for 2-d maps), seen in the last ordinary forward
         self.register_buffer("spatial_size", torch.tensor(0, dtype=torch.long))
-        self.statistics = "bank"  # or "gaussian"
-        self.effective_batch_size: float | None = None
         # the statistics bank: biased batch mean / variance of T_bank training mini-batches
         self.register_buffer("bank_mean", torch.zeros(0, num_features))
         self.register_buffer("bank_var", torch.zeros(0, num_features))
         self._recorded: list[tuple[Tensor, Tensor]] | None = None
         self._block_draw: tuple[Tensor, Tensor] | None = None  # ([T, C] mean, [T, C] var)
         self._draw: tuple[Tensor, Tensor] | None = None  # the groups now in use ([G, C] each)
-        self.rows: Tensor | None = None
 
     @classmethod
     def from_batchnorm(cls, bn: _BatchNorm) -> MCBatchNorm:
@@ -113,38 +141,38 @@ class MCBatchNorm(StochasticModule):
 
     # ------------------------------------------------------------------ sampling
     def draw_statistics(
-        self, samples: int, generator: torch.Generator | None
+        self, samples: int, generator: torch.Generator | None, plan: StatisticsPlan
     ) -> tuple[Tensor, Tensor]:
-        """Per-group statistics ``([T, C], [T, C])``: bank rows ``self.rows``, or draws from
-        the Gaussian model when ``statistics == "gaussian"``."""
-        if self.statistics == "gaussian":
-            return self.draw_gaussian_statistics(samples, generator)
+        """Per-group statistics ``([T, C], [T, C])`` as ``plan`` says: bank rows
+        ``plan.rows``, or draws from the Gaussian model."""
+        if plan.statistics is Statistics.GAUSSIAN:
+            if plan.effective_batch_size is None:
+                raise RuntimeError("the Gaussian MCBN model needs an effective_batch_size")
+            return self.draw_gaussian_statistics(samples, generator, plan.effective_batch_size)
         if self.bank_size == 0:
             raise RuntimeError("the MCBN statistics bank is empty: fit the method or fill_bank()")
-        if self.rows is None or len(self.rows) != samples:
+        if plan.rows is None or len(plan.rows) != samples:
             raise RuntimeError("MCBatchNorm needs bank rows chosen for every sample group")
-        rows = self.rows.to(self.bank_mean.device)
+        rows = plan.rows.to(self.bank_mean.device)
         return self.bank_mean[rows], self.bank_var[rows]
 
-    @property
-    def effective_n(self) -> float:
+    def effective_n(self, effective_batch_size: float) -> float:
         """n = effective batch size × spatial size."""
-        if self.effective_batch_size is None:
-            raise RuntimeError("the Gaussian MCBN model needs an effective_batch_size")
         if int(self.spatial_size) == 0:
             raise RuntimeError(
                 "the spatial size of this batch-norm layer is unknown: forward one batch first"
             )
-        return float(self.effective_batch_size) * int(self.spatial_size)
+        return float(effective_batch_size) * int(self.spatial_size)
 
     def draw_gaussian_statistics(
-        self, samples: int, generator: torch.Generator | None
+        self, samples: int, generator: torch.Generator | None, effective_batch_size: float
     ) -> tuple[Tensor, Tensor]:
         """``samples`` draws ``([T, C], [T, C])`` of a batch's mean and (biased) variance given
-        the running statistics: N(μ, σ²/n) and σ²·χ²(n−1)/n (numpy's exact χ², seeded from
-        ``generator``). Batch norm normalises a mini-batch with its biased variance, whose mean
-        is σ²(n−1)/n; so do the bank and Teye et al.'s Algorithm 1."""
-        n = self.effective_n
+        the running statistics: N(μ, σ²/n) and σ²·χ²(n−1)/n with n = ``effective_batch_size``
+        × spatial size (numpy's exact χ², seeded from ``generator``). Batch norm normalises a
+        mini-batch with its biased variance, whose mean is σ²(n−1)/n; so do the bank and Teye
+        et al.'s Algorithm 1."""
+        n = self.effective_n(effective_batch_size)
         if n <= 1:
             raise ValueError(f"the effective sample size n must be > 1, got {n}")
         seed = int(
@@ -160,13 +188,25 @@ class MCBatchNorm(StochasticModule):
         ref = self.running_mean
         return mean.to(ref), svar.to(ref)
 
-    def set_draw(self, mean: Tensor, var: Tensor) -> None:
-        """Use these per-group statistics ``([G, C], [G, C])`` in the current sampling block."""
-        self._block_draw = self._draw = (mean, var)
-
-    def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
-        super().begin_sampling(samples, generator)
-        self._block_draw = self._draw = self.draw_statistics(samples, generator)
+    def begin_sampling(self, plan: SamplingPlan) -> None:
+        """Choose the block's per-group statistics as this layer's entry of ``plan`` says (a
+        :class:`StatisticsPlan` or :class:`GroupStatistics`)."""
+        super().begin_sampling(plan)
+        draw = plan.draw_for(self)
+        if isinstance(draw, GroupStatistics):
+            if len(draw.mean) != plan.samples or len(draw.var) != plan.samples:
+                raise ValueError(
+                    f"given statistics for {len(draw.mean)} groups, the block has {plan.samples}"
+                )
+            stats = (draw.mean, draw.var)
+        elif isinstance(draw, StatisticsPlan):
+            stats = self.draw_statistics(plan.samples, plan.generator, draw)
+        else:
+            raise RuntimeError(
+                "MCBatchNorm needs a StatisticsPlan or GroupStatistics in the sampling block's "
+                "draws (MCBN.sampling hands it one)"
+            )
+        self._block_draw = self._draw = stats
 
     def select_groups(self, start: int, stop: int) -> None:
         """Normalise the next passes with the statistics of groups ``start .. stop-1``."""

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from bayesify.nn.stochastic import StochasticModule, generator_device
+from bayesify.nn.stochastic import SamplingPlan, StochasticModule, generator_device
 
 _M32 = 0xFFFFFFFF
 
@@ -150,6 +150,21 @@ class RowNoise:
         u2 = self.uniform(total_rows, features, device, 2 * stream + 2)
         return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
 
+    def group_normal(self, features: int, device: torch.device, stream: int = 0) -> Tensor:
+        """Standard normals ``[G, features]`` (float32), one set per group in use and the same
+        for every data row: a per-group draw (e.g. a weight sample) that chunks and ranges of
+        groups replay exactly. Group t's numbers come from torch's generator seeded with
+        (key_t, ``stream``): one vectorised draw per group, far cheaper than hashing every
+        element when ``features`` is large."""
+        if self.keys is None:
+            raise RuntimeError("RowNoise used outside a sampling block")
+        out = torch.empty(len(self.keys), features)
+        gen = torch.Generator()
+        for row, key in zip(out, self.keys.tolist(), strict=True):
+            gen.manual_seed((stream << 32) | key)
+            torch.randn(features, generator=gen, out=row)
+        return out.to(device)
+
     def advance(self, total_rows: int) -> None:
         """Count the data rows of a finished pass (call once per forward)."""
         if self.keys is not None:
@@ -168,9 +183,9 @@ class RowNoiseModule(StochasticModule):
         """Inside a sampling block with this layer switched on."""
         return self.stochastic and self.noise.active
 
-    def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
-        super().begin_sampling(samples, generator)
-        self.noise.begin(samples, generator)
+    def begin_sampling(self, plan: SamplingPlan) -> None:
+        super().begin_sampling(plan)
+        self.noise.begin(plan.samples, plan.generator)
 
     def end_sampling(self) -> None:
         super().end_sampling()

@@ -12,15 +12,37 @@ exceeds the row budget.
 
 Stochastic mode is a declared switch, independent of ``.train()`` / ``.eval()``: ``.eval()`` never
 turns sampling off, and turning sampling on never puts other layers in training mode.
+
+What a layer needs from its caller for one block (the number of groups, the generator, and
+per-layer draws such as MCBN's bank rows) is handed to it as a :class:`SamplingPlan` argument of
+:meth:`StochasticModule.begin_sampling`; no method writes settings on a layer for it to read back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
+
+
+@dataclass(frozen=True, eq=False)
+class SamplingPlan:
+    """What one sampling block hands every stochastic layer: ``samples`` groups, the
+    ``generator`` to draw from, and ``draws``, per layer, what that layer is to use instead of
+    (or to steer) its own draws (e.g. MCBN's bank rows or statistics model; the layer's class
+    says what it accepts). Layers without an entry draw on their own."""
+
+    samples: int
+    generator: torch.Generator | None = None
+    draws: Mapping[nn.Module, Any] = field(default_factory=dict)
+
+    def draw_for(self, layer: nn.Module) -> Any:
+        """This layer's entry of ``draws``, or None."""
+        return self.draws.get(layer)
 
 
 class StochasticModule(nn.Module):
@@ -37,10 +59,10 @@ class StochasticModule(nn.Module):
         self.groups = 1
         self.block_samples = 0  # groups of the current sampling block (0: none)
 
-    def begin_sampling(self, samples: int, generator: torch.Generator | None) -> None:
-        """Prepare randomness for ``samples`` groups (override when draws are per group)."""
-        self.groups = samples
-        self.block_samples = samples
+    def begin_sampling(self, plan: SamplingPlan) -> None:
+        """Prepare randomness for ``plan.samples`` groups (override when draws are per group)."""
+        self.groups = plan.samples
+        self.block_samples = plan.samples
 
     def select_groups(self, start: int, stop: int) -> None:
         """Behave as groups ``start .. stop-1`` of the current sampling block, alone (override
@@ -77,19 +99,27 @@ def set_stochastic(model: nn.Module, enabled: bool) -> None:
 
 @contextmanager
 def sampling(
-    model: nn.Module, samples: int, generator: torch.Generator | None = None
+    model: nn.Module,
+    samples: int,
+    generator: torch.Generator | None = None,
+    draws: Mapping[nn.Module, Any] | None = None,
 ) -> Iterator[None]:
-    """Within the block, forward passes over ``samples * N`` rows draw per-group randomness."""
+    """Within the block, forward passes over ``samples * N`` rows draw per-group randomness.
+
+    ``draws``: per stochastic layer, what it is handed for this block (see
+    :class:`SamplingPlan`); the layers begin in registration order, drawing from ``generator``.
+    """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
+    plan = SamplingPlan(samples, generator, draws or {})
     layers = stochastic_modules(model)
     previous = [m.stochastic for m in layers]
-    for m in layers:
-        m.stochastic = True
-        m.begin_sampling(samples, generator)
     try:
+        for m in layers:
+            m.stochastic = True
+            m.begin_sampling(plan)
         yield
-    finally:
+    finally:  # also when a layer refuses its plan: every layer is left as it was
         for m, was in zip(layers, previous, strict=True):
             m.end_sampling()
             m.stochastic = was
