@@ -25,6 +25,7 @@ from bayesify.methods import (
 )
 from bayesify.nn import sampling, set_stochastic
 from bayesify.predictive import CRPSForm, Predictive, Task
+from bayesify.predictor import Predictor
 
 __version__ = "0.1.0"
 
@@ -41,6 +42,7 @@ __all__ = [
     "Method",
     "MethodConfig",
     "Predictive",
+    "Predictor",
     "Task",
     "get_method",
     "load",

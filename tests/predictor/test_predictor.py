@@ -26,9 +26,15 @@ def _regression_bundle(tmp_path, seed=0):
     net = nn.Sequential(nn.Linear(3, 32), nn.ReLU(), nn.Dropout(0.1), nn.Linear(32, 1))
     m = bayesify.MCDropout(net)
     m.fit((xs[:300], ys[:300]), val=(xs[300:], ys[300:]), epochs=15, progress=False)
-    m.preprocessing = Preprocessing(features=["a", "b", "c"], input_shape=[3],
-                                    x_mean=mu.tolist(), x_std=s.tolist(), y_mean=100.0,
-                                    y_std=10.0, target="y")  # fmt: skip
+    m.preprocessing = Preprocessing(
+        features=["a", "b", "c"],
+        input_shape=[3],
+        x_mean=mu.tolist(),
+        x_std=s.tolist(),
+        y_mean=100.0,
+        y_std=10.0,
+        target="y",
+    )
     path = m.save(tmp_path / "reg")
     return m, path, x_raw, 100 + 10 * ys
 
@@ -86,8 +92,12 @@ def test_bad_rows_are_named_or_skipped(tmp_path):
 
 
 def test_categorical_columns_one_hot_and_unknown_category():
-    prep = Preprocessing(features=["n", "colour"], categories={"colour": ["blue", "red"]},
-                         x_mean=[1.0, 0.0, 0.0], x_std=[2.0, 1.0, 1.0])  # fmt: skip
+    prep = Preprocessing(
+        features=["n", "colour"],
+        categories={"colour": ["blue", "red"]},
+        x_mean=[1.0, 0.0, 0.0],
+        x_std=[2.0, 1.0, 1.0],
+    )
     arr, bad = prep.encode(pd.DataFrame({"colour": ["red", "blue", "green"], "n": [3, 5, 7]}))
     np.testing.assert_array_equal(arr[:2], [[3, 0, 1], [5, 1, 0]])
     assert bad == {2: "column 'colour': unknown category 'green' (known: ['blue', 'red'])"}
@@ -103,8 +113,9 @@ def test_classification_records_name_classes(tmp_path):
     y = (x[:, 0] > 0).long() + (x[:, 1] > 1).long()
     net = nn.Sequential(nn.Linear(2, 16), nn.ReLU(), nn.Dropout(0.2), nn.Linear(16, 3))
     m = bayesify.MCDropout(net, task="classification").fit((x, y), epochs=20, progress=False)
-    m.preprocessing = Preprocessing(features=["u", "v"], class_names=["lo", "mid", "hi"],
-                                    x_mean=[0.0, 0.0], x_std=[1.0, 1.0])  # fmt: skip
+    m.preprocessing = Preprocessing(
+        features=["u", "v"], class_names=["lo", "mid", "hi"], x_mean=[0.0, 0.0], x_std=[1.0, 1.0]
+    )
     p = Predictor(bayesify.load(m.save(tmp_path / "c")))
     res = p.predict(x[:20].numpy(), samples=20, seed=0)
     probs = res.columns["probabilities"]
@@ -112,8 +123,9 @@ def test_classification_records_name_classes(tmp_path):
     assert list(res.columns["label"]) == list(names[probs.argmax(1)])
     ent = -(probs * np.log(probs)).sum(1)
     np.testing.assert_allclose(res.columns["entropy"], ent, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(res.columns["mutual_information"],
-                               ent - res.columns["expected_entropy"], atol=1e-5)  # fmt: skip
+    np.testing.assert_allclose(
+        res.columns["mutual_information"], ent - res.columns["expected_entropy"], atol=1e-5
+    )
     assert res.columns["samples"].shape == (20, 20, 3)
     frame = res.frame()
     assert list(frame.columns[:5]) == ["row", "label", "p_lo", "p_mid", "p_hi"]

@@ -25,12 +25,14 @@ from bayesify.bench.experiments import (
 )
 from bayesify.bench.options import add_bench_command, check_choices
 from bayesify.bench.uci_report import DEMO_DATASETS
+from bayesify.cli.predict import predict
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 
 app = typer.Typer(help="Approximate Bayesian deep learning: train, evaluate, benchmark.",
                   no_args_is_help=True)  # fmt: skip
 bench_app = typer.Typer(help="Benchmarks on real data.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+app.command()(predict)
 console = Console()
 
 
@@ -149,9 +151,18 @@ def _check_out(out: Path, overwrite: bool) -> None:
 @app.command()
 def train(
     method: Annotated[str, typer.Option(help="Method name (see `bayesify methods`).")] = "mcbn",
-    data: Annotated[str, typer.Option(help="UCI dataset name or 'fashion-mnist'.")] = (
-        "bostonHousing"
-    ),
+    data: Annotated[
+        str,
+        typer.Option(help="UCI dataset name, 'fashion-mnist', or a CSV / Parquet / .npz file."),
+    ] = "bostonHousing",
+    target: Annotated[str | None, typer.Option(help="Target column (--data a file).")] = None,
+    features: Annotated[
+        str | None, typer.Option(help="Feature columns, comma-separated [default: all others].")
+    ] = None,
+    val: Annotated[
+        Path | None, typer.Option(help="Validation table [default: a seeded 20% split].")
+    ] = None,
+    task: Annotated[str, typer.Option(help="auto, regression or classification.")] = "auto",
     split: Annotated[int, typer.Option(help="UCI split index.", min=0)] = 0,
     protocol: Annotated[str, typer.Option(help="UCI split protocol: teye or gal.")] = "teye",
     model: Annotated[str, typer.Option(help="mlp (UCI), lenet or resnet (images).")] = "",
@@ -187,12 +198,25 @@ def train(
     """Train a method on a dataset, save a bundle (safetensors + JSON) and score it on the test
     split (``--no-eval`` skips that; ``bayesify evaluate`` scores a bundle later)."""
     from bayesify.app.jobs import build_training
+    from bayesify.data.tables import is_table_path
 
     _check_out(out, overwrite)
     try:
-        job = build_training(method, data, split=split, protocol=protocol, model=model,
-                             hidden=hidden, norm=norm, dropout=dropout, limit=limit, seed=seed,
-                             options=_parse_options(option or []))  # fmt: skip
+        if is_table_path(data):
+            from bayesify.app.table_jobs import build_table_training
+
+            job, notes = build_table_training(method, data, target, features=features, val=val,
+                                              task=task, hidden=hidden, norm=norm,
+                                              dropout=dropout, seed=seed,
+                                              options=_parse_options(option or []))  # fmt: skip
+            console.print("\n".join(notes), highlight=False)
+        else:
+            if target or features or val:
+                raise ValueError(f"--target, --features and --val are for tables; {data!r} is "
+                                 "a built-in dataset")  # fmt: skip
+            job = build_training(method, data, split=split, protocol=protocol, model=model,
+                                 hidden=hidden, norm=norm, dropout=dropout, limit=limit,
+                                 seed=seed, options=_parse_options(option or []))  # fmt: skip
         fit_options = dict(epochs=epochs, batch_size=batch_size, lr=lr,
                            weight_decay=weight_decay, patience=patience, seed=seed)  # fmt: skip
         if nproc > 1:
@@ -220,7 +244,8 @@ def train(
     console.print(f"saved {job.method.name} bundle to {out}/")
     if evaluate:
         scores = job.evaluate(samples)
-        console.print(_scores_table(f"test set, T = {samples}", {job.method.name: scores},
+        where = "validation rows" if "table" in job.metadata else "test set"
+        console.print(_scores_table(f"{where}, T = {samples}", {job.method.name: scores},
                                     job.score_keys))  # fmt: skip
 
 

@@ -9,7 +9,7 @@ from bayesify.predictor import Predictor
 p = Predictor.load("runs/boston", net=None)  # net: None | "package.module:factory" | nn.Module
 p.method, p.preprocessing, p.task, p.input_shape, p.feature_names, p.class_names
 p.card()                                     # JSON model card (method, task, features, ...)
-res = p.predict(inputs, samples=None, level=0.9, seed=None, on_error="raise")
+res = p.predict(inputs, samples=None, level=0.9, seed=None, on_error="fail")
 #   inputs in RAW user units: a pandas DataFrame, a numpy array [N, F] / [N, *shape], a tensor,
 #   or a list of rows (lists in feature order, or {feature: value} dicts)
 res.predictive   # the Predictive of the rows kept (original units)
@@ -17,6 +17,8 @@ res.columns      # dict[str, np.ndarray], one entry per output field, first axis
 res.records()    # list[dict], one JSON-able dict per kept row
 res.rows         # row numbers of the kept rows; res.skipped: {row: reason} (on_error="skip")
 res.frame()      # a pandas DataFrame for files (list fields expanded or JSON-encoded)
+
+predict_file(p, "rows.csv", "out.parquet", samples=100, on_error="skip")  # streamed in chunks
 ```
 
 Fields per row. Regression: ``mean``, ``std``, ``epistemic_variance``, ``aleatoric_variance``,
@@ -27,5 +29,13 @@ when the Predictive offers intervals and prediction sets.
 """
 
 from bayesify.predictor.core import DEFAULT_SAMPLES, OnError, PredictionResult, Predictor
+from bayesify.predictor.files import FileSummary, predict_file
 
-__all__ = ["DEFAULT_SAMPLES", "OnError", "PredictionResult", "Predictor"]
+__all__ = [
+    "DEFAULT_SAMPLES",
+    "FileSummary",
+    "OnError",
+    "PredictionResult",
+    "Predictor",
+    "predict_file",
+]

@@ -31,7 +31,7 @@ DEFAULT_SAMPLES = 100
 class OnError(StrEnum):
     """What to do with an input row that cannot be used (missing, non-numeric, unknown category)."""
 
-    RAISE = "raise"  # a DataError naming the first bad row
+    FAIL = "fail"  # a DataError naming the first bad row
     SKIP = "skip"  # leave the row out; ``PredictionResult.skipped`` says why
 
 
@@ -81,7 +81,7 @@ class PredictionResult:
             if k == "probabilities":
                 names = self.class_names or [str(c) for c in range(v.shape[1])]
                 out.update({f"p_{c}": v[:, j] for j, c in enumerate(names)})
-            elif v.dtype == object or v.ndim > 1:
+            elif v.ndim > 1 or (v.dtype == object and len(v) and isinstance(v[0], list)):
                 out[k] = [json.dumps(a.tolist() if hasattr(a, "tolist") else a) for a in v]
             else:
                 out[k] = v
@@ -136,9 +136,11 @@ class Predictor:
         """A JSON model card: what the bundle is, what it reads and what it returns."""
         m = self.method
         regression = self.task is Task.REGRESSION
-        fields = (["mean", "std", "epistemic_variance", "aleatoric_variance"] if regression
-                  else ["label", "probabilities", "entropy", "mutual_information",
-                        "expected_entropy"])  # fmt: skip
+        fields = (
+            ["mean", "std", "epistemic_variance", "aleatoric_variance"]
+            if regression
+            else ["label", "probabilities", "entropy", "mutual_information", "expected_entropy"]
+        )
         card = {
             "bundle": self.source,
             "method": m.name,
@@ -167,14 +169,16 @@ class Predictor:
         seed: int | None = None,
         *,
         generator: torch.Generator | None = None,
-        on_error: OnError | str = OnError.RAISE,
+        on_error: OnError | str = OnError.FAIL,
         first_row: int = 0,
+        with_samples: bool = True,
     ) -> PredictionResult:
         """Records for raw ``inputs``; rows numbered from ``first_row`` in errors and ``rows``.
 
         ``seed`` (or a ``generator`` carried across calls, e.g. file chunks) makes the samples
         reproducible. ``on_error="skip"`` leaves unusable rows out and lists them in
-        ``skipped``; ``"raise"`` raises a ``DataError`` naming the first.
+        ``skipped``; ``"fail"`` raises a ``DataError`` naming the first. ``with_samples=False``
+        leaves the per-row samples out of ``columns`` (T times larger than the other fields).
         """
         samples = _check_samples(self.default_samples if samples is None else samples)
         level = _check_level(level)
@@ -188,11 +192,12 @@ class Predictor:
                 raise ValueError("give either generator or seed, not both")
             generator = torch.Generator().manual_seed(seed)
         arr, bad = self._prep.rows_to_array(inputs, first_row)
-        if bad and on_error is OnError.RAISE:
+        if bad and on_error is OnError.FAIL:
             first = min(bad)
             more = f" (and {len(bad) - 1} more row(s))" if len(bad) > 1 else ""
-            raise DataError(f"row {first}: {bad[first]}{more}; use on_error='skip' to leave "
-                            "such rows out")  # fmt: skip
+            raise DataError(
+                f"row {first}: {bad[first]}{more}; use on_error='skip' to leave such rows out"
+            )
         rows = np.arange(first_row, first_row + len(arr))
         if bad:
             keep = ~np.isin(rows, list(bad))
@@ -200,7 +205,10 @@ class Predictor:
         if len(arr) == 0:
             return PredictionResult(None, self._empty_columns(), rows, bad, self.class_names)
         pred = self._predictive(arr, samples, generator)
-        return PredictionResult(pred, self._columns(pred, level), rows, bad, self.class_names)
+        cols = self._columns(pred, level)
+        if not with_samples:
+            del cols["samples"]
+        return PredictionResult(pred, cols, rows, bad, self.class_names)
 
     def _predictive(self, arr: np.ndarray, samples: int, generator: torch.Generator | None):
         m = self.method
