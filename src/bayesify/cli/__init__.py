@@ -25,6 +25,7 @@ from bayesify.bench.experiments import (
 )
 from bayesify.bench.options import add_bench_command, check_choices
 from bayesify.bench.uci_report import DEMO_DATASETS
+from bayesify.cli import calibrate as _calibrate
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 
 app = typer.Typer(help="Approximate Bayesian deep learning: train, evaluate, benchmark.",
@@ -258,6 +259,8 @@ def list_methods() -> None:
         table.add_row(name, summary.replace("``", ""))
     console.print(table)
 
+
+app.command()(_calibrate.calibrate)
 
 # Every benchmark: one command each, built from the module's options dataclass (its fields
 # are the command's options) and run by the module's ``run(options)``.
