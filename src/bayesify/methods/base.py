@@ -346,13 +346,22 @@ class Method:
     def predict(
         self,
         x: Tensor,
-        samples: int = 50,
+        samples: int | Literal["adaptive"] = 50,
         *,
         generator: torch.Generator | None = None,
         seed: int | None = None,
         max_rows: MaxRows = DEFAULT_MAX_ROWS,
+        **adaptive: Any,
     ) -> Predictive:
-        """The predictive distribution at ``x [N, ...]`` from T samples, in one vectorised pass."""
+        """The predictive distribution at ``x [N, ...]`` from T samples, in one vectorised pass.
+
+        ``samples="adaptive"`` (with ``tol``, ``start``, ``max_samples``): more samples only
+        for rows whose Monte Carlo standard error is above ``tol`` (:mod:`.adaptive`)."""
+        if samples == "adaptive" or adaptive:
+            from bayesify.methods.adaptive import predict_adaptive
+
+            return predict_adaptive(self, x, samples, generator=generator, seed=seed,
+                                    max_rows=max_rows, **adaptive)  # fmt: skip
         out = self.sample(x, samples, generator=generator, seed=seed, max_rows=max_rows)
         return self.to_predictive(out)
 
