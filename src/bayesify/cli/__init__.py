@@ -26,6 +26,7 @@ from bayesify.bench.experiments import (
 from bayesify.bench.options import add_bench_command, check_choices
 from bayesify.bench.uci_report import DEMO_DATASETS
 from bayesify.cli import calibrate as _calibrate
+from bayesify.cli import serve as _serve
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 
 app = typer.Typer(help="Approximate Bayesian deep learning: train, evaluate, benchmark.",
@@ -261,6 +262,7 @@ def list_methods() -> None:
 
 
 app.command()(_calibrate.calibrate)
+app.command()(_serve.serve)
 
 # Every benchmark: one command each, built from the module's options dataclass (its fields
 # are the command's options) and run by the module's ``run(options)``.

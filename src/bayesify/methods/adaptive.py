@@ -39,7 +39,7 @@ class AdaptivePredictive(Predictive):
         return float(self.samples_used.double().mean())
 
 
-def _check(tol: Any, start: Any, max_samples: Any) -> int:
+def check_options(tol: Any, start: Any, max_samples: Any) -> int:
     """Validate the options; returns the number of doubling rounds after the first."""
     if tol is None:
         raise ValueError('samples="adaptive" needs tol, the largest Monte Carlo standard error')
@@ -80,7 +80,7 @@ def predict_adaptive(
     """The predictive at ``x [N, ...]`` with per-row sample counts; see the module docstring."""
     if samples != "adaptive":
         raise ValueError(f'tol, start and max_samples go with samples="adaptive", got {samples!r}')
-    rounds = _check(tol, start, max_samples)
+    rounds = check_options(tol, start, max_samples)
     if seed is not None:
         if generator is not None:
             raise ValueError("give either generator or seed, not both")
