@@ -205,6 +205,7 @@ def train(
         else:
             job.method.fit(job.train, val=job.val, **fit_options)
         job.method.metadata.update(job.metadata)
+        job.method.preprocessing = job.preprocessing
         job.method.save(out)
     except (ValueError, TypeError, OSError) as e:
         raise _fail(str(e)) from None

@@ -17,6 +17,7 @@ many distinct samples each row got. Each round is one vectorised pass over the r
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -76,6 +77,7 @@ def predict_adaptive(
     generator: torch.Generator | None = None,
     seed: int | None = None,
     max_rows: Any = "auto",
+    outputs: Callable[[Predictive], Predictive] | None = None,
 ) -> AdaptivePredictive:
     """The predictive at ``x [N, ...]`` with per-row sample counts; see the module docstring."""
     if samples != "adaptive":
@@ -111,6 +113,8 @@ def predict_adaptive(
                 max_samples // t_r, *([1] * (draws.dim() - 1))
             )
     pred = method.to_predictive(draws)
+    if outputs is not None:  # e.g. a bundle's map back to the user's target units
+        pred = outputs(pred)
     if pred.task is Task.CLASSIFICATION:
         out = AdaptivePredictive.classification(pred.samples)
     else:

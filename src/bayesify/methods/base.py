@@ -24,8 +24,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
+from bayesify.data.preprocessing import Preprocessing
 from bayesify.io import write_bundle
 from bayesify.metrics import fit_constant_std
+from bayesify.models.architecture import architecture_spec, net_class_name
 from bayesify.nn import repeat_samples, sampling, select_groups
 from bayesify.posthoc.noise import NoiseObjective, fit_noise_variance
 from bayesify.predictive import Predictive, Task
@@ -177,7 +179,11 @@ class Method:
         self.constant_variance: float | None = None  # the constant-uncertainty baseline's
         self.input_shape: tuple[int, ...] | None = None
         self.metadata: dict[str, Any] = {}  # free JSON (e.g. data standardisation), saved
+        # raw user inputs -> network inputs and regression outputs -> user units, in predict()
+        self.preprocessing: Preprocessing | None = None
         self.history: History | None = None
+        # how a bundle rebuilds the network as handed in (before surgery); None: user's code
+        self.architecture, self.network_class = architecture_spec(net), net_class_name(net)
         self._prepare(net)
 
     @property
@@ -355,15 +361,23 @@ class Method:
     ) -> Predictive:
         """The predictive distribution at ``x [N, ...]`` from T samples, in one vectorised pass.
 
+        With ``preprocessing`` set (bundles trained from a table), ``x`` is in the user's raw
+        units and the regression predictive comes back in the user's target units.
         ``samples="adaptive"`` (with ``tol``, ``start``, ``max_samples``): more samples only
-        for rows whose Monte Carlo standard error is above ``tol`` (:mod:`.adaptive`)."""
+        for rows whose Monte Carlo standard error is above ``tol`` (:mod:`.adaptive`).
+        """
+        prep = self.preprocessing
+        if prep is not None:
+            x = prep.inputs(x)
         if samples == "adaptive" or adaptive:
             from bayesify.methods.adaptive import predict_adaptive
 
+            back = prep.outputs if prep is not None else None
             return predict_adaptive(self, x, samples, generator=generator, seed=seed,
-                                    max_rows=max_rows, **adaptive)  # fmt: skip
+                                    max_rows=max_rows, outputs=back, **adaptive)  # fmt: skip
         out = self.sample(x, samples, generator=generator, seed=seed, max_rows=max_rows)
-        return self.to_predictive(out)
+        pred = self.to_predictive(out)
+        return pred if prep is None else prep.outputs(pred)
 
     def to_predictive(self, out: Tensor) -> Predictive:
         """Raw outputs ``[T, N, ...]`` -> Predictive (softmax for classification)."""
@@ -428,19 +442,22 @@ class Method:
     def save(self, path: str | Path) -> Path:
         """Write a bundle folder: ``weights.safetensors`` + ``config.json`` (never pickle).
 
-        The network is rebuilt on load from its factory spec (our model factories record it);
-        a user's own network is passed again to :func:`bayesify.load` as ``net=``.
+        The network is rebuilt on load from its factory spec (our model factories record it) or,
+        for an ``nn.Sequential`` of standard torch layers, from its JSON layer list; any other
+        network is passed again to :func:`bayesify.load` as ``net=``.
         """
-        spec = getattr(self.net, "bayesify_spec", None)
+        spec = getattr(self.net, "bayesify_spec", None) or self.architecture
         config = {
             "method": self.name,
             "config": self.config.to_dict(),
             "model": spec,
+            "network_class": self.network_class,
             "noise_variance": self.noise_variance,
             "noise_fitted": self.noise_fitted,
             "constant_variance": self.constant_variance,
             "input_shape": list(self.input_shape) if self.input_shape is not None else None,
             "metadata": self.metadata,
+            "preprocessing": self.preprocessing.to_dict() if self.preprocessing else None,
             "extra": self.extra_state(),
         }
         return write_bundle(path, self.net.state_dict(), config)
