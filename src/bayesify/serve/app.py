@@ -208,8 +208,8 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         out = []
         for i, rec in enumerate(answer.records):
             rec = dict(rec)
-            if not req.return_samples:
-                rec.pop("samples", None)
+            if req.return_samples:
+                rec["samples"] = answer.columns["samples"][i].tolist()
             rec["request_id"] = f"{rid}-{i}"
             monitor.record(rec["request_id"], rec)
             out.append(rec)

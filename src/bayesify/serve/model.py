@@ -176,19 +176,16 @@ class ServedModel:
             res = self.predictor.predict(x, samples=key.samples or self.default_samples,
                                          level=key.level)  # fmt: skip
         columns = dict(res.columns)
-        used = getattr(res.predictive, "samples_used", None)
-        n = len(x)
-        columns["samples_used"] = (
-            np.full(n, res.predictive.num_samples) if used is None else used.cpu().numpy()
-        )
-        records = res.records()
+        if "samples_used" not in columns:
+            columns["samples_used"] = np.full(len(x), res.predictive.num_samples)
+        records = res.records(samples=False)
+        for r, u in zip(records, columns["samples_used"].tolist(), strict=True):
+            r["samples_used"] = int(u)
         answers, start = [], 0
         for arr in arrays:
             stop = start + len(arr)
-            recs = records[start:stop]
-            for r, u in zip(recs, columns["samples_used"][start:stop], strict=True):
-                r["samples_used"] = int(u)
-            answers.append(Answer(recs, {k: v[start:stop] for k, v in columns.items()}))
+            answers.append(Answer(records[start:stop],
+                                  {k: v[start:stop] for k, v in columns.items()}))  # fmt: skip
             start = stop
         return answers
 
