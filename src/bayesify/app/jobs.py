@@ -162,7 +162,7 @@ def build_training(
     n_val = max(1, len(train_set) // 10)
     x, y = train_set.x, train_set.y
     test = load_fashion_mnist("test")
-    meta.update(limit=limit)
+    meta.update(limit=limit, seed=seed)
     return Job(meth, (test.x, test.y), (x[n_val:], y[n_val:]), (x[:n_val], y[:n_val]),
                metadata=meta, preprocessing=image_preprocessing())  # fmt: skip
 

@@ -25,6 +25,8 @@ from bayesify.bench.experiments import (
 )
 from bayesify.bench.options import add_bench_command, check_choices
 from bayesify.bench.uci_report import DEMO_DATASETS
+from bayesify.cli import calibrate as _calibrate
+from bayesify.cli import serve as _serve
 from bayesify.cli.predict import predict
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 
@@ -284,6 +286,9 @@ def list_methods() -> None:
         table.add_row(name, summary.replace("``", ""))
     console.print(table)
 
+
+app.command()(_calibrate.calibrate)
+app.command()(_serve.serve)
 
 # Every benchmark: one command each, built from the module's options dataclass (its fields
 # are the command's options) and run by the module's ``run(options)``.

@@ -352,20 +352,29 @@ class Method:
     def predict(
         self,
         x: Tensor,
-        samples: int = 50,
+        samples: int | Literal["adaptive"] = 50,
         *,
         generator: torch.Generator | None = None,
         seed: int | None = None,
         max_rows: MaxRows = DEFAULT_MAX_ROWS,
+        **adaptive: Any,
     ) -> Predictive:
         """The predictive distribution at ``x [N, ...]`` from T samples, in one vectorised pass.
 
         With ``preprocessing`` set (bundles trained from a table), ``x`` is in the user's raw
         units and the regression predictive comes back in the user's target units.
+        ``samples="adaptive"`` (with ``tol``, ``start``, ``max_samples``): more samples only
+        for rows whose Monte Carlo standard error is above ``tol`` (:mod:`.adaptive`).
         """
         prep = self.preprocessing
         if prep is not None:
             x = prep.inputs(x)
+        if samples == "adaptive" or adaptive:
+            from bayesify.methods.adaptive import predict_adaptive
+
+            back = prep.outputs if prep is not None else None
+            return predict_adaptive(self, x, samples, generator=generator, seed=seed,
+                                    max_rows=max_rows, outputs=back, **adaptive)  # fmt: skip
         out = self.sample(x, samples, generator=generator, seed=seed, max_rows=max_rows)
         pred = self.to_predictive(out)
         return pred if prep is None else prep.outputs(pred)

@@ -17,6 +17,7 @@ from bayesify.data.errors import DataError
 from bayesify.data.preprocessing import Preprocessing, RowErrors
 from bayesify.methods import Method
 from bayesify.methods.registry import load as load_method
+from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.predictive import Predictive, Task
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,6 +173,7 @@ class Predictor:
         on_error: OnError | str = OnError.FAIL,
         first_row: int = 0,
         with_samples: bool = True,
+        **adaptive: Any,
     ) -> PredictionResult:
         """Records for raw ``inputs``; rows numbered from ``first_row`` in errors and ``rows``.
 
@@ -179,8 +181,11 @@ class Predictor:
         reproducible. ``on_error="skip"`` leaves unusable rows out and lists them in
         ``skipped``; ``"fail"`` raises a ``DataError`` naming the first. ``with_samples=False``
         leaves the per-row samples out of ``columns`` (T times larger than the other fields).
+        ``samples="adaptive"`` with ``tol``/``start``/``max_samples``: adaptive sampling
+        (:mod:`bayesify.methods.adaptive`; a ``samples_used`` field per row).
         """
-        samples = _check_samples(self.default_samples if samples is None else samples)
+        if samples != "adaptive":
+            samples = _check_samples(self.default_samples if samples is None else samples)
         level = _check_level(level)
         try:
             on_error = OnError(on_error)
@@ -204,16 +209,27 @@ class Predictor:
             arr, rows = arr[keep], rows[keep]
         if len(arr) == 0:
             return PredictionResult(None, self._empty_columns(), rows, bad, self.class_names)
-        pred = self._predictive(arr, samples, generator)
+        pred = self._predictive(arr, samples, generator, adaptive)
         cols = self._columns(pred, level)
         if not with_samples:
             del cols["samples"]
         return PredictionResult(pred, cols, rows, bad, self.class_names)
 
-    def _predictive(self, arr: np.ndarray, samples: int, generator: torch.Generator | None):
+    def encode(self, inputs: Any, first_row: int = 0) -> tuple[np.ndarray, RowErrors]:
+        """Raw inputs -> encoded, unscaled float64 array ``[N, ...]`` and the unusable rows."""
+        return self._prep.rows_to_array(inputs, first_row)
+
+    def _predictive(
+        self, arr: np.ndarray, samples: Any, generator: torch.Generator | None, adaptive: dict
+    ):
         m = self.method
         dtype = next((p.dtype for p in m.net.parameters()), torch.float32)
         x = self._prep.scale(torch.as_tensor(arr, dtype=dtype))
+        if samples == "adaptive" or adaptive:
+            from bayesify.methods.adaptive import predict_adaptive
+
+            return predict_adaptive(m, x, samples, generator=generator,
+                                    outputs=self._prep.outputs, **adaptive)  # fmt: skip
         return self._prep.outputs(m.to_predictive(m.sample(x, samples, generator=generator)))
 
     def _columns(self, pred: Predictive, level: float) -> dict[str, np.ndarray]:
@@ -228,7 +244,7 @@ class Predictor:
                 "aleatoric_variance": np_(pred.aleatoric_variance),
             }
             cols["samples"] = np_(pred.samples.T)  # [N, T]
-            return cols
+            return self._serving_columns(pred, cols)
         probs = pred.mean  # [N, C]
         idx = probs.argmax(-1).cpu().numpy()
         names = self.class_names
@@ -241,6 +257,20 @@ class Predictor:
             "expected_entropy": np_(pred.expected_entropy),
         }
         cols["samples"] = np_(pred.samples.transpose(0, 1))  # [N, T, C]
+        return self._serving_columns(pred, cols)
+
+    def _serving_columns(self, pred: Predictive, cols: dict[str, np.ndarray]) -> dict:
+        """``defer``/``defer_score``/``defer_threshold`` with a deferral policy in the bundle,
+        ``samples_used`` after adaptive sampling."""
+        policy = DeferralPolicy.from_metadata(self.method.metadata)
+        if policy is not None:
+            defer, score = policy.decide(pred)
+            cols["defer"] = defer.numpy()
+            cols["defer_score"] = score.numpy()
+            cols["defer_threshold"] = np.full(len(score), policy.threshold)
+        used = getattr(pred, "samples_used", None)
+        if used is not None:
+            cols["samples_used"] = used.cpu().numpy()
         return cols
 
     def _empty_columns(self) -> dict[str, np.ndarray]:
