@@ -22,10 +22,14 @@ predict_file(p, "rows.csv", "out.parquet", samples=100, on_error="skip")  # stre
 ```
 
 Fields per row. Regression: ``mean``, ``std``, ``epistemic_variance``, ``aleatoric_variance``,
-``samples`` (the T sample means); classification: ``label`` (class name), ``probabilities`` (in
-``class_names`` order), ``entropy``, ``mutual_information``, ``expected_entropy``, ``samples``
-(``[T, C]`` per row). ``lower``/``upper`` (interval at ``level``) and ``prediction_set`` appear
-when the Predictive offers intervals and prediction sets.
+``lower``/``upper`` (the interval at ``level``), ``samples`` (the T sample means);
+classification: ``label`` (class name), ``probabilities`` (in ``class_names`` order),
+``entropy``, ``mutual_information``, ``expected_entropy``, ``prediction_set`` (class names),
+``samples`` (``[T, C]`` per row). Intervals and sets are conformal when the bundle holds a
+calibration (``method.metadata["conformal"]``, :mod:`bayesify.posthoc.conformal`), else the
+predictive's own (equal-tailed mixture interval; smallest top set reaching ``level``). With a
+deferral policy in the bundle: ``defer``, ``defer_score``, ``defer_threshold``; after adaptive
+sampling: ``samples_used``.
 """
 
 from bayesify.predictor.core import DEFAULT_SAMPLES, OnError, PredictionResult, Predictor

@@ -17,6 +17,8 @@ from bayesify.data.errors import DataError
 from bayesify.data.preprocessing import Preprocessing, RowErrors
 from bayesify.methods import Method
 from bayesify.methods.registry import load as load_method
+from bayesify.posthoc.conformal import METADATA_KEY as CONFORMAL_KEY
+from bayesify.posthoc.conformal import Conformal
 from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.predictive import Predictive, Task
 
@@ -100,6 +102,9 @@ class Predictor:
         shape = list(method.input_shape) if method.input_shape is not None else None
         self._prep = method.preprocessing or Preprocessing(input_shape=shape)
         self.source: str | None = None
+        conf = method.metadata.get(CONFORMAL_KEY)
+        #: the bundle's conformal calibration: intervals and prediction sets come from it
+        self.conformal: Conformal | None = Conformal.from_dict(conf) if conf else None
 
     @classmethod
     def load(
@@ -138,10 +143,11 @@ class Predictor:
         m = self.method
         regression = self.task is Task.REGRESSION
         fields = (
-            ["mean", "std", "epistemic_variance", "aleatoric_variance"]
+            ["mean", "std", "epistemic_variance", "aleatoric_variance", "lower", "upper"]
             if regression
-            else ["label", "probabilities", "entropy", "mutual_information", "expected_entropy"]
-        )
+            else ["label", "probabilities", "entropy", "mutual_information", "expected_entropy",
+                  "prediction_set"]
+        )  # fmt: skip
         card = {
             "bundle": self.source,
             "method": m.name,
@@ -153,6 +159,7 @@ class Predictor:
             "target": self._prep.target,
             "class_names": self.class_names,
             "default_samples": self.default_samples,
+            "intervals": "conformal" if self.conformal is not None else "predictive",
             "fields": [*fields, "samples"],
             "metadata": m.metadata,
         }
@@ -210,7 +217,7 @@ class Predictor:
         if len(arr) == 0:
             return PredictionResult(None, self._empty_columns(), rows, bad, self.class_names)
         pred = self._predictive(arr, samples, generator, adaptive)
-        cols = self._columns(pred, level)
+        cols = self._columns(pred, level, generator)
         if not with_samples:
             del cols["samples"]
         return PredictionResult(pred, cols, rows, bad, self.class_names)
@@ -232,7 +239,13 @@ class Predictor:
                                     outputs=self._prep.outputs, **adaptive)  # fmt: skip
         return self._prep.outputs(m.to_predictive(m.sample(x, samples, generator=generator)))
 
-    def _columns(self, pred: Predictive, level: float) -> dict[str, np.ndarray]:
+    def _columns(
+        self, pred: Predictive, level: float, generator: torch.Generator | None = None
+    ) -> dict[str, np.ndarray]:
+        """The output fields; intervals and prediction sets are the bundle's conformal ones
+        when it has a calibration, else the predictive's own (equal-tailed mixture interval,
+        smallest set of classes whose mean probability reaches ``level``)."""
+
         def np_(t: torch.Tensor) -> np.ndarray:
             return t.detach().cpu().double().numpy()
 
@@ -243,6 +256,11 @@ class Predictor:
                 "epistemic_variance": np_(pred.epistemic_variance),
                 "aleatoric_variance": np_(pred.aleatoric_variance),
             }
+            if self.conformal is not None:
+                lower, upper = self.conformal.interval(pred, level)
+            else:
+                lower, upper = pred.interval(level)
+            cols["lower"], cols["upper"] = np_(lower), np_(upper)
             cols["samples"] = np_(pred.samples.T)  # [N, T]
             return self._serving_columns(pred, cols)
         probs = pred.mean  # [N, C]
@@ -256,6 +274,15 @@ class Predictor:
             "mutual_information": np_(pred.mutual_information),
             "expected_entropy": np_(pred.expected_entropy),
         }
+        if self.conformal is not None:
+            members = self.conformal.prediction_set(pred, level, generator=generator)
+        else:
+            members = pred.prediction_set(level)  # [N, C] bool
+        members = members.cpu().numpy()
+        cols["prediction_set"] = np.empty(len(members), dtype=object)
+        cols["prediction_set"][:] = [
+            [names[j] if names else int(j) for j in np.flatnonzero(r)] for r in members
+        ]
         cols["samples"] = np_(pred.samples.transpose(0, 1))  # [N, T, C]
         return self._serving_columns(pred, cols)
 
