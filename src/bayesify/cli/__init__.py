@@ -198,8 +198,9 @@ def train(
         bool, typer.Option("--eval/--no-eval", help="Score the bundle on the test set.")
     ] = True,
 ) -> None:
-    """Train a method on a dataset, save a bundle (safetensors + JSON) and score it on the test
-    split (``--no-eval`` skips that; ``bayesify evaluate`` scores a bundle later)."""
+    """Train a method on a built-in dataset or on your own table (--data FILE.csv|.parquet|.npz
+    --target COLUMN), save a bundle (safetensors + JSON) that predicts in your data's units, and
+    score it on the test split, or the validation rows of a table (--no-eval skips that)."""
     from bayesify.app.jobs import build_training
     from bayesify.data.tables import is_table_path
 

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: MC samples T per prediction when neither the call nor the bundle says
 DEFAULT_SAMPLES = 100
+#: rows per block of the mixture-quantile root finding (its temporaries are [2, T, rows] float64)
+INTERVAL_ROWS = 2048
 
 
 class OnError(StrEnum):
@@ -258,8 +260,11 @@ class Predictor:
             }
             if self.conformal is not None:
                 lower, upper = self.conformal.interval(pred, level)
-            else:
-                lower, upper = pred.interval(level)
+            else:  # root finding over [K, T, rows] at a time: blocks bound memory and time
+                parts = [pred[a : a + INTERVAL_ROWS].interval(level)
+                         for a in range(0, len(pred), INTERVAL_ROWS)]  # fmt: skip
+                lower = torch.cat([lo for lo, _ in parts])
+                upper = torch.cat([hi for _, hi in parts])
             cols["lower"], cols["upper"] = np_(lower), np_(upper)
             cols["samples"] = np_(pred.samples.T)  # [N, T]
             return self._serving_columns(pred, cols)
