@@ -22,6 +22,7 @@ from bayesify.data.tables import read_table
 from bayesify.methods import get_method
 from bayesify.models import mlp
 from bayesify.predictive import Task
+from bayesify.seeding import seeded
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
@@ -294,10 +295,10 @@ def build_table_training(
 
     if dropout is None:
         dropout = MC_DROPOUT_RATE if cls.name == "mc-dropout" else 0.0
-    torch.manual_seed(seed)
     out = 1 if kind is Task.REGRESSION else len(class_names or [])
-    net = mlp(x_tr.shape[1], out, hidden_sizes(hidden), norm=norm, dropout=dropout)
-    meth = cls(net, task=kind.value, **(options or {}))
+    with seeded(seed):  # the network's initial weights
+        net = mlp(x_tr.shape[1], out, hidden_sizes(hidden), norm=norm, dropout=dropout)
+        meth = cls(net, task=kind.value, **(options or {}))
     val_t = tensors(x_val, y_val)
     meta = {"table": str(path), "target": target, "task_reason": why}
     job = Job(meth, val_t, tensors(x_tr, y_tr), val_t, y_mean or 0.0, y_std or 1.0, meta, prep)
