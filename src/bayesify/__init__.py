@@ -7,6 +7,7 @@ their uncertainty is.
     pred.mean, pred.variance, pred.log_prob(y), pred.crps(y)
     lo, hi = pred.interval(0.9)               # exact mixture quantiles
     conf = bayesify.Conformal.fit(method.predict(x_cal), y_cal)   # finite-sample coverage
+    bayesify.Predictor.load("bundle/").predict(raw_rows).records()  # raw rows in, records out
 
 The public names below are imported on first use (PEP 562), so ``import bayesify`` and the
 command line's ``--help`` do not start PyTorch. To export a name, add it to ``_EXPORTS`` (name ->
@@ -36,6 +37,7 @@ _EXPORTS: dict[str, str] = {
     "CRPSForm": "bayesify.predictive",
     "Predictive": "bayesify.predictive",
     "Task": "bayesify.predictive",
+    "Predictor": "bayesify.predictor",
 }  # fmt: skip
 
 __all__ = [
@@ -52,6 +54,7 @@ __all__ = [
     "Method",
     "MethodConfig",
     "Predictive",
+    "Predictor",
     "StochasticNorm",
     "Task",
     "calibrate_conformal",
@@ -82,6 +85,7 @@ if TYPE_CHECKING:
     from bayesify.nn import sampling, set_stochastic
     from bayesify.posthoc.conformal import Conformal, calibrate_conformal
     from bayesify.predictive import CRPSForm, Predictive, Task
+    from bayesify.predictor import Predictor
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,15 @@ from torch import Tensor
 
 from bayesify import metrics
 from bayesify.bench.scores import NoiseFit, regression_scores
-from bayesify.data import UCI_DATASETS, load_fashion_mnist, load_uci
+from bayesify.data import (
+    FASHION_MNIST_CLASSES,
+    FASHION_MNIST_MEAN,
+    FASHION_MNIST_STD,
+    UCI_DATASETS,
+    load_fashion_mnist,
+    load_uci,
+)
+from bayesify.data.preprocessing import Preprocessing
 from bayesify.methods import Method, get_method, resolve_method_names
 from bayesify.models import lenet, mlp, resnet
 from bayesify.predictive import Task
@@ -35,6 +43,8 @@ class Job:
     loc: float = 0.0  # regression targets: original = loc + scale * model units
     scale: float = 1.0
     metadata: dict[str, Any] = field(default_factory=dict)
+    #: raw inputs -> network inputs and outputs -> original units, saved in the bundle
+    preprocessing: Preprocessing | None = None
 
     @property
     def score_keys(self) -> list[str]:
@@ -52,7 +62,8 @@ class Job:
             if limit < 1:
                 raise ValueError(f"limit must be >= 1, got {limit}")
             x, y = x[:limit], y[:limit]
-        pred = self.method.predict(x, samples=samples, seed=seed)
+        # the test tensors are in network units: sample without the bundle's preprocessing
+        pred = self.method.to_predictive(self.method.sample(x, samples, seed=seed))
         if self.method.config.task is Task.CLASSIFICATION:
             probs = pred.mean
             return {
@@ -135,8 +146,11 @@ def build_training(
         if limit is not None:
             train = _subset_rows(*train, limit, seed)
         meta.update(split=split, protocol=protocol, limit=limit)
+        prep = Preprocessing(input_shape=[s.n_features], x_mean=s.scaler.x_mean.tolist(),
+                             x_std=s.scaler.x_std.tolist(), y_mean=s.scaler.y_mean,
+                             y_std=s.scaler.y_std)  # fmt: skip
         return Job(meth, (s.x_test, s.y_test), train, (s.x_val, s.y_val),
-                   s.scaler.y_mean, s.scaler.y_std, meta)  # fmt: skip
+                   s.scaler.y_mean, s.scaler.y_std, meta, prep)  # fmt: skip
     model = model or "lenet"
     if model not in ("lenet", "resnet"):
         raise ValueError(f"image models are 'lenet' or 'resnet', got {model!r}")
@@ -149,9 +163,17 @@ def build_training(
     n_val = max(1, len(train_set) // 10)
     x, y = train_set.x, train_set.y
     test = load_fashion_mnist("test")
-    meta.update(limit=limit)
+    meta.update(limit=limit, seed=seed)
     return Job(meth, (test.x, test.y), (x[n_val:], y[n_val:]), (x[:n_val], y[:n_val]),
-               metadata=meta)  # fmt: skip
+               metadata=meta, preprocessing=image_preprocessing())  # fmt: skip
+
+
+def image_preprocessing() -> Preprocessing:
+    """Fashion-MNIST bundles read raw pixels 0..255 ``[N, 1, 28, 28]`` (or flat rows of 784):
+    (x / 255 - mean) / std as one affine map, and name their classes."""
+    return Preprocessing(input_shape=[1, 28, 28], x_mean=255.0 * FASHION_MNIST_MEAN,
+                         x_std=255.0 * FASHION_MNIST_STD,
+                         class_names=list(FASHION_MNIST_CLASSES))  # fmt: skip
 
 
 def job_from_bundle(method: Method) -> Job:

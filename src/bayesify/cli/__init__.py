@@ -26,15 +26,30 @@ app.lazy_command("demo", "bayesify.cli.demo:demo",
                  "MCBN vs CUBN on real UCI data: a table of RMSE, PLL, CRPS and normalised "
                  "scores, an uncertainty–error plot per dataset, and a 1-D toy plot.")  # fmt: skip
 app.lazy_command("train", "bayesify.cli.train:train",
-                 "Train a method on a dataset, save a bundle (safetensors + JSON) and score it on "
-                 "the test split (--no-eval skips that; `bayesify evaluate` scores a bundle "
-                 "later).")  # fmt: skip
+                 "Train a method on a built-in dataset or on your own table (--data "
+                 "FILE.csv|.parquet|.npz --target COLUMN), save a bundle (safetensors + JSON) "
+                 "that predicts in your data's units, and score it on the test split, or the "
+                 "validation rows of a table (--no-eval skips that).")  # fmt: skip
 app.lazy_command("evaluate", "bayesify.cli.train:evaluate",
                  "Score a saved bundle on the test split it was trained for.")  # fmt: skip
 app.lazy_command("methods", "bayesify.cli.train:list_methods", "List the registered methods.")
 app.lazy_command("report", "bayesify.cli.report:report",
                  "Write one self-contained HTML page (figures embedded) and a markdown file with "
                  "every table and figure of a results store.")  # fmt: skip
+app.lazy_command("predict", "bayesify.cli.predict:predict",
+                 "Predict every row of a file with a bundle: the prediction and its uncertainty "
+                 "per row (regression: mean, std, epistemic and aleatoric variance, interval; "
+                 "classification: label, class probabilities, entropy, mutual information, "
+                 "prediction set), in the units of the data the bundle was trained "
+                 "on.")  # fmt: skip
+app.lazy_command("calibrate", "bayesify.cli.calibrate:calibrate",
+                 "Fit a deferral policy (a threshold on an uncertainty score) for a target "
+                 "coverage or a target error on accepted rows, store it in the bundle, and check "
+                 "it on the test split.")  # fmt: skip
+app.lazy_command("serve", "bayesify.cli.serve:serve",
+                 "Serve a bundle over HTTP: /v1/predict, the Open Inference Protocol (/v2/...), "
+                 "/metrics, feedback and a status page at /. Set BAYESIFY_API_KEY to require an "
+                 "API key.")  # fmt: skip
 app.add_typer(bench_app, name="bench")
 
 __all__ = ["app", "console", "main"]

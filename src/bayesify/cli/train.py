@@ -16,9 +16,18 @@ from bayesify.cli.common import check_out, console, fail, parse_options, scores_
 
 def train(
     method: Annotated[str, typer.Option(help="Method name (see `bayesify methods`).")] = "mcbn",
-    data: Annotated[str, typer.Option(help="UCI dataset name or 'fashion-mnist'.")] = (
-        "bostonHousing"
-    ),
+    data: Annotated[
+        str,
+        typer.Option(help="UCI dataset name, 'fashion-mnist', or a CSV / Parquet / .npz file."),
+    ] = "bostonHousing",
+    target: Annotated[str | None, typer.Option(help="Target column (--data a file).")] = None,
+    features: Annotated[
+        str | None, typer.Option(help="Feature columns, comma-separated [default: all others].")
+    ] = None,
+    val: Annotated[
+        Path | None, typer.Option(help="Validation table [default: a seeded 20% split].")
+    ] = None,
+    task: Annotated[str, typer.Option(help="auto, regression or classification.")] = "auto",
     split: Annotated[int, typer.Option(help="UCI split index.", min=0)] = 0,
     protocol: Annotated[str, typer.Option(help="UCI split protocol: teye or gal.")] = "teye",
     model: Annotated[str, typer.Option(help="mlp (UCI), lenet or resnet (images).")] = "",
@@ -59,15 +68,31 @@ def train(
         bool, typer.Option("--eval/--no-eval", help="Score the bundle on the test set.")
     ] = True,
 ) -> None:
-    """Train a method on a named dataset (seeded by ``--seed``), save the bundle, score it."""
+    """Train a method on a built-in dataset or on your own table (--data
+    FILE.csv|.parquet|.npz --target COLUMN), save a bundle (safetensors + JSON) that predicts in
+    your data's units, and score it on the test split, or the validation rows of a table
+    (--no-eval skips that)."""
     import bayesify.app.jobs as jobs
+    from bayesify.data.tables import is_table_path
 
     check_out(out, overwrite)
     options = parse_options(option or []) | ({"preset": preset} if preset else {})
     try:
-        job = jobs.build_training(method, data, split=split, protocol=protocol, model=model,
-                                  hidden=hidden, norm=norm, dropout=dropout, limit=limit,
-                                  seed=seed, options=options)  # fmt: skip
+        if is_table_path(data):
+            from bayesify.app.table_jobs import build_table_training
+
+            job, notes = build_table_training(method, data, target, features=features, val=val,
+                                              task=task, hidden=hidden, norm=norm,
+                                              dropout=dropout, seed=seed,
+                                              options=options)  # fmt: skip
+            console.print("\n".join(notes), highlight=False)
+        else:
+            if target or features or val:
+                raise ValueError(f"--target, --features and --val are for tables; {data!r} is "
+                                 "a built-in dataset")  # fmt: skip
+            job = jobs.build_training(method, data, split=split, protocol=protocol, model=model,
+                                      hidden=hidden, norm=norm, dropout=dropout, limit=limit,
+                                      seed=seed, options=options)  # fmt: skip
         fit_options = dict(epochs=epochs, batch_size=batch_size, lr=lr,
                            weight_decay=weight_decay, patience=patience, seed=seed)  # fmt: skip
         if preset:  # the recipe fills what is left out (methods/presets.py)
@@ -79,6 +104,7 @@ def train(
             strategy = DDP(nproc=nproc, batch_norm=batch_norm)
         job.method.fit(job.train, val=job.val, strategy=strategy, **fit_options)
         job.method.metadata.update(job.metadata)
+        job.method.preprocessing = job.preprocessing
         job.method.save(out, overwrite=overwrite)
     except (ValueError, TypeError, OSError) as e:
         raise fail(str(e)) from None
@@ -95,7 +121,8 @@ def train(
     console.print(f"saved {job.method.name} bundle to {out}/")
     if evaluate:
         scores = job.evaluate(samples)
-        console.print(scores_table(f"test set, T = {samples}", {job.method.name: scores},
+        where = "validation rows" if "table" in job.metadata else "test set"
+        console.print(scores_table(f"{where}, T = {samples}", {job.method.name: scores},
                                    job.score_keys))  # fmt: skip
 
 

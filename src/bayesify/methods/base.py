@@ -20,12 +20,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bayesify.data.preprocessing import Preprocessing
 from bayesify.methods.bundle import save_bundle
 from bayesify.methods.config import MethodConfig
 from bayesify.methods.inputs import (
@@ -42,6 +43,7 @@ from bayesify.methods.likelihood import gaussian_nll, regression_means, split_he
 from bayesify.methods.presets import apply_preset
 from bayesify.methods.pretrained import FromPretrained
 from bayesify.methods.training import Trainable
+from bayesify.models.architecture import architecture_spec, net_class_name
 from bayesify.nn import (
     DEFAULT_MAX_ROWS,
     MaxRows,
@@ -109,7 +111,11 @@ class Method(FromPretrained, Trainable):
         self.constant_variance: float | None = None  # the constant-uncertainty baseline's
         self.input_shape: tuple[int, ...] | None = None
         self.metadata: dict[str, Any] = {}  # free JSON (e.g. data standardisation), saved
+        # raw user inputs -> network inputs and regression outputs -> user units, in predict()
+        self.preprocessing: Preprocessing | None = None
         self.history: History | None = None
+        # how a bundle rebuilds the network as handed in (before surgery); None: user's code
+        self.architecture, self.network_class = architecture_spec(net), net_class_name(net)
         self._prepare(net)
 
     @property
@@ -250,19 +256,34 @@ class Method(FromPretrained, Trainable):
     def predict(
         self,
         x: Tensor | Data,
-        samples: int = 50,
+        samples: int | Literal["adaptive"] = 50,
         *,
         generator: torch.Generator | None = None,
         seed: int | None = None,
         max_rows: MaxRows = DEFAULT_MAX_ROWS,
+        **adaptive: Any,
     ) -> Predictive:
         """The predictive distribution at ``x [N, ...]`` from T samples, in one vectorised pass.
 
         ``x``: a tensor or array, or a Dataset or DataLoader whose inputs are read in dataset
         order (targets ignored). ``samples``: a positive int.
+        With ``preprocessing`` set (bundles trained from a table), ``x`` is in the user's raw
+        units and the regression predictive comes back in the user's target units.
+        ``samples="adaptive"`` (with ``tol``, ``start``, ``max_samples``): more samples only
+        for rows whose Monte Carlo standard error is above ``tol`` (:mod:`.adaptive`).
         """
+        prep = self.preprocessing
+        if prep is not None:
+            x = prep.inputs(x)
+        if samples == "adaptive" or adaptive:
+            from bayesify.methods.adaptive import predict_adaptive
+
+            back = prep.outputs if prep is not None else None
+            return predict_adaptive(self, x, samples, generator=generator, seed=seed,
+                                    max_rows=max_rows, outputs=back, **adaptive)  # fmt: skip
         out = self.sample(x, samples, generator=generator, seed=seed, max_rows=max_rows)
-        return self.to_predictive(out)
+        pred = self.to_predictive(out)
+        return pred if prep is None else prep.outputs(pred)
 
     def to_predictive(self, out: Tensor) -> Predictive:
         """Raw outputs ``[T, N, ...]`` -> Predictive (softmax for classification)."""

@@ -33,8 +33,9 @@ DEFAULT_GRID = tuple(float(b) for b in np.geomspace(2, 4096, 12))
 def validation_log_likelihood(
     method: MCBN, x: torch.Tensor, y: torch.Tensor, *, samples: int, seed: int
 ) -> float:
-    """Mean log predictive density/probability of ``y`` under ``samples`` MC samples."""
-    pred = method.predict(x, samples=samples, seed=seed)
+    """Mean log predictive density/probability of ``y`` under ``samples`` MC samples (network
+    units: a bundle's preprocessing is not applied)."""
+    pred = method.to_predictive(method.sample(x, samples, seed=seed))
     return float(pred.log_prob(y).mean())
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from torch import nn
 
+from bayesify.data.preprocessing import Preprocessing
 from bayesify.io import BundleError, read_bundle, resize_like
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop
@@ -18,7 +19,7 @@ from bayesify.methods.inputs import check_device
 from bayesify.methods.mc_dropout import MCDropout
 from bayesify.methods.mcbn import MCBN
 from bayesify.methods.stochastic_norm import StochasticNorm
-from bayesify.models import build_model
+from bayesify.models import build_model, net_from_reference
 
 METHODS: dict[str, type[Method]] = {
     "deterministic": Deterministic,
@@ -55,20 +56,28 @@ def resolve_method_names(config_cls: type[MethodConfig], options: dict[str, Any]
     return out
 
 
-def load(path: str | Path, net: nn.Module | None = None, device: str | None = None) -> Method:
+def load(path: str | Path, net: nn.Module | str | None = None, device: str | None = None) -> Method:
     """Load a bundle saved by ``method.save(path)``.
 
-    Networks built by bayesify's model factories are rebuilt from the bundle; for your own
-    network pass a freshly constructed instance of the same architecture as ``net``.
+    Networks built by bayesify's model factories and ``nn.Sequential`` networks of standard
+    torch layers are rebuilt from the bundle; for any other network pass ``net``: a freshly
+    constructed instance of the same architecture, or ``"package.module:factory"`` naming a
+    function that returns one.
     """
     if device is not None:
         check_device(device)  # before any work: CUDA asked for where there is none
     tensors, cfg = read_bundle(path)
     cls = get_method(cfg["method"])
+    if isinstance(net, str):
+        net = net_from_reference(net)
     if net is None:
         if not cfg.get("model"):
+            kind = cfg.get("network_class") or "a custom network"
             raise BundleError(
-                f"bundle {path} holds a custom network: pass a new instance of it as net=..."
+                f"bundle {path} holds {kind}, which bayesify cannot rebuild by itself: name a "
+                "function returning a new instance of it, bayesify predict --net "
+                "package.module:factory (on PYTHONPATH) or bayesify.load(path, "
+                'net="package.module:factory"), or pass net=YourNet()'
             )
         net = build_model(cfg["model"])
     config = cls.Config.from_dict(resolve_method_names(cls.Config, cfg["config"]))
@@ -85,6 +94,8 @@ def load(path: str | Path, net: nn.Module | None = None, device: str | None = No
     method.constant_variance = cfg.get("constant_variance")
     method.input_shape = tuple(cfg["input_shape"]) if cfg.get("input_shape") else None
     method.metadata = cfg.get("metadata", {})
+    if cfg.get("preprocessing"):
+        method.preprocessing = Preprocessing.from_dict(cfg["preprocessing"])
     method.load_extra_state(cfg.get("extra", {}))
     if device is not None:
         method.to(device)

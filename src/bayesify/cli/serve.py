@@ -1,0 +1,74 @@
+"""``bayesify serve``: run the prediction server for a bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def serve(
+    bundle: Annotated[Path, typer.Argument(help="Bundle folder to serve.")],
+    name: Annotated[
+        str | None, typer.Option(help="Model name in URLs [default: folder name].")
+    ] = None,
+    host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
+    samples: Annotated[int, typer.Option(help="Default MC samples T per row.", min=1)] = 32,
+    adaptive_tol: Annotated[
+        float | None,
+        typer.Option(
+            help="Adaptive sampling: largest MC standard error of the predictive mean "
+            "(default: fixed T)."
+        ),
+    ] = None,
+    adaptive_start: Annotated[int, typer.Option(help="Adaptive sampling: first T.", min=2)] = 8,
+    adaptive_max: Annotated[
+        int, typer.Option(help="Adaptive sampling: most T (start times a power of 2).", min=2)
+    ] = 32,
+    batch_wait_ms: Annotated[
+        float, typer.Option(help="Micro-batching: longest wait for company.", min=0)
+    ] = 2.0,
+    batch_rows: Annotated[
+        int, typer.Option(help="Micro-batching: most rows per pass (0: off).", min=0)
+    ] = 64,
+    max_rows: Annotated[int, typer.Option(help="Most rows per request.", min=1)] = 256,
+    max_samples: Annotated[int, typer.Option(help="Most samples per request.", min=1)] = 256,
+    max_body: Annotated[int, typer.Option(help="Largest request body, bytes.", min=1)] = 4 * 2**20,
+    int8: Annotated[
+        bool, typer.Option("--int8", help="Dynamic int8 quantisation of linear layers.")
+    ] = False,
+    threads: Annotated[int | None, typer.Option(help="torch CPU threads.", min=1)] = None,
+    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
+) -> None:
+    """Serve a bundle over HTTP: /v1/predict, the Open Inference Protocol (/v2/...), /metrics,
+    feedback and a status page at /. Set BAYESIFY_API_KEY to require an API key."""
+    import logging
+
+    import torch
+    import uvicorn
+
+    from bayesify.cli import _fail, console
+    from bayesify.methods.adaptive import check_options
+    from bayesify.serve.app import Settings, create_app
+    from bayesify.serve.model import Adaptive, ServedModel
+
+    if threads is not None:
+        torch.set_num_threads(threads)
+    adaptive = None
+    try:
+        if adaptive_tol is not None:
+            check_options(adaptive_tol, adaptive_start, adaptive_max)
+            adaptive = Adaptive(adaptive_tol, adaptive_start, adaptive_max)
+        model = ServedModel.load(str(bundle), name, int8=int8, default_samples=samples,
+                                 adaptive=adaptive)  # fmt: skip
+    except (ValueError, TypeError, OSError) as e:
+        raise _fail(str(e)) from None
+    settings = Settings(max_body_bytes=max_body, max_rows=max_rows, max_samples=max_samples,
+                        batch_wait_ms=batch_wait_ms, batch_rows=batch_rows)  # fmt: skip
+    app = create_app(model, settings)
+    logging.getLogger("bayesify").setLevel(logging.INFO)
+    console.print(f"serving {model.name} ({model.predictor.method.name}, {model.task}) on "
+                  f"http://{host}:{port}/")  # fmt: skip
+    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)

@@ -1,0 +1,276 @@
+"""Deferral: when not to trust a prediction, fitted on validation data.
+
+A :class:`DeferralPolicy` is one threshold on one uncertainty score of a
+:class:`~bayesify.predictive.Predictive`; rows whose score is above it are deferred (to a
+person), the rest are accepted. The threshold is fitted on validation data for either
+
+* a target **coverage** (the fraction of rows accepted), or
+* a target **error on the accepted rows**: the most rows accepted whose error stays at or below
+  the target (classification: error rate; regression: RMSE or mean absolute error).
+
+The policy keeps the validation figures it was fitted on (coverage; error, NLL and, for
+classification, ECE on all and on the accepted rows), so a server can compare what it serves with
+them. It is stored as JSON in ``method.metadata["deferral"]`` (:meth:`to_dict`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bayesify import metrics
+from bayesify.predictive import Predictive, Task
+
+METADATA_KEY = "deferral"
+FORMAT_VERSION = 1
+
+
+class DeferralScore(StrEnum):
+    """The uncertainty score a policy thresholds (higher = less certain)."""
+
+    MI = "mi"  # mutual information (epistemic), classification
+    ENTROPY = "entropy"  # predictive entropy (total), classification
+    MAX_PROB = "max_prob"  # 1 - the largest mean class probability, classification
+    STD = "std"  # predictive standard deviation (total), regression
+    EPISTEMIC_VARIANCE = "epistemic_variance"  # variance over samples (summed over classes)
+
+
+class ErrorMetric(StrEnum):
+    """How the error on accepted rows is measured for a target error."""
+
+    ERROR = "error"  # 0/1 error rate, classification
+    RMSE = "rmse"  # root mean squared error, regression
+    MAE = "mae"  # mean absolute error, regression
+
+
+_SCORES_FOR = {
+    Task.CLASSIFICATION: (DeferralScore.MI, DeferralScore.ENTROPY, DeferralScore.MAX_PROB,
+                          DeferralScore.EPISTEMIC_VARIANCE),
+    Task.REGRESSION: (DeferralScore.STD, DeferralScore.EPISTEMIC_VARIANCE),
+}  # fmt: skip
+_METRICS_FOR = {
+    Task.CLASSIFICATION: (ErrorMetric.ERROR,),
+    Task.REGRESSION: (ErrorMetric.RMSE, ErrorMetric.MAE),
+}
+
+
+def _parse(kind: type[StrEnum], value: Any, name: str, allowed: tuple) -> Any:
+    try:
+        parsed = kind(value)
+    except ValueError:
+        parsed = None
+    if parsed not in allowed:
+        valid = ", ".join(a.value for a in allowed)
+        raise ValueError(f"{name} must be one of {valid} for this task, got {value!r}")
+    return parsed
+
+
+def uncertainty_score(pred: Predictive, score: DeferralScore | str) -> Tensor:
+    """The per-row score ``[N]`` (float64) a policy thresholds."""
+    score = _parse(DeferralScore, score, "score", _SCORES_FOR[pred.task])
+    if score is DeferralScore.MI:
+        out = pred.mutual_information
+    elif score is DeferralScore.ENTROPY:
+        out = pred.entropy
+    elif score is DeferralScore.MAX_PROB:
+        out = 1.0 - pred.mean.max(-1).values
+    elif score is DeferralScore.STD:
+        out = pred.std
+    else:
+        ev = pred.epistemic_variance
+        out = ev.sum(-1) if pred.task is Task.CLASSIFICATION else ev
+    return out.detach().to(torch.float64).cpu()
+
+
+def _row_loss(pred: Predictive, y: Tensor, metric: ErrorMetric) -> Tensor:
+    """Per-row loss ``[N]`` whose mean (RMSE: whose root mean) is the error."""
+    if metric is ErrorMetric.ERROR:
+        return (pred.predicted_class.cpu() != y.long().cpu()).to(torch.float64)
+    diff = pred.mean.detach().cpu().double() - y.cpu().double()
+    return diff**2 if metric is ErrorMetric.RMSE else diff.abs()
+
+
+def _error(loss: Tensor, metric: ErrorMetric) -> float:
+    if len(loss) == 0:
+        return float("nan")
+    m = float(loss.mean())
+    return math.sqrt(m) if metric is ErrorMetric.RMSE else m
+
+
+def _targets(pred: Predictive, y: Any) -> Tensor:
+    y = torch.as_tensor(y)
+    if y.dim() == 2 and y.shape[-1] == 1:
+        y = y.squeeze(-1)
+    if y.shape != (len(pred),):
+        raise ValueError(f"y must have shape [N] = [{len(pred)}], got {list(y.shape)}")
+    if not torch.isfinite(y.double()).all():
+        raise ValueError("y contains non-finite values")
+    return y
+
+
+def _json_float(v: float) -> float | None:
+    return v if math.isfinite(v) else None
+
+
+@dataclass
+class DeferralPolicy:
+    """Defer rows whose ``score`` is above ``threshold``; see the module docstring.
+
+    ``target`` records what the threshold was fitted for (``{"coverage": c}`` or
+    ``{"error": e, "metric": m}``); ``validation`` the figures on the data it was fitted on.
+    """
+
+    score: DeferralScore
+    threshold: float
+    task: Task
+    target: dict[str, Any] = field(default_factory=dict)
+    validation: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def fit(
+        cls,
+        pred: Predictive,
+        y: Any,
+        *,
+        score: DeferralScore | str = DeferralScore.MI,
+        target_coverage: float | None = None,
+        target_error: float | None = None,
+        error_metric: ErrorMetric | str | None = None,
+    ) -> DeferralPolicy:
+        """Fit the threshold on a validation predictive ``pred`` (N rows) and its targets ``y``.
+
+        Give exactly one of ``target_coverage`` (fraction accepted, in (0, 1]) and
+        ``target_error`` (error on accepted rows, > 0; ``error_metric``: ``"error"`` for
+        classification, ``"rmse"`` (default) or ``"mae"`` for regression).
+        """
+        if not isinstance(pred, Predictive):
+            raise TypeError(f"fit takes a Predictive, got {type(pred).__name__}")
+        if (target_coverage is None) == (target_error is None):
+            raise ValueError("give exactly one of target_coverage and target_error")
+        y = _targets(pred, y)
+        task = pred.task
+        score = _parse(DeferralScore, score, "score", _SCORES_FOR[task])
+        default_metric = ErrorMetric.ERROR if task is Task.CLASSIFICATION else ErrorMetric.RMSE
+        metric = _parse(ErrorMetric, error_metric or default_metric, "error_metric",
+                        _METRICS_FOR[task])  # fmt: skip
+        s = uncertainty_score(pred, score)
+        order = torch.argsort(s, stable=True)
+        s_sorted = s[order]
+        n = len(s)
+        if target_coverage is not None:
+            c = float(target_coverage)
+            if not 0.0 < c <= 1.0:
+                raise ValueError(f"target_coverage must be in (0, 1], got {target_coverage!r}")
+            k = min(n, max(1, round(c * n)))
+            target: dict[str, Any] = {"coverage": c}
+        else:
+            e = float(target_error)
+            if not (math.isfinite(e) and e > 0):
+                raise ValueError(f"target_error must be a positive number, got {target_error!r}")
+            loss = _row_loss(pred, y, metric)[order]
+            k = _largest_accepted(s_sorted, loss, e, metric)
+            target = {"error": e, "metric": metric.value}
+        # accept score <= threshold: halfway to the next higher score keeps the k rows (ties
+        # with the k-th row are accepted with it)
+        threshold = float(s_sorted[k - 1])
+        if k < n and s_sorted[k] > s_sorted[k - 1]:
+            threshold = float((s_sorted[k - 1] + s_sorted[k]) / 2)
+        policy = cls(score, threshold, task, target)
+        policy.validation = policy.evaluate(pred, y, error_metric=metric)
+        return policy
+
+    def decide(self, pred: Predictive) -> tuple[Tensor, Tensor]:
+        """``(defer [N] bool, score [N] float64)`` for a predictive of the same task."""
+        if pred.task is not self.task:
+            raise ValueError(f"this policy is for {self.task.value}, got a {pred.task.value} "
+                             "predictive")  # fmt: skip
+        s = uncertainty_score(pred, self.score)
+        return s > self.threshold, s
+
+    def evaluate(
+        self, pred: Predictive, y: Any, *, error_metric: ErrorMetric | str | None = None
+    ) -> dict[str, Any]:
+        """Coverage and error, NLL (and ECE) on all and on accepted rows of ``pred`` with
+        targets ``y``: the figures a policy is fitted on, or checked against on held-out data."""
+        y = _targets(pred, y)
+        default = ErrorMetric.ERROR if self.task is Task.CLASSIFICATION else ErrorMetric.RMSE
+        metric = ErrorMetric(error_metric or self.target.get("metric") or default)
+        defer, _ = self.decide(pred)
+        keep = ~defer
+        loss = _row_loss(pred, y, metric)
+        out: dict[str, Any] = {
+            "n": len(pred),
+            "coverage": float(keep.double().mean()),
+            "error_metric": metric.value,
+            "error_all": _error(loss, metric),
+            "error_accepted": _error(loss[keep], metric),
+        }
+        for part, mask in (("all", torch.ones_like(keep)), ("accepted", keep)):
+            if not mask.any():
+                out[f"nll_{part}"] = float("nan")
+                continue
+            sub = pred[mask.to(pred.samples.device)]
+            ys = y[mask]
+            if self.task is Task.CLASSIFICATION:
+                out[f"nll_{part}"] = float(metrics.nll(sub.mean, ys))
+                out[f"ece_{part}"] = float(metrics.expected_calibration_error(sub.mean, ys))
+            elif (sub.noise_variance > 0).all():
+                out[f"nll_{part}"] = -float(sub.log_prob(ys.to(sub.samples.dtype)).mean())
+        return {k: (_json_float(v) if isinstance(v, float) else v) for k, v in out.items()}
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": FORMAT_VERSION,
+            "score": self.score.value,
+            "threshold": self.threshold,
+            "task": self.task.value,
+            "target": dict(self.target),
+            "validation": dict(self.validation),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DeferralPolicy:
+        if not isinstance(d, dict) or d.get("format") != FORMAT_VERSION:
+            raise ValueError(f"not a deferral policy (format {FORMAT_VERSION}): {d!r:.80}")
+        try:
+            task = Task(d["task"])
+            score = _parse(DeferralScore, d["score"], "score", _SCORES_FOR[task])
+            threshold = float(d["threshold"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"damaged deferral policy: {e}") from None
+        return cls(score, threshold, task, dict(d.get("target", {})),
+                   dict(d.get("validation", {})))  # fmt: skip
+
+    @classmethod
+    def from_metadata(cls, metadata: dict[str, Any]) -> DeferralPolicy | None:
+        """The policy stored in a method's ``metadata``, or None."""
+        d = metadata.get(METADATA_KEY)
+        return None if d is None else cls.from_dict(d)
+
+    def store(self, metadata: dict[str, Any]) -> None:
+        """Put the policy into a method's ``metadata`` (saved with the bundle)."""
+        metadata[METADATA_KEY] = self.to_dict()
+
+
+def _largest_accepted(s_sorted: Tensor, loss: Tensor, target: float, metric: ErrorMetric) -> int:
+    """The largest k, at a boundary between distinct scores, whose first k rows (most certain
+    first) have error <= target."""
+    n = len(s_sorted)
+    k = torch.arange(1, n + 1, dtype=torch.float64)
+    risk = torch.cumsum(loss, 0) / k
+    if metric is ErrorMetric.RMSE:
+        risk = risk.sqrt()
+    boundary = torch.ones(n, dtype=torch.bool)
+    boundary[:-1] = s_sorted[1:] > s_sorted[:-1]
+    ok = torch.nonzero(boundary & (risk <= target + 1e-12)).flatten()
+    if len(ok) == 0:
+        best = float(risk[boundary].min())
+        raise ValueError(f"no threshold reaches error {target} on the accepted validation rows "
+                         f"(the best reachable is {best:.4g}); raise the target")  # fmt: skip
+    return int(ok[-1]) + 1

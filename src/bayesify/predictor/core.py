@@ -1,0 +1,309 @@
+"""``Predictor`` and ``PredictionResult``: a bundle + preprocessing -> per-row records."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from bayesify.data.errors import DataError
+from bayesify.data.preprocessing import Preprocessing, RowErrors
+from bayesify.methods import Method
+from bayesify.methods.registry import load as load_method
+from bayesify.posthoc.conformal import METADATA_KEY as CONFORMAL_KEY
+from bayesify.posthoc.conformal import Conformal
+from bayesify.posthoc.deferral import DeferralPolicy
+from bayesify.predictive import Predictive, Task
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+log = logging.getLogger(__name__)
+
+#: MC samples T per prediction when neither the call nor the bundle says
+DEFAULT_SAMPLES = 100
+#: rows per block of the mixture-quantile root finding (its temporaries are [2, T, rows] float64)
+INTERVAL_ROWS = 2048
+
+
+class OnError(StrEnum):
+    """What to do with an input row that cannot be used (missing, non-numeric, unknown category)."""
+
+    FAIL = "fail"  # a DataError naming the first bad row
+    SKIP = "skip"  # leave the row out; ``PredictionResult.skipped`` says why
+
+
+def _check_level(level: float) -> float:
+    if isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level < 1:
+        raise ValueError(f"level must be a number in (0, 1), got {level!r}")
+    return float(level)
+
+
+def _check_samples(samples: Any) -> int:
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise ValueError(f"samples must be a positive integer, got {samples!r}")
+    return samples
+
+
+@dataclass
+class PredictionResult:
+    """Predictions for the kept rows of one call.
+
+    ``columns`` holds one array per output field, first axis N (kept rows); ``rows`` their row
+    numbers in the input (offset by ``first_row``); ``skipped`` maps skipped rows to reasons.
+    """
+
+    predictive: Predictive | None
+    columns: dict[str, np.ndarray]
+    rows: np.ndarray
+    skipped: RowErrors = field(default_factory=dict)
+    class_names: list[str] | None = None
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def records(self, samples: bool = True) -> list[dict[str, Any]]:
+        """One JSON-able dict per kept row (``samples=False`` leaves the samples out)."""
+        cols = {k: v.tolist() for k, v in self.columns.items() if samples or k != "samples"}
+        return [{k: v[i] for k, v in cols.items()} for i in range(len(self.rows))]
+
+    def frame(self, samples: bool = False, row: bool = True) -> pd.DataFrame:
+        """A table for files: ``row`` number first, ``probabilities`` expanded into one
+        ``p_<class>`` column per class, lists (prediction sets, samples) as JSON text."""
+        import pandas as pd
+
+        out: dict[str, Any] = {"row": self.rows} if row else {}
+        for k, v in self.columns.items():
+            if k == "samples" and not samples:
+                continue
+            if k == "probabilities":
+                names = self.class_names or [str(c) for c in range(v.shape[1])]
+                out.update({f"p_{c}": v[:, j] for j, c in enumerate(names)})
+            elif v.ndim > 1 or (v.dtype == object and len(v) and isinstance(v[0], list)):
+                out[k] = [json.dumps(a.tolist() if hasattr(a, "tolist") else a) for a in v]
+            else:
+                out[k] = v
+        return pd.DataFrame(out)
+
+
+class Predictor:
+    """A method with its bundle's preprocessing; see the package docstring for the API."""
+
+    def __init__(self, method: Method, *, default_samples: int = DEFAULT_SAMPLES) -> None:
+        if not isinstance(method, Method):
+            raise TypeError(f"Predictor wraps a bayesify Method, got {type(method).__name__}")
+        self.method = method
+        self.default_samples = _check_samples(default_samples)
+        shape = list(method.input_shape) if method.input_shape is not None else None
+        self._prep = method.preprocessing or Preprocessing(input_shape=shape)
+        self.source: str | None = None
+        conf = method.metadata.get(CONFORMAL_KEY)
+        #: the bundle's conformal calibration: intervals and prediction sets come from it
+        self.conformal: Conformal | None = Conformal.from_dict(conf) if conf else None
+
+    @classmethod
+    def load(
+        cls, bundle: str | Path, net: nn.Module | str | None = None, device: str | None = None
+    ) -> Predictor:
+        """Open a bundle folder. ``net``: None (bayesify models and ``nn.Sequential`` networks
+        are rebuilt from the bundle), ``"package.module:factory"`` or a fresh ``nn.Module``."""
+        p = cls(load_method(bundle, net=net, device=device))
+        p.source = str(bundle)
+        return p
+
+    # ------------------------------------------------------------------ what it is
+    @property
+    def preprocessing(self) -> Preprocessing | None:
+        return self.method.preprocessing
+
+    @property
+    def task(self) -> Task:
+        return self.method.config.task
+
+    @property
+    def input_shape(self) -> tuple[int, ...] | None:
+        shape = self._prep.input_shape or self.method.input_shape
+        return tuple(shape) if shape is not None else None
+
+    @property
+    def feature_names(self) -> list[str] | None:
+        return self._prep.features
+
+    @property
+    def class_names(self) -> list[str] | None:
+        return self._prep.class_names
+
+    def card(self) -> dict[str, Any]:
+        """A JSON model card: what the bundle is, what it reads and what it returns."""
+        m = self.method
+        regression = self.task is Task.REGRESSION
+        fields = (
+            ["mean", "std", "epistemic_variance", "aleatoric_variance", "lower", "upper"]
+            if regression
+            else ["label", "probabilities", "entropy", "mutual_information", "expected_entropy",
+                  "prediction_set"]
+        )  # fmt: skip
+        card = {
+            "bundle": self.source,
+            "method": m.name,
+            "task": self.task.value,
+            "config": m.config.to_dict(),
+            "input_shape": list(self.input_shape) if self.input_shape else None,
+            "features": self.feature_names,
+            "categories": self._prep.categories,
+            "target": self._prep.target,
+            "class_names": self.class_names,
+            "default_samples": self.default_samples,
+            "intervals": "conformal" if self.conformal is not None else "predictive",
+            "fields": [*fields, "samples"],
+            "metadata": m.metadata,
+        }
+        if regression:
+            scale = self._prep.y_std or 1.0
+            card["noise_variance"] = m.noise_variance * scale**2  # target units
+        return json.loads(json.dumps(card, default=str))
+
+    # ------------------------------------------------------------------ prediction
+    def predict(
+        self,
+        inputs: Any,
+        samples: int | None = None,
+        level: float = 0.9,
+        seed: int | None = None,
+        *,
+        generator: torch.Generator | None = None,
+        on_error: OnError | str = OnError.FAIL,
+        first_row: int = 0,
+        with_samples: bool = True,
+        **adaptive: Any,
+    ) -> PredictionResult:
+        """Records for raw ``inputs``; rows numbered from ``first_row`` in errors and ``rows``.
+
+        ``seed`` (or a ``generator`` carried across calls, e.g. file chunks) makes the samples
+        reproducible. ``on_error="skip"`` leaves unusable rows out and lists them in
+        ``skipped``; ``"fail"`` raises a ``DataError`` naming the first. ``with_samples=False``
+        leaves the per-row samples out of ``columns`` (T times larger than the other fields).
+        ``samples="adaptive"`` with ``tol``/``start``/``max_samples``: adaptive sampling
+        (:mod:`bayesify.methods.adaptive`; a ``samples_used`` field per row).
+        """
+        if samples != "adaptive":
+            samples = _check_samples(self.default_samples if samples is None else samples)
+        level = _check_level(level)
+        try:
+            on_error = OnError(on_error)
+        except ValueError:
+            valid = ", ".join(o.value for o in OnError)
+            raise ValueError(f"on_error must be one of {valid}, got {on_error!r}") from None
+        if seed is not None:
+            if generator is not None:
+                raise ValueError("give either generator or seed, not both")
+            generator = torch.Generator().manual_seed(seed)
+        arr, bad = self._prep.rows_to_array(inputs, first_row)
+        if bad and on_error is OnError.FAIL:
+            first = min(bad)
+            more = f" (and {len(bad) - 1} more row(s))" if len(bad) > 1 else ""
+            raise DataError(
+                f"row {first}: {bad[first]}{more}; use on_error='skip' to leave such rows out"
+            )
+        rows = np.arange(first_row, first_row + len(arr))
+        if bad:
+            keep = ~np.isin(rows, list(bad))
+            arr, rows = arr[keep], rows[keep]
+        if len(arr) == 0:
+            return PredictionResult(None, self._empty_columns(), rows, bad, self.class_names)
+        pred = self._predictive(arr, samples, generator, adaptive)
+        cols = self._columns(pred, level, generator)
+        if not with_samples:
+            del cols["samples"]
+        return PredictionResult(pred, cols, rows, bad, self.class_names)
+
+    def encode(self, inputs: Any, first_row: int = 0) -> tuple[np.ndarray, RowErrors]:
+        """Raw inputs -> encoded, unscaled float64 array ``[N, ...]`` and the unusable rows."""
+        return self._prep.rows_to_array(inputs, first_row)
+
+    def _predictive(
+        self, arr: np.ndarray, samples: Any, generator: torch.Generator | None, adaptive: dict
+    ):
+        m = self.method
+        dtype = next((p.dtype for p in m.net.parameters()), torch.float32)
+        x = self._prep.scale(torch.as_tensor(arr, dtype=dtype))
+        if samples == "adaptive" or adaptive:
+            from bayesify.methods.adaptive import predict_adaptive
+
+            return predict_adaptive(m, x, samples, generator=generator,
+                                    outputs=self._prep.outputs, **adaptive)  # fmt: skip
+        return self._prep.outputs(m.to_predictive(m.sample(x, samples, generator=generator)))
+
+    def _columns(
+        self, pred: Predictive, level: float, generator: torch.Generator | None = None
+    ) -> dict[str, np.ndarray]:
+        """The output fields; intervals and prediction sets are the bundle's conformal ones
+        when it has a calibration, else the predictive's own (equal-tailed mixture interval,
+        smallest set of classes whose mean probability reaches ``level``)."""
+
+        def np_(t: torch.Tensor) -> np.ndarray:
+            return t.detach().cpu().double().numpy()
+
+        if pred.task is Task.REGRESSION:
+            cols = {
+                "mean": np_(pred.mean),
+                "std": np_(pred.std),
+                "epistemic_variance": np_(pred.epistemic_variance),
+                "aleatoric_variance": np_(pred.aleatoric_variance),
+            }
+            if self.conformal is not None:
+                lower, upper = self.conformal.interval(pred, level)
+            else:  # root finding over [K, T, rows] at a time: blocks bound memory and time
+                parts = [pred[a : a + INTERVAL_ROWS].interval(level)
+                         for a in range(0, len(pred), INTERVAL_ROWS)]  # fmt: skip
+                lower = torch.cat([lo for lo, _ in parts])
+                upper = torch.cat([hi for _, hi in parts])
+            cols["lower"], cols["upper"] = np_(lower), np_(upper)
+            cols["samples"] = np_(pred.samples.T)  # [N, T]
+            return self._serving_columns(pred, cols)
+        probs = pred.mean  # [N, C]
+        idx = probs.argmax(-1).cpu().numpy()
+        names = self.class_names
+        labels = np.asarray([names[i] for i in idx], dtype=object) if names else idx
+        cols = {
+            "label": labels,
+            "probabilities": np_(probs),
+            "entropy": np_(pred.entropy),
+            "mutual_information": np_(pred.mutual_information),
+            "expected_entropy": np_(pred.expected_entropy),
+        }
+        if self.conformal is not None:
+            members = self.conformal.prediction_set(pred, level, generator=generator)
+        else:
+            members = pred.prediction_set(level)  # [N, C] bool
+        members = members.cpu().numpy()
+        cols["prediction_set"] = np.empty(len(members), dtype=object)
+        cols["prediction_set"][:] = [
+            [names[j] if names else int(j) for j in np.flatnonzero(r)] for r in members
+        ]
+        cols["samples"] = np_(pred.samples.transpose(0, 1))  # [N, T, C]
+        return self._serving_columns(pred, cols)
+
+    def _serving_columns(self, pred: Predictive, cols: dict[str, np.ndarray]) -> dict:
+        """``defer``/``defer_score``/``defer_threshold`` with a deferral policy in the bundle,
+        ``samples_used`` after adaptive sampling."""
+        policy = DeferralPolicy.from_metadata(self.method.metadata)
+        if policy is not None:
+            defer, score = policy.decide(pred)
+            cols["defer"] = defer.numpy()
+            cols["defer_score"] = score.numpy()
+            cols["defer_threshold"] = np.full(len(score), policy.threshold)
+        used = getattr(pred, "samples_used", None)
+        if used is not None:
+            cols["samples_used"] = used.cpu().numpy()
+        return cols
+
+    def _empty_columns(self) -> dict[str, np.ndarray]:
+        return {}

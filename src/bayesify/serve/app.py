@@ -1,0 +1,285 @@
+"""The FastAPI application: bayesify's own endpoints, the Open Inference Protocol (v2), metrics,
+feedback and the status page. Build it with :func:`create_app`; ``bayesify serve`` runs it.
+
+Endpoints: ``POST /v1/predict``, ``POST /v1/feedback``, ``GET /v1/model``, ``GET /v1/status``,
+``GET /healthz``, ``GET /metrics``, ``GET /`` (status page) and, from :mod:`.v2`,
+``/v2/health/live|ready``, ``GET /v2/models/{name}[/ready]``, ``POST /v2/models/{name}/infer``.
+Every error is JSON: ``{"detail": ...}`` (v1; field errors as FastAPI lists them) or
+``{"error": ...}`` (v2). Bad input is a 4xx naming the field, never a 500.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from bayesify.serve.batching import MicroBatcher
+from bayesify.serve.metrics import ServerMetrics
+from bayesify.serve.model import InputError, PassKey, ServedModel
+from bayesify.serve.monitor import Monitor
+from bayesify.serve.schemas import (
+    ErrorResponse,
+    FeedbackRequest,
+    FeedbackResponse,
+    PredictRequest,
+    PredictResponse,
+)
+
+log = logging.getLogger(__name__)
+API_KEY_ENV = "BAYESIFY_API_KEY"
+#: reachable without the API key: probes and the (data-free) status page shell
+OPEN_PATHS = {"/healthz", "/v2/health/live", "/v2/health/ready", "/", "/openapi.json", "/docs"}
+
+
+@dataclass
+class Settings:
+    """Limits and batching of one server."""
+
+    max_body_bytes: int = 4 * 2**20
+    max_rows: int = 256
+    max_samples: int = 256
+    batch_wait_ms: float = 2.0
+    batch_rows: int = 64  # 0: micro-batching off
+    api_key: str | None = None
+
+
+def field_error(loc: list[str | int], msg: str, status: int = 422) -> JSONResponse:
+    return JSONResponse({"detail": [{"loc": loc, "msg": msg, "type": "value_error"}]}, status)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _body_limit(app: Any, limit: int) -> Any:
+    """ASGI middleware: a body over ``limit`` bytes is answered 413 before any parsing."""
+
+    async def middleware(scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await app(scope, receive, send)
+        length = dict(scope.get("headers", [])).get(b"content-length")
+        too_big = JSONResponse({"detail": f"request body over {limit} bytes"}, 413)
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            return await too_big(scope, receive, send)
+        seen = 0
+
+        async def counted() -> dict:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > limit:
+                raise _BodyTooLarge
+            return message
+
+        try:
+            await app(scope, counted, send)
+        except _BodyTooLarge:
+            await too_big(scope, receive, send)
+
+    return middleware
+
+
+def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
+    """The server for ``model``; ``settings.api_key`` (else ``$BAYESIFY_API_KEY``) guards it."""
+    settings = settings or Settings()
+    api_key = settings.api_key or os.environ.get(API_KEY_ENV) or None
+    metrics = ServerMetrics()
+    policy = model.policy
+    monitor = Monitor(model.task, model.class_names, policy.validation if policy else None)
+    batcher = MicroBatcher(model.run, max_wait_ms=settings.batch_wait_ms,
+                           max_rows=settings.batch_rows,
+                           on_batch=metrics.batch_rows.observe)  # fmt: skip
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        await batcher.start()
+        log.info("serving %s (%s, %s)", model.name, model.predictor.method.name, model.task)
+        yield
+        await batcher.stop()
+
+    errors = {401: {"model": ErrorResponse}, 413: {"model": ErrorResponse}}
+    app = FastAPI(title="bayesify prediction server", version="1", lifespan=lifespan,
+                  description=__doc__, responses=errors)  # fmt: skip
+    app.state.model, app.state.monitor, app.state.metrics = model, monitor, metrics
+    app.state.batcher, app.state.settings = batcher, settings
+
+    @app.middleware("http")
+    async def guard_and_measure(request: Request, call_next: Any) -> Response:
+        start = time.perf_counter()
+        path = request.url.path
+        if api_key and path not in OPEN_PATHS:
+            given = request.headers.get("x-api-key") or ""
+            auth = request.headers.get("authorization", "")
+            if auth.lower().startswith("bearer "):
+                given = auth[7:]
+            if not secrets.compare_digest(given.encode(), api_key.encode()):
+                body = {"detail": "missing or wrong API key (X-API-Key or Authorization: Bearer)"}
+                if path.startswith("/v2/"):
+                    body = {"error": body["detail"]}
+                response: Response = JSONResponse(body, 401)
+                _count(request, response, start)
+                return response
+        try:
+            response = await call_next(request)
+        except _BodyTooLarge:
+            raise
+        except Exception:  # noqa: BLE001 - logged; the client gets a JSON 500
+            log.exception("unhandled error on %s", path)
+            response = JSONResponse({"detail": "internal error"}, 500)
+        _count(request, response, start)
+        return response
+
+    def _count(request: Request, response: Response, start: float) -> None:
+        route = request.scope.get("route")
+        endpoint = getattr(route, "path", "other")
+        code = str(response.status_code)
+        metrics.requests.labels(endpoint, request.method, code).inc()
+        if response.status_code >= 400:
+            metrics.errors.labels(endpoint, code).inc()
+        elapsed = time.perf_counter() - start
+        metrics.latency.labels(endpoint).observe(elapsed)
+        if endpoint in ("/v1/predict", "/v2/models/{name}/infer") and response.status_code < 400:
+            monitor.latency(elapsed)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [{"loc": list(e.get("loc", [])), "msg": e.get("msg", ""),
+                   "type": e.get("type", "value_error")} for e in exc.errors()]  # fmt: skip
+        if request.url.path.startswith("/v2/"):
+            text = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors)
+            return JSONResponse({"error": text}, 422)
+        return JSONResponse({"detail": errors}, 422)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        key = "error" if request.url.path.startswith("/v2/") else "detail"
+        return JSONResponse({key: exc.detail}, exc.status_code, headers=exc.headers)
+
+    async def run_rows(arr: Any, samples: int | None, level: float = 0.9) -> Any:
+        if samples is None and model.adaptive is None:
+            samples = model.default_samples
+        answer = await batcher.submit(PassKey(samples, level), arr)
+        recs = answer.records
+        metrics.served([bool(r.get("defer", False)) for r in recs],
+                       [int(r["samples_used"]) for r in recs])  # fmt: skip
+        return answer
+
+    app.state.run_rows = run_rows
+
+    def check_limits(n_rows: int, samples: int | None, loc: list) -> JSONResponse | None:
+        if n_rows > settings.max_rows:
+            return field_error(loc, f"{n_rows} rows; at most {settings.max_rows} per request")
+        if samples is not None and samples > settings.max_samples:
+            msg = f"{samples}; at most {settings.max_samples} per request"
+            return field_error(["body", "samples"], msg)
+        return None
+
+    app.state.check_limits = check_limits
+    bad_input = {422: {"model": ErrorResponse, "description": "A field that cannot be used."}}
+
+    @app.post("/v1/predict", response_model=PredictResponse, responses=bad_input)
+    async def predict(req: PredictRequest) -> Response:
+        """Per input row: the prediction, its uncertainty, interval or prediction set, the
+        deferral decision, the samples used and a request id for feedback."""
+        too_many = check_limits(len(req.inputs), req.samples, ["body", "inputs"])
+        if too_many is not None:
+            return too_many
+        try:
+            arr = model.encode(req.inputs)
+        except InputError as e:
+            return field_error(e.loc, e.message)
+        try:
+            answer = await run_rows(arr, req.samples, req.level)
+        except ValueError as e:  # the predictor refused the rows (e.g. a value out of range)
+            return field_error(["body", "inputs"], str(e))
+        rid = uuid.uuid4().hex
+        out = []
+        for i, rec in enumerate(answer.records):
+            rec = dict(rec)
+            if req.return_samples:
+                rec["samples"] = answer.columns["samples"][i].tolist()
+            rec["request_id"] = f"{rid}-{i}"
+            monitor.record(rec["request_id"], rec)
+            out.append(rec)
+        return JSONResponse({"model": model.name, "request_id": rid, "predictions": out})
+
+    @app.post("/v1/feedback", response_model=FeedbackResponse, responses=bad_input)
+    async def feedback(req: FeedbackRequest) -> Response:
+        """True outcomes for rows served earlier (their ``request_id``): updates the rolling
+        accuracy, NLL and ECE in ``/metrics``, ``/v1/model`` and the status page."""
+        accepted, unknown = 0, []
+        for i, item in enumerate(req.outcomes):
+            try:
+                value = monitor.outcome_value(item.outcome)
+                ok = monitor.feedback(item.request_id, value)
+            except ValueError as e:
+                return field_error(["body", "outcomes", i, "outcome"], str(e))
+            if ok:
+                accepted += 1
+            else:
+                unknown.append(item.request_id)
+        metrics.feedback.inc(accepted)
+        metrics.set_rolling(monitor.figures())
+        return JSONResponse({"accepted": accepted, "unknown": unknown})
+
+    @app.get("/v1/model")
+    async def model_card() -> dict[str, Any]:
+        """The model card: method, task, input shape, sampling, the deferral policy with its
+        validation figures, limits, and the rolling figures of what was served."""
+        card = model.card()
+        card["limits"] = {"max_rows": settings.max_rows, "max_samples": settings.max_samples,
+                          "max_body_bytes": settings.max_body_bytes}  # fmt: skip
+        card["batching"] = {"enabled": batcher.enabled, "max_wait_ms": settings.batch_wait_ms,
+                            "max_rows": settings.batch_rows}  # fmt: skip
+        card["monitor"] = monitor.figures()
+        return card
+
+    @app.get("/v1/status")
+    async def status() -> dict[str, Any]:
+        """What the status page polls: model summary and the live figures."""
+        card = model.card()
+        summary = {k: card.get(k) for k in ("name", "method", "task", "input_shape",
+                                             "class_names", "sampling", "int8")}  # fmt: skip
+        return {"model": summary, "deferral": card["deferral"], "monitor": monitor.figures(),
+                "drifting": monitor.drifting, "time": time.time()}  # fmt: skip
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/metrics", response_class=Response)
+    async def prometheus() -> Response:
+        """Prometheus text format."""
+        return Response(metrics.text(), media_type="text/plain; version=0.0.4")
+
+    page = resources.files("bayesify.serve").joinpath("static/status.html").read_text()
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    async def status_page() -> HTMLResponse:
+        return HTMLResponse(page)
+
+    from bayesify.serve.v2 import add_v2_routes
+
+    add_v2_routes(app, model)
+    app.add_middleware(_BodyLimitMiddleware, limit=settings.max_body_bytes)
+    return app
+
+
+class _BodyLimitMiddleware:
+    def __init__(self, app: Any, limit: int) -> None:
+        self._inner = _body_limit(app, limit)
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        await self._inner(scope, receive, send)

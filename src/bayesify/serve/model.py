@@ -1,0 +1,202 @@
+"""The served model: a :class:`~bayesify.predictor.Predictor` behind the server's checks.
+
+``encode`` turns one request's JSON inputs into a checked float array (errors name the field);
+``run`` is the one vectorised pass the micro-batcher calls for the rows of several requests,
+and hands every request its own records (the predictor's, plus ``samples_used``) and columns.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bayesify.posthoc.deferral import DeferralPolicy
+
+log = logging.getLogger(__name__)
+
+
+class InputError(ValueError):
+    """A request field that cannot be used: ``loc`` names it (``["body", "inputs", 3, 1]``)."""
+
+    def __init__(self, loc: list[str | int], message: str) -> None:
+        super().__init__(message)
+        self.loc = loc
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Adaptive:
+    """Adaptive sampling settings of the server (see :mod:`bayesify.methods.adaptive`)."""
+
+    tol: float
+    start: int = 8
+    max_samples: int = 32
+
+
+@dataclass(frozen=True)
+class PassKey:
+    """What a pass depends on besides its rows; requests with equal keys share a pass."""
+
+    samples: int | None  # fixed T, or None for the server's adaptive sampling
+    level: float = 0.9
+
+
+@dataclass
+class Answer:
+    """One request's part of a pass: records (JSON-able) and columns (numpy, first axis N)."""
+
+    records: list[dict[str, Any]]
+    columns: dict[str, np.ndarray]
+
+
+def _first_bad(arr: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+
+
+class ServedModel:
+    """A predictor with the server's settings: name, default samples, adaptive sampling."""
+
+    def __init__(
+        self,
+        predictor: Any,
+        name: str,
+        *,
+        default_samples: int = 32,
+        adaptive: Adaptive | None = None,
+        int8: bool = False,
+    ) -> None:
+        self.predictor = predictor
+        self.name = name
+        self.default_samples = default_samples
+        self.adaptive = adaptive
+        self.int8 = int8
+        self.policy = DeferralPolicy.from_metadata(predictor.method.metadata)
+        shape = predictor.input_shape
+        self.input_shape: tuple[int, ...] | None = tuple(shape) if shape else None
+
+    @classmethod
+    def load(cls, bundle: str, name: str | None = None, *, int8: bool = False,
+             **settings: Any) -> ServedModel:  # fmt: skip
+        """Open a bundle (a clear ``BundleError``/``ValueError`` when it is missing, damaged or
+        a pickle); ``int8``: dynamic int8 quantisation of the linear layers."""
+        from pathlib import Path
+
+        from bayesify.predictor import Predictor
+
+        predictor = Predictor.load(bundle)
+        if int8:
+            from bayesify.methods.quantize import quantize_int8
+
+            quantize_int8(predictor.method)
+        return cls(predictor, name or Path(bundle).resolve().name, int8=int8, **settings)
+
+    @property
+    def task(self) -> str:
+        return self.predictor.task.value
+
+    @property
+    def class_names(self) -> list[str] | None:
+        return self.predictor.class_names
+
+    # ------------------------------------------------------------------ inputs
+    def encode(self, inputs: Any, field: str = "inputs") -> np.ndarray:
+        """JSON rows -> float64 array ``[N, ...]`` in raw units, or an ``InputError``."""
+        loc: list[str | int] = ["body", field]
+        if not isinstance(inputs, list) or not inputs:
+            raise InputError(loc, "must be a non-empty list of rows")
+        if any(isinstance(row, dict) for row in inputs):
+            return self._encode_named(inputs, loc)
+        try:
+            arr = np.asarray(inputs, dtype=np.float64)
+        except (ValueError, TypeError):
+            raise InputError(loc, "rows must be numbers, or nested lists of numbers of one "
+                             "shape" + self._shape_hint()) from None  # fmt: skip
+        return self.check_array(arr, loc)
+
+    def check_array(self, arr: np.ndarray, loc: list[str | int]) -> np.ndarray:
+        """Shape and finiteness of a float array ``[N, ...]`` against the bundle's input shape."""
+        if arr.ndim == 1:
+            arr = arr[:, None] if self.input_shape in ((1,), None) else arr[None]
+        if self.input_shape is not None:
+            want = self.input_shape
+            flat = math.prod(want)
+            if tuple(arr.shape[1:]) == (flat,) and len(want) > 1:
+                arr = arr.reshape(len(arr), *want)
+            if tuple(arr.shape[1:]) != want:
+                raise InputError(loc, f"each row must have shape {list(want)} (or {flat} "
+                                 f"numbers), got {list(arr.shape[1:])}")  # fmt: skip
+        if not np.isfinite(arr).all():
+            bad = _first_bad(arr)
+            what = "NaN" if np.isnan(arr[bad]) else "infinite"
+            raise InputError([*loc, *bad], f"{what} value; inputs must be finite numbers")
+        return arr
+
+    def _encode_named(self, inputs: list, loc: list[str | int]) -> np.ndarray:
+        names = self.predictor.feature_names
+        if not names:
+            raise InputError(loc, "this model reads unnamed rows (lists of numbers), not "
+                             "{feature: value} objects")  # fmt: skip
+        for i, row in enumerate(inputs):
+            if not isinstance(row, dict):
+                raise InputError([*loc, i], "mix of objects and lists; give every row as an "
+                                 "object {feature: value}")  # fmt: skip
+            missing = [n for n in names if n not in row]
+            if missing:
+                raise InputError([*loc, i], f"missing feature(s) {missing[:5]}")
+            for k, v in row.items():
+                if isinstance(v, float) and not math.isfinite(v):
+                    raise InputError([*loc, i, k], "not a finite number")
+        try:
+            arr, bad = self.predictor.encode(inputs)
+        except ValueError as e:
+            raise InputError(loc, str(e)) from None
+        if bad:
+            row = min(bad)
+            raise InputError([*loc, row], str(bad[row]))
+        return self.check_array(arr, loc)
+
+    def _shape_hint(self) -> str:
+        return f" (each row {list(self.input_shape)})" if self.input_shape else ""
+
+    # ------------------------------------------------------------------ the pass
+    def run(self, key: Hashable, arrays: Sequence[np.ndarray]) -> list[Answer]:
+        """One vectorised pass over the rows of several requests; an answer per request."""
+        assert isinstance(key, PassKey)
+        x = np.concatenate(list(arrays)) if len(arrays) > 1 else arrays[0]
+        if key.samples is None and self.adaptive is not None:
+            a = self.adaptive
+            res = self.predictor.predict(x, samples="adaptive", level=key.level, tol=a.tol,
+                                         start=a.start, max_samples=a.max_samples)  # fmt: skip
+        else:
+            res = self.predictor.predict(x, samples=key.samples or self.default_samples,
+                                         level=key.level)  # fmt: skip
+        columns = dict(res.columns)
+        if "samples_used" not in columns:
+            columns["samples_used"] = np.full(len(x), res.predictive.num_samples)
+        records = res.records(samples=False)
+        for r, u in zip(records, columns["samples_used"].tolist(), strict=True):
+            r["samples_used"] = int(u)
+        answers, start = [], 0
+        for arr in arrays:
+            stop = start + len(arr)
+            answers.append(Answer(records[start:stop],
+                                  {k: v[start:stop] for k, v in columns.items()}))  # fmt: skip
+            start = stop
+        return answers
+
+    def card(self) -> dict[str, Any]:
+        card = self.predictor.card()
+        card["name"] = self.name
+        card["int8"] = self.int8
+        card["sampling"] = (
+            {"mode": "adaptive", "tol": self.adaptive.tol, "start": self.adaptive.start,
+             "max_samples": self.adaptive.max_samples} if self.adaptive
+            else {"mode": "fixed", "samples": self.default_samples}
+        )  # fmt: skip
+        card["deferral"] = self.policy.to_dict() if self.policy else None
+        return card

@@ -1,0 +1,105 @@
+"""Request and response bodies (pydantic), as the OpenAPI document shows them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class PredictRequest(BaseModel):
+    """Rows in raw units (the bundle's preprocessing applies): lists of numbers (an image may be
+    nested ``[1, 28, 28]`` or flat) or ``{feature: value}`` objects for table bundles."""
+
+    model_config = ConfigDict(extra="forbid")
+    inputs: list[Any] = Field(min_length=1, description="One entry per row.")
+    samples: int | None = Field(
+        default=None, ge=1, description="Monte Carlo samples T (default: the server's setting)."
+    )
+    level: float = Field(default=0.9, gt=0, lt=1, description="Interval level (regression).")
+    return_samples: bool = Field(default=False, description="Include each row's T samples.")
+
+
+class PredictResponse(BaseModel):
+    model: str
+    request_id: str
+    predictions: list[dict[str, Any]] = Field(
+        description="Per row: the predictor's record (prediction, uncertainty, interval or "
+        "prediction set, defer/defer_score/defer_threshold when the bundle has a deferral "
+        "policy), samples_used and its own request_id (for /v1/feedback)."
+    )
+
+
+class Outcome(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    request_id: str = Field(min_length=1, max_length=200)
+    outcome: int | float | str = Field(description="True class (index or name) or value.")
+
+
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    outcomes: list[Outcome] = Field(min_length=1)
+
+
+class FeedbackResponse(BaseModel):
+    accepted: int
+    unknown: list[str] = Field(description="Request ids never served or no longer remembered.")
+
+
+class ErrorItem(BaseModel):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorResponse(BaseModel):
+    """Every error: ``detail`` is a message or a list of field errors (FastAPI's shape)."""
+
+    detail: str | list[ErrorItem]
+
+
+# ---------------------------------------------------------------------- Open Inference Protocol
+class V2Tensor(BaseModel):
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: dict[str, Any] | None = None
+    data: list[Any]
+
+
+class V2RequestedOutput(BaseModel):
+    name: str
+    parameters: dict[str, Any] | None = None
+
+
+class V2InferRequest(BaseModel):
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    inputs: list[V2Tensor] = Field(min_length=1)
+    outputs: list[V2RequestedOutput] | None = None
+
+
+class V2InferResponse(BaseModel):
+    model_name: str
+    model_version: str | None = None
+    id: str
+    parameters: dict[str, Any] | None = None
+    outputs: list[V2Tensor]
+
+
+class V2Error(BaseModel):
+    error: str
+
+
+class V2TensorMeta(BaseModel):
+    name: str
+    datatype: str
+    shape: list[int]
+
+
+class V2ModelMetadata(BaseModel):
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[V2TensorMeta]
+    outputs: list[V2TensorMeta]

@@ -1,0 +1,208 @@
+"""The Open Inference Protocol (v2) REST endpoints used by KServe, Seldon and Triton clients.
+
+One input tensor (any name; ``shape [N, *input_shape]`` or ``[N, F]``, numeric datatype, JSON
+``data`` or the binary tensor extension) -> named output tensors per row: the prediction
+(``mean`` / ``probabilities``, ``label`` and ``class_index``), the uncertainty figures
+(``std``, ``epistemic_variance``, ``aleatoric_variance``, ``entropy``, ``mutual_information``,
+``expected_entropy``), intervals or prediction sets where the predictor gives them, ``defer``,
+``defer_score``, ``defer_threshold`` with a deferral policy, and ``samples_used``. Outputs are
+returned as JSON data (a client asking for binary outputs gets JSON, which the protocol allows).
+Request parameter ``samples`` sets T. Errors are ``{"error": message}``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
+
+from bayesify.serve.model import InputError, ServedModel
+from bayesify.serve.schemas import V2Error, V2InferRequest, V2InferResponse, V2ModelMetadata
+
+NUMERIC = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
+           "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
+           "INT64": np.int64, "FP16": np.float16, "FP32": np.float32,
+           "FP64": np.float64}  # fmt: skip
+HEADER_LENGTH = "inference-header-content-length"
+
+
+def _error(message: str, status: int = 400) -> JSONResponse:
+    return JSONResponse({"error": message}, status)
+
+
+def _datatype(arr: np.ndarray) -> tuple[str, list]:
+    """Protocol datatype and flat JSON data of one output column."""
+    if arr.dtype == object or arr.dtype.kind in "US":
+        flat = [v if isinstance(v, str) else json.dumps(_plain(v)) for v in arr.reshape(-1)]
+        return "BYTES", flat
+    if arr.dtype == np.bool_:
+        return "BOOL", arr.reshape(-1).tolist()
+    if arr.dtype.kind in "iu":
+        return "INT64", arr.astype(np.int64).reshape(-1).tolist()
+    return "FP64", arr.astype(np.float64).reshape(-1).tolist()
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, list | tuple):
+        return [_plain(x) for x in v]
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def output_tensors(model: ServedModel, columns: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """The named output tensors of a pass's columns (``samples`` left out)."""
+    out = []
+    for name, col in columns.items():
+        if name == "samples":
+            continue
+        arr = np.asarray(col) if not isinstance(col, np.ndarray) else col
+        if name == "label" and arr.dtype != object:
+            arr = arr.astype(object)
+        datatype, data = _datatype(arr)
+        shape = list(arr.shape) if datatype != "BYTES" or arr.ndim == 1 else [len(arr)]
+        if datatype == "BYTES" and arr.ndim > 1:  # ragged rows (sets) go one JSON per row
+            data = [json.dumps(_plain(row)) for row in arr]
+        out.append({"name": name, "shape": shape, "datatype": datatype, "data": data})
+        if name == "label" and model.class_names:
+            index = np.asarray([model.class_names.index(v) for v in arr], dtype=np.int64)
+            out.append({"name": "class_index", "shape": [len(index)], "datatype": "INT64",
+                        "data": index.tolist()})  # fmt: skip
+    return out
+
+
+def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.ndarray:
+    if len(req.inputs) != 1:
+        raise InputError(["inputs"], f"exactly one input tensor, got {len(req.inputs)}")
+    t = req.inputs[0]
+    loc: list[str | int] = ["inputs", 0]
+    if t.datatype not in NUMERIC:
+        raise InputError([*loc, "datatype"], f"{t.datatype!r}; valid: {', '.join(NUMERIC)}")
+    if not t.shape or any(d < 1 for d in t.shape):
+        raise InputError([*loc, "shape"], f"{t.shape}; dimensions must be >= 1, batch first")
+    size = int(np.prod(t.shape))
+    params = t.parameters or {}
+    if "binary_data_size" in params:
+        n_bytes = params["binary_data_size"]
+        if not isinstance(n_bytes, int) or n_bytes != len(binary):
+            msg = f"{n_bytes}, but {len(binary)} bytes follow the JSON header"
+            raise InputError([*loc, "parameters", "binary_data_size"], msg)
+        dtype = np.dtype(NUMERIC[t.datatype])
+        if n_bytes != size * dtype.itemsize:
+            raise InputError([*loc, "shape"], f"{t.shape} needs {size * dtype.itemsize} bytes "
+                             f"of {t.datatype}, got {n_bytes}")  # fmt: skip
+        arr = np.frombuffer(binary, dtype=dtype).astype(np.float64)
+    else:
+        try:
+            arr = np.asarray(t.data, dtype=np.float64).reshape(-1)
+        except (ValueError, TypeError):
+            raise InputError([*loc, "data"], "must be numbers (flat or nested)") from None
+        if arr.size != size:
+            raise InputError([*loc, "data"], f"{arr.size} values for shape {t.shape} "
+                             f"({size} values)")  # fmt: skip
+    return model.check_array(arr.reshape(t.shape), loc)
+
+
+def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
+    """Register the v2 endpoints on ``app`` (which holds ``run_rows`` and ``check_limits``)."""
+    shape = list(model.input_shape) if model.input_shape else [-1]
+    errors = {400: {"model": V2Error}, 404: {"model": V2Error}, 422: {"model": V2Error}}
+
+    def unknown(name: str) -> JSONResponse | None:
+        if name != model.name:
+            return _error(f"unknown model {name!r}; this server serves {model.name!r}", 404)
+        return None
+
+    @app.get("/v2/health/live")
+    async def live() -> dict[str, bool]:
+        return {"live": True}
+
+    @app.get("/v2/health/ready")
+    async def ready() -> dict[str, bool]:
+        return {"ready": True}
+
+    @app.get("/v2")
+    async def server_metadata() -> dict[str, Any]:
+        return {"name": "bayesify", "version": "1", "extensions": ["binary_tensor_data"]}
+
+    @app.get("/v2/models/{name}", response_model=V2ModelMetadata, responses=errors)
+    async def model_metadata(name: str) -> Response:
+        if (bad := unknown(name)) is not None:
+            return bad
+        fields = model.card().get("fields", [])
+        outs = [{"name": f, "datatype": "FP64", "shape": [-1]} for f in fields if f != "samples"]
+        for o in outs:
+            if o["name"] == "label":
+                o["datatype"] = "BYTES"
+            if o["name"] == "probabilities":
+                o["shape"] = [-1, len(model.class_names or []) or -1]
+        outs += [{"name": "defer", "datatype": "BOOL", "shape": [-1]},
+                 {"name": "samples_used", "datatype": "INT64", "shape": [-1]}]  # fmt: skip
+        return JSONResponse({
+            "name": model.name, "versions": ["1"], "platform": "bayesify",
+            "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, *shape]}],
+            "outputs": outs,
+        })  # fmt: skip
+
+    @app.get("/v2/models/{name}/ready", responses=errors)
+    async def model_ready(name: str) -> Response:
+        if (bad := unknown(name)) is not None:
+            return bad
+        return JSONResponse({"name": model.name, "ready": True})
+
+    @app.post(
+        "/v2/models/{name}/infer",
+        response_model=V2InferResponse,
+        responses=errors,
+        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+            "schema": V2InferRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+        }}}},
+    )  # fmt: skip
+    async def infer(name: str, request: Request) -> Response:
+        """Inference: one input tensor in, the prediction and its uncertainty as named outputs
+        (``samples`` request parameter: T)."""
+        if (bad := unknown(name)) is not None:
+            return bad
+        body = await request.body()
+        header = request.headers.get(HEADER_LENGTH)
+        binary = b""
+        if header is not None:
+            if not header.isdigit() or int(header) > len(body):
+                return _error(f"Inference-Header-Content-Length {header!r} does not fit the "
+                              f"{len(body)}-byte body", 422)  # fmt: skip
+            body, binary = body[: int(header)], body[int(header) :]
+        try:
+            req = V2InferRequest.model_validate_json(body)
+        except ValidationError as e:
+            text = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in e.errors())
+            return _error(text, 422)
+        samples = (req.parameters or {}).get("samples")
+        if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)
+                                    or samples < 1):  # fmt: skip
+            return _error(f"parameters.samples: a positive integer, got {samples!r}", 422)
+        try:
+            arr = _input_array(model, req, binary)
+        except InputError as e:
+            return _error(f"{'.'.join(map(str, e.loc))}: {e.message}", 422)
+        limits = app.state.check_limits(len(arr), samples, ["inputs", 0, "shape"])
+        if limits is not None:
+            detail = json.loads(limits.body)["detail"][0]
+            return _error(f"{'.'.join(map(str, detail['loc']))}: {detail['msg']}", 422)
+        try:
+            answer = await app.state.run_rows(arr, samples)
+        except ValueError as e:
+            return _error(f"inputs.0: {e}", 422)
+        outputs = output_tensors(model, answer.columns)
+        if req.outputs:
+            have = {o["name"]: o for o in outputs}
+            missing = [o.name for o in req.outputs if o.name not in have]
+            if missing:
+                return _error(f"outputs: unknown output(s) {missing}; valid: {sorted(have)}", 400)
+            outputs = [have[o.name] for o in req.outputs]
+        return JSONResponse({"model_name": model.name, "model_version": "1",
+                             "id": req.id or uuid.uuid4().hex, "outputs": outputs})  # fmt: skip

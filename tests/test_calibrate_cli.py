@@ -1,0 +1,69 @@
+"""``bayesify calibrate`` end to end: a yacht bundle gets a deferral policy on its validation
+split, the saved policy is the one refitted from the same predictive, and weights are untouched."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from bayesify.app.calibration import bundle_splits, predictive
+from bayesify.cli import app
+from bayesify.data import DataError, data_root
+from bayesify.methods import load
+from bayesify.posthoc.deferral import DeferralPolicy
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    try:
+        data_root()
+    except DataError as e:
+        pytest.skip(f"shared data not found: {e}")
+    out = tmp_path_factory.mktemp("cal") / "yacht"
+    args = ["train", "--method", "mcbn", "--data", "yacht", "--epochs", "3", "--out", str(out),
+            "--option", "bank_size=8", "--no-eval"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_calibrate_stores_the_policy_fitted_on_validation(bundle):
+    weights = (bundle / "weights.safetensors").read_bytes()
+    args = ["calibrate", str(bundle), "--score", "std", "--coverage", "0.8", "--samples", "16"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "validation:" in result.output and "test:" in result.output
+    assert (bundle / "weights.safetensors").read_bytes() == weights
+    stored = json.loads((bundle / "config.json").read_text())["metadata"]["deferral"]
+    method = load(bundle)
+    policy = DeferralPolicy.from_metadata(method.metadata)
+    assert policy.to_dict() == stored
+    val, _ = bundle_splits(method)
+    refit = DeferralPolicy.fit(predictive(method, val, 16, 0), val.y, score="std",
+                               target_coverage=0.8)  # fmt: skip
+    assert refit.threshold == pytest.approx(policy.threshold)
+    assert policy.validation["coverage"] == pytest.approx(0.8, abs=1.5 / len(val.y))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "exactly one of --coverage and --error"),
+        (["--coverage", "0.9", "--error", "0.1"], "exactly one"),
+        (["--coverage", "0.9", "--score", "mi"], "score must be one of std, epistemic_variance"),
+        (["--coverage", "0.9", "--data", "fashion-mnist"], "only the bundle's own dataset"),
+    ],
+)
+def test_calibrate_rejects_bad_options(bundle, args, message):
+    result = runner.invoke(app, ["calibrate", str(bundle), *args])
+    assert result.exit_code == 2
+    assert message in " ".join(result.output.replace("│", " ").split())
+
+
+def test_calibrate_missing_bundle(tmp_path):
+    result = runner.invoke(app, ["calibrate", str(tmp_path / "nope"), "--coverage", "0.9"])
+    assert result.exit_code == 2 and "no bundle folder" in result.output
