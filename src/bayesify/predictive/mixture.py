@@ -55,27 +55,34 @@ def mixture_quantile(means: Tensor, std: Tensor, q: Tensor) -> Tensor:
     the smallest and largest component quantile ``means + std · Φ⁻¹(q)``. Iteration stops when
     every row's last step is below ``QUANTILE_RTOL`` times its initial bracket width (at most
     ``QUANTILE_MAX_ITER`` steps; bisection alone would need about 40 for that tolerance); a row
-    whose components all agree is answered exactly without iterating.
+    whose components all agree is answered exactly without iterating, and a row stops iterating
+    as soon as it has converged (the others go on).
     """
     m, s = _components(means, std)
     q = torch.as_tensor(q, dtype=torch.float64, device=m.device).reshape(-1, 1)  # [K, 1]
+    k, n = len(q), m.shape[1]
     comp = m[None] + s[None] * torch.special.ndtri(q)[:, :, None]  # [K, T, N]
-    lo, hi = comp.min(1).values, comp.max(1).values  # F(lo) ≤ q ≤ F(hi); [K, N]
-    tol = QUANTILE_RTOL * (hi - lo)
-    x = comp.mean(1)  # start at the mean of the component quantiles
+    lo, hi = comp.min(1).values.flatten(), comp.max(1).values.flatten()  # F(lo) ≤ q ≤ F(hi)
+    tol = QUANTILE_RTOL * (hi - lo)  # [K*N]
+    x = comp.mean(1).flatten()  # start at the mean of the component quantiles; [K*N]
+    qf = q.expand(k, n).flatten()
+    col = torch.arange(n, device=m.device).repeat(k)  # each (level, row) pair's data row
+    active = torch.arange(k * n, device=m.device)  # pairs still iterating
     for _ in range(QUANTILE_MAX_ITER):
-        cdf, pdf = _cdf_pdf(m, s, x)
-        below = cdf < q
-        lo = torch.where(below, x, lo)
-        hi = torch.where(below, hi, x)
-        newton = x - (cdf - q) / pdf
-        inside = torch.isfinite(newton) & (newton > lo) & (newton < hi)
-        nxt = torch.where(inside, newton, 0.5 * (lo + hi))
-        done = bool(((nxt - x).abs() <= tol).all())
-        x = nxt
-        if done:
+        if len(active) == 0:
             break
-    return x
+        c = col[active]
+        cdf, pdf = _cdf_pdf(m[:, c], s[:, c], x[active][None])  # [1, A] each
+        xa, qa = x[active], qf[active]
+        below = cdf[0] < qa
+        lo_a = torch.where(below, xa, lo[active])
+        hi_a = torch.where(below, hi[active], xa)
+        newton = xa - (cdf[0] - qa) / pdf[0]
+        inside = torch.isfinite(newton) & (newton > lo_a) & (newton < hi_a)
+        nxt = torch.where(inside, newton, 0.5 * (lo_a + hi_a))
+        lo[active], hi[active], x[active] = lo_a, hi_a, nxt
+        active = active[(nxt - xa).abs() > tol[active]]
+    return x.reshape(k, n)
 
 
 def mixture_sample(
