@@ -67,6 +67,17 @@ class V2Tensor(BaseModel):
     data: list[Any]
 
 
+class V2InputTensor(BaseModel):
+    """An input tensor: ``data`` (flat or nested, row-major), or with the binary tensor
+    extension ``parameters.binary_data_size`` bytes after the JSON header."""
+
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: dict[str, Any] | None = None
+    data: list[Any] | None = None
+
+
 class V2RequestedOutput(BaseModel):
     name: str
     parameters: dict[str, Any] | None = None
@@ -75,7 +86,7 @@ class V2RequestedOutput(BaseModel):
 class V2InferRequest(BaseModel):
     id: str | None = None
     parameters: dict[str, Any] | None = None
-    inputs: list[V2Tensor] = Field(min_length=1)
+    inputs: list[V2InputTensor] = Field(min_length=1)
     outputs: list[V2RequestedOutput] | None = None
 
 

@@ -97,6 +97,8 @@ def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.n
             raise InputError([*loc, "shape"], f"{t.shape} needs {size * dtype.itemsize} bytes "
                              f"of {t.datatype}, got {n_bytes}")  # fmt: skip
         arr = np.frombuffer(binary, dtype=dtype).astype(np.float64)
+    elif t.data is None:
+        raise InputError([*loc, "data"], "missing (and no binary_data_size parameter)")
     else:
         try:
             arr = np.asarray(t.data, dtype=np.float64).reshape(-1)
