@@ -113,7 +113,8 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         yield
         await batcher.stop()
 
-    errors = {401: {"model": ErrorResponse}, 413: {"model": ErrorResponse}}
+    errors = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
+              413: {"model": ErrorResponse}}  # fmt: skip
     app = FastAPI(title="bayesify prediction server", version="1", lifespan=lifespan,
                   description=__doc__, responses=errors)  # fmt: skip
     app.state.model, app.state.monitor, app.state.metrics = model, monitor, metrics

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 
 class PredictRequest(BaseModel):
@@ -33,7 +33,9 @@ class PredictResponse(BaseModel):
 class Outcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
     request_id: str = Field(min_length=1, max_length=200)
-    outcome: int | float | str = Field(description="True class (index or name) or value.")
+    outcome: StrictInt | StrictFloat | StrictStr = Field(
+        description="True class (index or name) or value."
+    )
 
 
 class FeedbackRequest(BaseModel):
@@ -114,3 +116,21 @@ class V2ModelMetadata(BaseModel):
     platform: str
     inputs: list[V2TensorMeta]
     outputs: list[V2TensorMeta]
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema with its ``$defs`` written in place (for ``openapi_extra``)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return walk(defs[ref.removeprefix("#/$defs/")])
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)

@@ -22,7 +22,13 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from bayesify.serve.model import InputError, ServedModel
-from bayesify.serve.schemas import V2Error, V2InferRequest, V2InferResponse, V2ModelMetadata
+from bayesify.serve.schemas import (
+    V2Error,
+    V2InferRequest,
+    V2InferResponse,
+    V2ModelMetadata,
+    inline_schema,
+)
 
 NUMERIC = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
            "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
@@ -162,7 +168,7 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
         response_model=V2InferResponse,
         responses=errors,
         openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": V2InferRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+            "schema": inline_schema(V2InferRequest)
         }}}},
     )  # fmt: skip
     async def infer(name: str, request: Request) -> Response:
