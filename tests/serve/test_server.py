@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from bayesify.predictor import Predictor
+from bayesify.serve.process import cli_path
 
 from .conftest import API_KEY, CLASSES, start_server, stop_server, toy_data
 
@@ -290,14 +291,7 @@ def test_adaptive_server_reports_samples_used(toy_bundle, tmp_path):
 
 
 def test_cli_rejects_bad_adaptive_options(toy_bundle, tmp_path):
-    out = subprocess.run([*_cli(), "serve", str(toy_bundle), "--adaptive-tol", "0.1",
+    out = subprocess.run([cli_path(), "serve", str(toy_bundle), "--adaptive-tol", "0.1",
                           "--adaptive-start", "8", "--adaptive-max", "24"],
                          capture_output=True, text=True, timeout=120)  # fmt: skip
     assert out.returncode == 2 and "power of two" in " ".join(out.stdout.split())
-
-
-def _cli() -> list[str]:
-    import sys
-    from pathlib import Path
-
-    return [str(Path(sys.executable).parent / "bayesify")]

@@ -23,6 +23,7 @@ from bayesify.bench.experiments import (
     toy_depth,
     uci_methods,
 )
+from bayesify.bench.experiments import serve as serve_bench
 from bayesify.bench.options import add_bench_command, check_choices
 from bayesify.bench.uci_report import DEMO_DATASETS
 from bayesify.cli import calibrate as _calibrate
@@ -272,6 +273,7 @@ for _options, _run in (
     (fashion_nodes.FashionNodesOptions, fashion_nodes.run),
     (fmnist_calibration.FMNISTCalibrationOptions, fmnist_calibration.run),
     (mcbn_collapse.MCBNCollapseOptions, mcbn_collapse.run),
+    (serve_bench.ServeBenchOptions, serve_bench.run),
     (speed.SpeedOptions, speed.run),
     (toy_depth.ToyDepthOptions, toy_depth.run),
     (uci_report.UCIOptions, uci_report.run),
