@@ -16,6 +16,7 @@ from rich.table import Table
 from bayesify.bench import uci_report
 from bayesify.bench.experiments import (
     bn_noise,
+    coverage,
     fashion_nodes,
     fmnist_calibration,
     mcbn_collapse,
@@ -270,6 +271,7 @@ app.command()(_serve.serve)
 # are the command's options) and run by the module's ``run(options)``.
 for _options, _run in (
     (bn_noise.BNNoiseOptions, bn_noise.run),
+    (coverage.CoverageOptions, coverage.run),
     (fashion_nodes.FashionNodesOptions, fashion_nodes.run),
     (fmnist_calibration.FMNISTCalibrationOptions, fmnist_calibration.run),
     (mcbn_collapse.MCBNCollapseOptions, mcbn_collapse.run),

@@ -1,0 +1,289 @@
+"""Split-conformal calibration of any method's predictive, fitted on validation data.
+
+Conformal prediction turns a score of how badly the predictive fits a point into intervals or
+sets with a finite-sample guarantee: if the calibration rows and a new row are exchangeable, the
+new target is covered with probability at least ``level`` (and at most ``level + 1/(n+1)`` when
+scores do not tie), whatever the method and however wrong its uncertainty is. It needs only a
+:class:`~bayesify.predictive.Predictive`, so it works for every method.
+
+* ``"normalized"`` (regression): score ``|y − μ| / σ`` with the predictive mean and total std;
+  the interval is ``μ ± q̂ σ``. The score is unchanged by an affine change of units, so one
+  calibration serves predictives in standardised and in original target units.
+* ``"aps"`` (classification, Romano et al. 2020): classes ranked by mean probability; the score
+  of the true class is the probability mass ranked above it (``randomized``: plus ``U ·`` its
+  own, ``U ~ U(0, 1)``); the set holds every class whose score is ≤ q̂. Non-randomized, that is
+  the smallest top set whose mass reaches q̂ (never empty, and all top-1 sets when the top-1
+  accuracy exceeds the level: then coverage is above the level by more than 1/(n+1));
+  randomized sets cover exactly but can be empty.
+* ``"raps"`` (Angelopoulos et al. 2021): APS plus ``lam · max(0, rank − k_reg)``, which keeps
+  sets small when many unlikely classes share the tail.
+
+q̂ for ``level`` is the ⌈(n+1)·level⌉-th smallest of the n calibration scores (infinite when
+that exceeds n: the whole line or every class). The sorted scores are stored, so any level can be
+asked later. For the guarantee the calibration rows must not have been used to train or to stop
+training.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bayesify.predictive import Predictive, Task
+
+FORMAT_VERSION = 1
+
+
+class ConformalMethod(StrEnum):
+    """Which conformity score is used (``auto``: normalized for regression, aps otherwise)."""
+
+    AUTO = "auto"
+    NORMALIZED = "normalized"
+    APS = "aps"
+    RAPS = "raps"
+
+
+_REGRESSION = (ConformalMethod.NORMALIZED,)
+_CLASSIFICATION = (ConformalMethod.APS, ConformalMethod.RAPS)
+
+
+def _check_level(level: float) -> float:
+    if isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level < 1:
+        raise ValueError(f"level must be a float strictly between 0 and 1, got {level!r}")
+    return float(level)
+
+
+def _labels(pred: Predictive, y: Tensor) -> Tensor:
+    y = pred._targets(y)
+    classes = pred.samples.shape[-1]
+    labels = y.long()
+    bad = (labels != y) | (labels < 0) | (labels >= classes)
+    if bad.any():
+        raise ValueError(
+            f"class labels must be whole numbers in 0..{classes - 1}, got {y[bad][:5].tolist()}"
+        )
+    return labels
+
+
+def _regression_parts(pred: Predictive) -> tuple[Tensor, Tensor]:
+    mean, std = pred.mean.to(torch.float64), pred.std.to(torch.float64)
+    if (std <= 0).any():
+        raise ValueError(
+            f"normalized conformal scores need a positive predictive std; {int((std <= 0).sum())}"
+            " row(s) have std 0 (fit the noise variance, or use more samples)"
+        )
+    return mean, std
+
+
+def class_scores(
+    probs: Tensor,
+    randomized: bool = False,
+    k_reg: int = 0,
+    lam: float = 0.0,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Every class's APS / RAPS score for class probabilities ``[N, C]``: ``[N, C]`` float64.
+
+    The probability mass of the classes ranked above it (ties: lower index first), plus
+    ``U ·`` its own probability when ``randomized`` (U ~ U(0, 1), one per row shared by its
+    classes), plus ``lam · max(0, rank − k_reg)`` with ranks from 1. The set ``{score ≤ q̂}``
+    of the non-randomized score is the smallest top set whose mass reaches q̂: never empty.
+    """
+    probs = probs.to(torch.float64)
+    ranked, order = probs.sort(dim=-1, descending=True, stable=True)  # [N, C]
+    score = torch.cat([torch.zeros_like(ranked[:, :1]), ranked.cumsum(-1)[:, :-1]], -1)
+    if randomized:
+        u = torch.rand((len(probs), 1), generator=generator, dtype=torch.float64)
+        score = score + u.to(probs.device) * ranked
+    rank = torch.arange(1, probs.shape[-1] + 1, device=probs.device, dtype=torch.float64)
+    score = score + lam * (rank - k_reg).clamp_min(0)
+    return torch.empty_like(score).scatter(-1, order, score)
+
+
+@dataclass(frozen=True, eq=False)  # scores are a tensor: compare fields, not objects
+class Conformal:
+    """A fitted conformal calibration: the score kind, its options and the sorted scores ``[n]``.
+
+    Build it with :meth:`fit` (or :meth:`from_dict`); ask :meth:`interval` (regression) or
+    :meth:`prediction_set` (classification) at any level.
+    """
+
+    method: ConformalMethod
+    scores: Tensor  # sorted calibration scores [n], float64
+    randomized: bool = False
+    k_reg: int = 0
+    lam: float = 0.0
+    samples: int | None = None  # MC samples T of the calibration predictive (for reference)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "method", ConformalMethod(self.method))
+        if self.method is ConformalMethod.AUTO:
+            raise ValueError("a fitted Conformal has a concrete method, not 'auto'")
+        scores = torch.as_tensor(self.scores, dtype=torch.float64).reshape(-1)
+        if len(scores) == 0 or not torch.isfinite(scores).all():
+            raise ValueError("conformal scores must be a non-empty list of finite numbers")
+        object.__setattr__(self, "scores", scores.sort().values)
+        if isinstance(self.k_reg, bool) or not isinstance(self.k_reg, int) or self.k_reg < 0:
+            raise ValueError(f"k_reg must be a non-negative int, got {self.k_reg!r}")
+        if not isinstance(self.lam, int | float) or not math.isfinite(self.lam) or self.lam < 0:
+            raise ValueError(f"lam must be a non-negative number, got {self.lam!r}")
+
+    # ------------------------------------------------------------------ fitting
+    @classmethod
+    def fit(
+        cls,
+        pred_val: Predictive,
+        y_val: Tensor,
+        *,
+        method: ConformalMethod | str = ConformalMethod.AUTO,
+        randomized: bool = False,
+        k_reg: int = 1,
+        lam: float = 0.01,
+        generator: torch.Generator | None = None,
+    ) -> Conformal:
+        """Calibrate on a validation predictive and its targets ``y_val [N]``.
+
+        ``randomized``, ``k_reg`` and ``lam`` concern classification (``k_reg``/``lam`` only
+        RAPS); ``generator`` draws the randomized scores' U.
+        """
+        try:
+            kind = ConformalMethod(method)
+        except ValueError:
+            valid = ", ".join(m.value for m in ConformalMethod)
+            raise ValueError(f"unknown conformal method {method!r}; valid: {valid}") from None
+        regression = pred_val.task is Task.REGRESSION
+        if kind is ConformalMethod.AUTO:
+            kind = ConformalMethod.NORMALIZED if regression else ConformalMethod.APS
+        allowed = _REGRESSION if regression else _CLASSIFICATION
+        if kind not in allowed:
+            valid = ", ".join(m.value for m in allowed)
+            raise ValueError(
+                f"conformal method {kind.value!r} does not fit a {pred_val.task.value} "
+                f"predictive; valid: auto, {valid}"
+            )
+        if kind is ConformalMethod.APS:
+            k_reg, lam = 0, 0.0
+        if regression:
+            mean, std = _regression_parts(pred_val)
+            y = pred_val._targets(y_val).to(torch.float64)
+            scores = (y - mean).abs() / std
+            return cls(kind, scores, samples=pred_val.num_samples)
+        labels = _labels(pred_val, y_val)
+        score = class_scores(pred_val.mean, randomized, k_reg, lam, generator)  # [N, C]
+        picked = score.gather(1, labels[:, None]).squeeze(1)
+        return cls(kind, picked, randomized, k_reg, float(lam), pred_val.num_samples)
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def n(self) -> int:
+        """Number of calibration rows."""
+        return len(self.scores)
+
+    def threshold(self, level: float) -> float:
+        """q̂: the ⌈(n+1)·level⌉-th smallest calibration score (``inf`` when that exceeds n)."""
+        level = _check_level(level)
+        k = math.ceil((self.n + 1) * level - 1e-9)
+        return math.inf if k > self.n else float(self.scores[k - 1])
+
+    def interval(self, pred: Predictive, level: float = 0.9) -> tuple[Tensor, Tensor]:
+        """Conformal interval ``μ ± q̂ σ`` at ``level``: ``(lower [N], upper [N])``."""
+        self._require(pred, _REGRESSION)
+        mean, std = _regression_parts(pred)
+        half = self.threshold(level) * std
+        dtype = pred.samples.dtype
+        return (mean - half).to(dtype), (mean + half).to(dtype)
+
+    def prediction_set(
+        self, pred: Predictive, level: float = 0.9, *, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """Conformal prediction set at ``level``: bool ``[N, C]`` (every class whose score is
+        ≤ q̂; ``generator`` draws U for randomized sets)."""
+        self._require(pred, _CLASSIFICATION)
+        tau = self.threshold(level)
+        score = class_scores(pred.mean, self.randomized, self.k_reg, self.lam, generator)
+        if math.isinf(tau):
+            return torch.ones_like(score, dtype=torch.bool)
+        return score <= tau
+
+    def _require(self, pred: Predictive, allowed: tuple[ConformalMethod, ...]) -> None:
+        if self.method not in allowed:
+            what = "interval" if allowed == _REGRESSION else "prediction_set"
+            raise ValueError(
+                f"{what} needs a conformal calibration for "
+                f"{'regression' if allowed == _REGRESSION else 'classification'}; "
+                f"this one is {self.method.value!r}"
+            )
+        expected = Task.REGRESSION if allowed == _REGRESSION else Task.CLASSIFICATION
+        if pred.task is not expected:
+            raise ValueError(f"a {self.method.value!r} calibration takes a {expected.value} "
+                             f"predictive, got {pred.task.value}")  # fmt: skip
+
+    # ------------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON: kind, options and the sorted scores as a list of floats."""
+        return {
+            "version": FORMAT_VERSION,
+            "method": self.method.value,
+            "randomized": self.randomized,
+            "k_reg": self.k_reg,
+            "lam": self.lam,
+            "samples": self.samples,
+            "scores": self.scores.tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Conformal:
+        """Rebuild what :meth:`to_dict` wrote; a missing or unknown field is a named error."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a conformal calibration is a dict, got {type(d).__name__}")
+        if d.get("version") != FORMAT_VERSION:
+            raise ValueError(
+                f"conformal calibration version {d.get('version')!r} is not supported "
+                f"(this bayesify reads version {FORMAT_VERSION})"
+            )
+        keys = {"version", "method", "randomized", "k_reg", "lam", "samples", "scores"}
+        missing, unknown = {"method", "scores"} - set(d), set(d) - keys
+        if missing or unknown:
+            raise ValueError(
+                f"conformal calibration fields: missing {sorted(missing)}, unknown "
+                f"{sorted(unknown)}; valid: {sorted(keys)}"
+            )
+        try:
+            method = ConformalMethod(d["method"])
+        except ValueError:
+            raise ValueError(f"unknown conformal method {d['method']!r}") from None
+        return cls(
+            method,
+            torch.tensor(d["scores"], dtype=torch.float64),
+            bool(d.get("randomized", False)),
+            d.get("k_reg", 0),
+            d.get("lam", 0.0),
+            d.get("samples"),
+        )
+
+
+METADATA_KEY = "conformal"
+
+
+def calibrate_conformal(
+    method: Any, val: tuple[Tensor, Tensor], /, *, samples: int = 50, seed: int = 0, **options: Any
+) -> Conformal:
+    """Fit a :class:`Conformal` on ``val = (x, y)`` with ``method.predict(x, samples, seed=)``
+    and store it in ``method.metadata["conformal"]`` (saved with the bundle); returns it.
+
+    ``options`` go to :meth:`Conformal.fit` (``method="aps"``, ``randomized=True``, ...).
+    Read it back from a loaded bundle with :meth:`Conformal.from_dict`.
+    """
+    if not isinstance(val, tuple | list) or len(val) != 2:
+        raise ValueError("val must be a pair (x, y) of validation inputs and targets")
+    x, y = val
+    pred = method.predict(x, samples, seed=seed)
+    generator = options.pop("generator", None) or torch.Generator().manual_seed(seed)
+    conf = Conformal.fit(pred, y, generator=generator, **options)
+    method.metadata[METADATA_KEY] = conf.to_dict()
+    return conf
