@@ -51,5 +51,5 @@ def test_noise_fit_maximises_validation_pll_against_a_grid():
 
     grid = np.exp(np.linspace(np.log(best) - 2, np.log(best) + 2, 81))
     assert pll(best) >= max(pll(v) for v in grid) - 1e-6
-    with pytest.raises(ValueError, match="unknown noise objective"):
+    with pytest.raises(ValueError, match="unknown objective 'mse'; valid: crps, pll"):
         fit_noise_variance(pred.samples, y, "mse")

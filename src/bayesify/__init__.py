@@ -7,44 +7,55 @@ their uncertainty is.
     pred.mean, pred.variance, pred.log_prob(y), pred.crps(y)
     lo, hi = pred.interval(0.9)               # exact mixture quantiles
     conf = bayesify.Conformal.fit(method.predict(x_cal), y_cal)   # finite-sample coverage
+    bayesify.Predictor.load("bundle/").predict(raw_rows).records()  # raw rows in, records out
+
+The public names below are imported on first use (PEP 562), so ``import bayesify`` and the
+command line's ``--help`` do not start PyTorch. To export a name, add it to ``_EXPORTS`` (name ->
+module), ``__all__`` and the ``TYPE_CHECKING`` block (for type checkers and editors).
 """
 
-from bayesify.methods import (
-    IBNN,
-    MCBN,
-    METHODS,
-    BayesByBackprop,
-    DeepEnsemble,
-    Deterministic,
-    MCBNConfig,
-    MCDropout,
-    Method,
-    MethodConfig,
-    StochasticNorm,
-    get_method,
-    load,
-    register_method,
-)
-from bayesify.nn import sampling, set_stochastic
-from bayesify.posthoc.conformal import Conformal, calibrate_conformal
-from bayesify.predictive import CRPSForm, Predictive, Task
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+#: public name -> the module it is defined in
+_EXPORTS: dict[str, str] = {
+    **dict.fromkeys(
+        ["IBNN", "MCBN", "METHODS", "BayesByBackprop", "DeepEnsemble", "Deterministic",
+         "MCBNConfig", "MCDropout", "Method", "MethodConfig", "StochasticNorm", "get_method",
+         "load", "register_method"],
+        "bayesify.methods",
+    ),
+    "sampling": "bayesify.nn",
+    "set_stochastic": "bayesify.nn",
+    "CRPSForm": "bayesify.predictive",
+    "Predictive": "bayesify.predictive",
+    "Task": "bayesify.predictive",
+    "Conformal": "bayesify.posthoc.conformal",
+    "calibrate_conformal": "bayesify.posthoc.conformal",
+    "Predictor": "bayesify.predictor",
+}  # fmt: skip
+
 __all__ = [
-    "CRPSForm",
-    "Conformal",
-    "Deterministic",
     "IBNN",
     "MCBN",
+    "METHODS",
+    "BayesByBackprop",
+    "CRPSForm",
+    "Conformal",
+    "DeepEnsemble",
+    "Deterministic",
     "MCBNConfig",
     "MCDropout",
-    "BayesByBackprop",
-    "DeepEnsemble",
-    "METHODS",
     "Method",
     "MethodConfig",
     "Predictive",
+    "Predictor",
+    "StochasticNorm",
     "Task",
     "calibrate_conformal",
     "get_method",
@@ -52,5 +63,42 @@ __all__ = [
     "register_method",
     "sampling",
     "set_stochastic",
-    "StochasticNorm",
 ]
+
+if TYPE_CHECKING:
+    from bayesify.methods import (
+        IBNN,
+        MCBN,
+        METHODS,
+        BayesByBackprop,
+        DeepEnsemble,
+        Deterministic,
+        MCBNConfig,
+        MCDropout,
+        Method,
+        MethodConfig,
+        StochasticNorm,
+        get_method,
+        load,
+        register_method,
+    )
+    from bayesify.nn import sampling, set_stochastic
+    from bayesify.posthoc.conformal import Conformal, calibrate_conformal
+    from bayesify.predictive import CRPSForm, Predictive, Task
+    from bayesify.predictor import Predictor
+
+
+def __getattr__(name: str) -> Any:
+    """A public name or a subpackage (``bayesify.metrics``), imported when first asked for."""
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif not name.startswith("__") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

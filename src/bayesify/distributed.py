@@ -30,7 +30,6 @@ import os
 import tempfile
 from dataclasses import asdict, dataclass
 from datetime import timedelta
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -44,17 +43,11 @@ from torch.utils.data.distributed import DistributedSampler
 from bayesify.io import read_bundle, write_bundle
 from bayesify.methods.base import Method
 from bayesify.nn import MCBatchNorm
+from bayesify.options import BatchNormMode, parse_option
 from bayesify.predictive import Task
 from bayesify.train import Data, History, as_dataset, make_optimizer, train_loop
 
 log = logging.getLogger(__name__)
-
-
-class BatchNormMode(StrEnum):
-    """Where batch norm takes its batch statistics from in data-parallel training."""
-
-    REPLICA = "replica"  # each replica's own mini-batch (default)
-    SYNC = "sync"  # SyncBatchNorm: the global batch
 
 
 @dataclass(frozen=True)
@@ -76,11 +69,8 @@ class DistributedSettings:
     progress: bool = False
 
     def __post_init__(self) -> None:
-        try:
-            object.__setattr__(self, "batch_norm", BatchNormMode(self.batch_norm))
-        except ValueError:
-            valid = ", ".join(m.value for m in BatchNormMode)
-            raise ValueError(f"unknown batch_norm {self.batch_norm!r}; valid: {valid}") from None
+        mode = parse_option(BatchNormMode, self.batch_norm, option="batch_norm")
+        object.__setattr__(self, "batch_norm", mode)
         if self.nproc < 1:
             raise ValueError(f"nproc must be >= 1, got {self.nproc}")
         if self.batch_size % self.nproc:

@@ -7,7 +7,6 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 import torch
 from torch import Tensor, nn
@@ -21,17 +20,13 @@ from torch.utils.data import (
 )
 from tqdm.auto import tqdm
 
+from bayesify.options import OptimizerName, parse_option
+
 log = logging.getLogger(__name__)
 
 Data = tuple[Tensor, Tensor] | Dataset | DataLoader
 # objective(x, y, progress) -> scalar loss, progress in [0, 1) through training (for annealing)
 Objective = Callable[[Tensor, Tensor, float], Tensor]
-
-
-class OptimizerName(StrEnum):
-    ADAM = "adam"
-    ADAMW = "adamw"
-    SGD = "sgd"
 
 
 @dataclass
@@ -109,11 +104,7 @@ def make_optimizer(
     groups: list[dict], name: OptimizerName | str, lr: float, momentum: float = 0.9
 ) -> torch.optim.Optimizer:
     """Adam, AdamW or SGD (with momentum) over parameter groups."""
-    try:
-        name = OptimizerName(name)
-    except ValueError:
-        valid = ", ".join(o.value for o in OptimizerName)
-        raise ValueError(f"unknown optimizer {name!r}; valid: {valid}") from None
+    name = parse_option(OptimizerName, name, option="optimizer")
     if name is OptimizerName.SGD:
         return torch.optim.SGD(groups, lr=lr, momentum=momentum)
     adam = torch.optim.AdamW if name is OptimizerName.ADAMW else torch.optim.Adam

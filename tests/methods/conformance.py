@@ -2,11 +2,35 @@
 
 from __future__ import annotations
 
+import copy
+from unittest import mock
+
 import pytest
 import torch
 
 import bayesify
+from bayesify.methods import Method
 from bayesify.predictive import Task
+
+#: per test class: (network handed to a method, its state_dict and train flags at that moment)
+CALLERS: dict[type, list[tuple[torch.nn.Module, dict, list[bool]]]] = {}
+
+
+def _spied_make(cls):
+    """``cls().make()`` while recording every network a method is asked to wrap (not inplace)."""
+    seen = []
+    real = Method.__init__
+
+    def spy(self, net, *args, inplace=False, **kwargs):
+        if not inplace and isinstance(net, torch.nn.Module):
+            state = copy.deepcopy(net.state_dict())
+            seen.append((net, state, [m.training for m in net.modules()]))
+        real(self, net, *args, inplace=inplace, **kwargs)
+
+    with mock.patch.object(Method, "__init__", spy):
+        case = cls().make()
+    CALLERS[cls] = seen
+    return case
 
 
 def rows_per_forward(method, run) -> list[int]:
@@ -44,17 +68,46 @@ class MethodConformance:
     @classmethod
     def case(cls):
         torch.manual_seed(0)
-        return cls().make()
+        return _spied_make(cls)
+
+    def test_callers_network_is_left_alone(self, case):
+        """Wrapping, fitting and predicting change neither the keys and values of the network
+        the caller handed in nor its train/eval flags (methods work on a copy)."""
+        method, x = case
+        method.predict(x, samples=2, seed=0)
+        callers = CALLERS[type(self)]
+        assert callers, "make() wrapped no network"
+        for net, state, modes in callers:
+            assert net is not method.net
+            after = net.state_dict()
+            assert list(after) == list(state)
+            for k, v in state.items():
+                torch.testing.assert_close(after[k], v, rtol=0, atol=0, msg=k)
+            assert [m.training for m in net.modules()] == modes
+
+    @pytest.mark.parametrize("training", [True, False])
+    def test_predict_and_sample_restore_the_mode(self, case, training):
+        method, x = case
+        method.net.train(training)
+        try:
+            method.predict(x, samples=2, seed=0)
+            assert all(m.training is training for m in method.net.modules())
+            method.sample(x, 2, seed=0)
+            assert all(m.training is training for m in method.net.modules())
+        finally:
+            method.net.eval()
 
     def test_shapes(self, case):
         method, x = case
         pred = method.predict(x, samples=self.samples, seed=0)
         assert isinstance(pred, bayesify.Predictive)
+        t = method.sample_count(self.samples)  # T, or more for a mixture's equal weights
+        assert self.samples <= t < 2 * self.samples and pred.num_samples == t
         if method.config.task is Task.REGRESSION:
-            assert pred.samples.shape == (self.samples, len(x))
+            assert pred.samples.shape == (t, len(x))
             assert pred.mean.shape == pred.variance.shape == (len(x),)
         else:
-            assert pred.samples.dim() == 3 and pred.samples.shape[:2] == (self.samples, len(x))
+            assert pred.samples.dim() == 3 and pred.samples.shape[:2] == (t, len(x))
             assert pred.mutual_information.shape == (len(x),)
 
     def test_same_generator_same_samples(self, case):
@@ -95,7 +148,7 @@ class MethodConformance:
         seen = rows_per_forward(
             method, lambda: out.setdefault("s", method.sample(x, t, seed=6, max_rows=max_rows))
         )
-        assert out["s"].shape == whole.shape and whole.shape[:2] == (t, 3)
+        assert out["s"].shape == whole.shape and whole.shape[:2] == (method.sample_count(t), 3)
         torch.testing.assert_close(out["s"], whole, rtol=1e-6, atol=1e-6)
         assert seen and max(seen) <= max_rows, f"a forward saw {max(seen)} rows"
 

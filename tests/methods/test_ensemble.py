@@ -23,17 +23,19 @@ class TestEnsemblePlain(MethodConformance):
 
 
 class TestEnsembleOfMCDropout(MethodConformance):
-    samples = 7  # M = 3 does not divide T: members 0 gets 3 samples, 1 and 2 get 2
+    samples = 7  # M = 3 does not divide T: 9 samples, 3 per member
 
     def make(self):
         net = mlp(5, hidden=(8, 8), norm="batch", dropout=0.2)
-        return _fit(bayesify.DeepEnsemble(net, members=3, method="mc-dropout"))
+        return _fit(bayesify.DeepEnsemble(net, members=3, method=bayesify.MCDropout))
 
 
 class TestEnsembleOfMCBN(MethodConformance):
     def make(self):
         net = mlp(5, hidden=(8,), norm="batch")
-        ens = bayesify.DeepEnsemble(net, members=2, method="mcbn", method_options={"bank_size": 4})
+        ens = bayesify.DeepEnsemble(
+            net, members=2, method=bayesify.MCBN, method_options={"bank_size": 4}
+        )
         return _fit(ens)
 
 
@@ -70,7 +72,7 @@ def test_members_differ_and_each_contributes_t_over_m_samples():
 def test_loop_fallback_gives_the_vmap_result():
     torch.manual_seed(0)
     net = mlp(5, hidden=(8, 8), norm="batch", dropout=0.2)
-    ens = bayesify.DeepEnsemble(net, members=3, method="mc-dropout")
+    ens = bayesify.DeepEnsemble(net, members=3, method=bayesify.MCDropout)
     x = torch.randn(20, 5)
     fast = ens.sample(x, 6, seed=3)
     assert ens._vmap_ok is True
@@ -96,5 +98,29 @@ def test_bundle_holds_prefixed_member_weights(tmp_path):
 def test_bad_options_are_clear():
     with pytest.raises(ValueError, match="members"):
         bayesify.DeepEnsemble(mlp(2), members=0)
-    with pytest.raises(ValueError, match="unknown method"):
-        bayesify.DeepEnsemble(mlp(2), method="nope")
+    with pytest.raises(ValueError, match="takes the member method's class.*get_method"):
+        bayesify.DeepEnsemble(mlp(2), method="mc-dropout")
+    with pytest.raises(ValueError, match="ensemble of ensembles"):
+        bayesify.DeepEnsemble(mlp(2), method=bayesify.DeepEnsemble)
+
+
+@pytest.mark.parametrize("t", [4, 2, 3])
+def test_predictive_mean_is_the_average_of_the_members_means(t):
+    """M = 3 members weigh the same whatever T: T is rounded up to a multiple of M."""
+    ens, x = TestEnsemblePlain().make()
+    pred = ens.predict(x, samples=t, seed=0)
+    assert pred.num_samples == 3 * -(-t // 3)
+    with torch.no_grad():
+        means = torch.stack([mm.net.eval()(x).squeeze(-1) for mm in ens.member_methods])
+    torch.testing.assert_close(pred.mean, means.mean(0), rtol=1e-6, atol=1e-6)
+
+
+def test_mc_dropout_members_give_equal_sample_counts():
+    net = mlp(5, hidden=(8,), norm=None, dropout=0.2)
+    ens = bayesify.DeepEnsemble(net, members=3, method=bayesify.MCDropout)
+    x = torch.randn(4, 5)
+    out = ens.sample(x, 4, seed=0)  # 6 samples: k-major, sample k*3 + m is member m's
+    assert out.shape[0] == 6
+    for m, member in enumerate(ens.member_methods):
+        own = member.sample(x, 2, seed=0)
+        torch.testing.assert_close(out[m::3], own)

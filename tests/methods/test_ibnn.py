@@ -97,3 +97,19 @@ def test_bad_config_names_the_option():
         bayesify.IBNN(mlp(3, norm=None), components=0)
     with pytest.raises(ValueError, match="kl_anneal"):
         bayesify.IBNN(mlp(3, norm=None), kl_anneal=2.0)
+
+
+@pytest.mark.parametrize("t", [4, 5, 2])
+def test_components_weigh_the_same_whatever_t(t):
+    """K = 3 near-deterministic components (σ ≈ 0): the predictive mean is the average of the
+    K component outputs (T = K samples, one group each) for any T."""
+    method = bayesify.IBNN(
+        mlp(4, hidden=(8,), norm=None), components=3, sigma_init=1e-7, mu_init_std=0.5
+    )
+    x = torch.randn(6, 4)
+    per_component = method.sample(x, 3, seed=0).squeeze(-1)  # [K, N]: group k = component k
+    assert (per_component[0] - per_component[1]).abs().max() > 1e-3
+    method.noise_variance = 0.1
+    pred = method.predict(x, samples=t, seed=1)
+    assert pred.num_samples == 3 * -(-t // 3)
+    torch.testing.assert_close(pred.mean, per_component.mean(0), rtol=1e-5, atol=1e-5)

@@ -158,9 +158,9 @@ def test_without_batchnorm_is_a_clear_error():
 
 def test_user_network_with_momentum_none_trains_like_torch():
     torch.manual_seed(0)
-    ours = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, momentum=None))
-    theirs = copy.deepcopy(ours)
-    bayesify.MCBN(ours)
+    theirs = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4, momentum=None))
+    ours = bayesify.MCBN(theirs).net  # a copy with MCBatchNorm in place of BatchNorm1d
+    assert isinstance(ours[1], MCBatchNorm)
     xs = [torch.randn(8, 3) for _ in range(3)]
     for xb in xs:
         ours.train()(xb)

@@ -181,6 +181,20 @@ def test_tune_bank_model_refills_the_bank():
     assert method.bank_batch_size == round(max(scores, key=scores.get))
 
 
+def test_tune_batch_size_of_the_bank_model_takes_train():
+    x, y = regression_data(300)
+    method = bayesify.MCBN(mlp(5, hidden=(8,)), bank_size=8)
+    method.fit((x[:200], y[:200]), val=(x[200:], y[200:]), epochs=1, batch_size=16, progress=False)
+    with pytest.raises(ValueError, match=r"needs the training data \(train=...\)"):
+        method.tune_batch_size((x[200:], y[200:]), grid=[4, 16])
+    scores = method.tune_batch_size(
+        (x[200:], y[200:]), grid=[4, 16], train=(x[:200], y[:200]), samples=8
+    )
+    best = max(scores, key=scores.get)
+    assert set(scores) == {4.0, 16.0} and method.bank_batch_size == round(best)
+    assert method.bank_size == 8
+
+
 def test_unknown_statistics_is_a_clear_error():
     with pytest.raises(ValueError, match="statistics"):
         bayesify.MCBN(mlp(3), statistics="magic")

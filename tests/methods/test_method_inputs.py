@@ -57,3 +57,159 @@ def test_unknown_task_lists_the_choices():
         bayesify.MCBN(mlp(3), task="clasification")
     with pytest.raises(ValueError, match="unknown noise_objective .nll.; valid: crps, pll"):
         bayesify.MCBN(mlp(3), noise_objective="nll")
+
+
+# ---------------------------------------------------------------- inputs accepted the same way
+def _reg_data(n: int = 96):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, 3, generator=g)
+    return x, x[:, 0] + 0.1 * torch.randn(n, generator=g)
+
+
+NET = mlp(3, hidden=(8,), norm=None, dropout=0.1)  # every method wraps a copy of it
+
+
+def _dropout_fit(x, y, xv, yv) -> bayesify.MCDropout:
+    m = bayesify.MCDropout(NET)
+    return m.fit((x, y), val=(xv, yv), epochs=2, batch_size=16, progress=False)
+
+
+def test_column_targets_n_by_1_give_the_same_fit_as_flat_ones():
+    x, y = _reg_data()
+    flat = _dropout_fit(x[:64], y[:64], x[64:], y[64:])
+    col = _dropout_fit(x[:64], y[:64, None], x[64:], y[64:, None])
+    assert col.noise_variance == flat.noise_variance
+    torch.testing.assert_close(col.sample(x[:5], 4, seed=0), flat.sample(x[:5], 4, seed=0))
+    assert col.fit_noise((x[64:], y[64:, None])) == flat.fit_noise((x[64:], y[64:]))
+    pred = flat.predict(x[64:], samples=4, seed=0)
+    torch.testing.assert_close(pred.log_prob(y[64:, None]), pred.log_prob(y[64:]))
+    torch.testing.assert_close(pred.crps(y[64:, None]), pred.crps(y[64:]))
+
+
+def test_several_targets_per_row_are_refused_by_name():
+    x, y = _reg_data()
+    method = bayesify.MCDropout(mlp(3, dropout=0.1))
+    with pytest.raises(
+        ValueError, match=r"one target \(y of shape \[N\] or \[N, 1\]\), got rows of shape \[2\]"
+    ):
+        method.fit((x, torch.stack([y, y], 1)), epochs=1, progress=False)
+    with pytest.raises(ValueError, match=r"regression targets must have shape \[N\] or \[N, 1\]"):
+        method.fit_noise((x, torch.stack([y, y], 1)))
+
+
+CLASSIFIER = mlp(3, 3, hidden=(8,), norm=None, dropout=0.1)
+
+
+def _classifier() -> bayesify.MCDropout:
+    return bayesify.MCDropout(CLASSIFIER, task="classification")
+
+
+def test_class_labels_n_by_1_train_like_flat_labels():
+    x, _ = _reg_data()
+    labels = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()  # 0..2
+    a = _classifier().fit((x, labels), val=(x, labels), epochs=1, batch_size=16, progress=False)
+    b = _classifier().fit(
+        (x, labels[:, None]), val=(x, labels[:, None]), epochs=1, batch_size=16, progress=False
+    )
+    torch.testing.assert_close(a.sample(x[:4], 3, seed=0), b.sample(x[:4], 3, seed=0))
+
+
+@pytest.mark.parametrize(
+    ("labels", "message"),
+    [
+        (torch.full((96,), 0.5), r"class labels must be whole numbers, got \[0.5"),
+        (
+            torch.full((96,), 7),
+            r"class labels must be in 0..2 \(the network has 3 outputs\), got \[7",
+        ),
+        (torch.full((96,), -1), r"class labels must be in 0..2 .*got \[-1"),
+    ],
+)
+def test_bad_class_labels_get_a_named_error(labels, message):
+    x, _ = _reg_data()
+    with pytest.raises(ValueError, match=message):
+        _classifier().fit((x, labels), epochs=1, batch_size=16, progress=False)
+
+
+@pytest.mark.parametrize(
+    ("samples", "message"),
+    [(True, r"got True \(a bool\)"), (2.0, "got 2.0"), (0, "got 0"), ("4", "got '4'")],
+)
+def test_samples_must_be_a_positive_int(samples, message):
+    method = _fitted(val=True)
+    with pytest.raises(ValueError, match="samples must be a positive integer, " + message):
+        method.predict(torch.randn(3, 3), samples=samples)
+    with pytest.raises(ValueError, match="samples must be a positive integer"):
+        method.sample(torch.randn(3, 3), samples)
+
+
+def test_numpy_integer_samples_are_fine():
+    method = _fitted(val=True)
+    assert method.predict(torch.randn(3, 3), samples=np.int64(4), seed=0).num_samples == 4
+
+
+def test_predict_reads_the_inputs_of_a_dataset_or_dataloader_in_order():
+    from torch.utils.data import DataLoader, Dataset, TensorDataset
+
+    method = _fitted(val=True)
+    x, y = _reg_data(20)
+    want = method.predict(x, samples=4, seed=0).samples
+
+    class Rows(Dataset):  # a map-style dataset of (x, y) pairs
+        def __len__(self):
+            return len(x)
+
+        def __getitem__(self, i):
+            return x[i], y[i]
+
+    for data in (
+        TensorDataset(x, y),
+        Rows(),
+        DataLoader(TensorDataset(x, y), batch_size=7, shuffle=True),
+        DataLoader(Rows(), batch_size=5),
+        TensorDataset(x),
+    ):
+        got = method.predict(data, samples=4, seed=0).samples
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_from_pretrained_takes_a_dataset():
+    from torch.utils.data import TensorDataset
+
+    x, y = _reg_data()
+    net = mlp(3)
+    a = bayesify.MCBN.from_pretrained(net, TensorDataset(x, y), batch_size=16, bank_size=3)
+    b = bayesify.MCBN.from_pretrained(net, (x, y), batch_size=16, bank_size=3)
+    torch.testing.assert_close(a.layers[0].bank_mean, b.layers[0].bank_mean)
+
+
+def test_to_device_returns_the_method_and_names_a_missing_cuda(tmp_path):
+    method = _fitted(val=True)
+    assert method.to("cpu") is method and method.device.type == "cpu"
+    with pytest.raises(ValueError, match="unknown device 'gpu'"):
+        method.to("gpu")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the missing-CUDA error cannot be shown")
+    message = r"device 'cuda' asked for, but this PyTorch build sees no CUDA device"
+    with pytest.raises(ValueError, match=message):
+        method.to("cuda")
+    x, y = _reg_data()
+    with pytest.raises(ValueError, match=message):
+        bayesify.MCDropout(mlp(3, dropout=0.1)).fit((x, y), epochs=1, device="cuda")
+    path = method.save(tmp_path / "b")
+    with pytest.raises(ValueError, match=message):
+        bayesify.load(path, device="cuda")
+
+
+def test_save_refuses_to_overwrite_a_bundle_unless_asked(tmp_path):
+    method = _fitted(val=True)
+    path = method.save(tmp_path / "b")
+    before = (path / "weights.safetensors").read_bytes()
+    method.noise_variance = 0.5
+    with pytest.raises(FileExistsError, match="already exists.*overwrite=True"):
+        method.save(path)
+    assert (path / "weights.safetensors").read_bytes() == before
+    method.save(path, overwrite=True)
+    assert bayesify.load(path).noise_variance == 0.5
+    (tmp_path / "empty").mkdir()
+    method.save(tmp_path / "empty")  # an empty folder is no bundle to lose

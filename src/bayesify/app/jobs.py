@@ -19,9 +19,10 @@ from bayesify.data import (
     load_uci,
 )
 from bayesify.data.preprocessing import Preprocessing
-from bayesify.methods import Method, get_method
+from bayesify.methods import Method, get_method, resolve_method_names
 from bayesify.models import lenet, mlp, resnet
 from bayesify.predictive import Task
+from bayesify.seeding import seeded
 
 IMAGE_DATASETS = ("fashion-mnist",)
 REGRESSION_KEYS = ["rmse", "pll", "crps", "pll_norm", "crps_norm"]
@@ -127,18 +128,19 @@ def build_training(
     0); ``limit``: train on only this many training rows (seeded draw), for quick runs.
     """
     cls = get_method(method)
+    options = resolve_method_names(cls.Config, options or {})  # e.g. an ensemble's member
     _check_data(data)
     if dropout is None:
         dropout = MC_DROPOUT_RATE if cls.name == "mc-dropout" else 0.0
-    torch.manual_seed(seed)
     meta: dict[str, Any] = {"data": data}
     if data in UCI_DATASETS:
         if model not in ("", "mlp"):
             raise ValueError(f"UCI datasets use model 'mlp', got {model!r}")
         sizes = hidden_sizes(hidden)
         s = load_uci(data, split, protocol=protocol)
-        net = mlp(s.n_features, 1, sizes, norm=norm, dropout=dropout)
-        meth = cls(net, task="regression", **(options or {}))
+        with seeded(seed):  # the network's initial weights
+            net = mlp(s.n_features, 1, sizes, norm=norm, dropout=dropout)
+            meth = cls(net, task="regression", **(options or {}))
         train = (s.x_train, s.y_train)
         if limit is not None:
             train = _subset_rows(*train, limit, seed)
@@ -149,13 +151,11 @@ def build_training(
         return Job(meth, (s.x_test, s.y_test), train, (s.x_val, s.y_val),
                    s.scaler.y_mean, s.scaler.y_std, meta, prep)  # fmt: skip
     model = model or "lenet"
-    if model == "lenet":
-        net = lenet(norm=norm, dropout=dropout)
-    elif model == "resnet":
-        net = resnet()
-    else:
+    if model not in ("lenet", "resnet"):
         raise ValueError(f"image models are 'lenet' or 'resnet', got {model!r}")
-    meth = cls(net, task="classification", **(options or {}))
+    with seeded(seed):  # the network's initial weights
+        net = lenet(norm=norm, dropout=dropout) if model == "lenet" else resnet()
+        meth = cls(net, task="classification", **(options or {}))
     train_set = load_fashion_mnist("train")
     if limit is not None:
         train_set = train_set.subset(limit, seed=seed)

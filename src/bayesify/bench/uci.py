@@ -5,13 +5,12 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
-import torch
-
 from bayesify.bench.scores import NoiseFit, regression_scores
 from bayesify.data import RegressionSplit, load_uci
 from bayesify.methods import MCBN
 from bayesify.models import teye_regression_net
 from bayesify.predictive import Predictive
+from bayesify.seeding import seeded
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +43,9 @@ class UCIRun:
 
 def _train(data: RegressionSplit, settings: UCISettings, batch_size: int, seed: int) -> MCBN:
     hidden = 100 if data.name.startswith("protein") else 50
-    torch.manual_seed(seed)
-    net = teye_regression_net(data.n_features, hidden=hidden)
-    method = MCBN(net, bank_size=settings.bank_size, noise_objective=settings.noise_objective)
+    with seeded(seed):
+        net = teye_regression_net(data.n_features, hidden=hidden)
+        method = MCBN(net, bank_size=settings.bank_size, noise_objective=settings.noise_objective)
     return method.fit(
         (data.x_train, data.y_train),
         val=(data.x_val, data.y_val),

@@ -7,7 +7,6 @@ figures and a results store.
 from __future__ import annotations
 
 import logging
-import platform
 import shlex
 import sys
 from collections.abc import Callable, Sequence
@@ -18,6 +17,7 @@ from typing import ClassVar
 import torch
 from tqdm.auto import tqdm
 
+from bayesify.bench.machine import machine_description
 from bayesify.bench.options import check_choices, option
 from bayesify.bench.store import ResultsStore
 from bayesify.bench.summary import markdown_table, summarise
@@ -82,10 +82,7 @@ def run(opts: UCIOptions) -> str:
 
 def machine() -> str:
     """One line naming the machine a benchmark ran on."""
-    return (
-        f"{platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} torch "
-        f"thread(s), Python {platform.python_version()}, torch {torch.__version__}"
-    )
+    return machine_description("cpu")
 
 
 def run_uci_benchmark(

@@ -77,12 +77,14 @@ class Preprocessing:
         if self.features is not None:
             unknown = set(self.categories) - set(self.features)
             if unknown:
-                raise ValueError(f"preprocessing: categorical columns {sorted(unknown)} not in "
-                                 "features")  # fmt: skip
+                raise ValueError(
+                    f"preprocessing: categorical columns {sorted(unknown)} not in features"
+                )
             width = len(self.encoded_names)
             if isinstance(self.x_mean, list) and len(self.x_mean) != width:
-                raise ValueError(f"preprocessing: {len(self.x_mean)} scaling values for "
-                                 f"{width} encoded columns")  # fmt: skip
+                raise ValueError(
+                    f"preprocessing: {len(self.x_mean)} scaling values for {width} encoded columns"
+                )
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
@@ -103,8 +105,9 @@ class Preprocessing:
         known = set(cls.__dataclass_fields__)
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"unknown preprocessing field(s) {sorted(unknown)}; "
-                             f"valid: {sorted(known)}")  # fmt: skip
+            raise ValueError(
+                f"unknown preprocessing field(s) {sorted(unknown)}; valid: {sorted(known)}"
+            )
         return cls(**d)
 
     # ------------------------------------------------------------------ columns
@@ -158,8 +161,11 @@ class Preprocessing:
                 if unknown.any():
                     for i in np.flatnonzero(unknown):
                         v = col.iloc[int(i)]
-                        why = (f"column {f!r}: missing value" if pd.isna(v) else
-                               f"column {f!r}: unknown category {v!r} (known: {cats})")  # fmt: skip
+                        why = (
+                            f"column {f!r}: missing value"
+                            if pd.isna(v)
+                            else f"column {f!r}: unknown category {v!r} (known: {cats})"
+                        )
                         bad.setdefault(first_row + int(i), why)
                 onehot = np.zeros((n, len(cats)), dtype=np.float64)
                 ok = np.flatnonzero(~unknown)
@@ -185,8 +191,10 @@ class Preprocessing:
             if arr.shape[1:] != shape and arr.ndim == 2 and arr.shape[1] == math.prod(shape):
                 arr = arr.reshape(len(arr), *shape)  # flat image rows from a table
             if arr.shape[1:] != shape:
-                raise DataError(f"inputs must have shape [N, {', '.join(map(str, shape))}], "
-                                f"got {list(arr.shape)}")  # fmt: skip
+                raise DataError(
+                    f"inputs must have shape [N, {', '.join(map(str, shape))}], "
+                    f"got {list(arr.shape)}"
+                )
         bad: RowErrors = {}
         if arr.ndim >= 1 and len(arr):
             nonfinite = ~np.isfinite(arr.reshape(len(arr), -1)).all(axis=1)
@@ -212,11 +220,14 @@ class Preprocessing:
         width = len(self.features)
         for i, r in enumerate(rows):
             if isinstance(r, dict) or not isinstance(r, Sequence) or isinstance(r, str):
-                raise DataError(f"row {i}: expected a list of {width} values or a dict of "
-                                f"features, got {type(r).__name__}")  # fmt: skip
+                raise DataError(
+                    f"row {i}: expected a list of {width} values or a dict of "
+                    f"features, got {type(r).__name__}"
+                )
             if len(r) != width:
-                raise DataError(f"row {i} has {len(r)} values; the model reads {width} "
-                                f"features {self.features}")  # fmt: skip
+                raise DataError(
+                    f"row {i} has {len(r)} values; the model reads {width} features {self.features}"
+                )
         return pd.DataFrame(rows, columns=self.features)
 
     def scale(self, x: Tensor) -> Tensor:

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import torch
+
+from bayesify.options import SplitProtocol, parse_option
 
 from .errors import DataError
 from .paths import resolve_root
@@ -56,19 +57,8 @@ TEYE_N_SPLITS = 5
 TEYE_TEST_FRACTION = 0.2
 
 
-class SplitProtocol(StrEnum):
-    """Which train/test splits ``load_uci`` uses."""
-
-    GAL = "gal"
-    TEYE = "teye"
-
-
 def _parse_protocol(protocol: str | SplitProtocol) -> SplitProtocol:
-    try:
-        return SplitProtocol(protocol)
-    except ValueError:
-        valid = ", ".join(repr(p.value) for p in SplitProtocol)
-        raise DataError(f"unknown UCI split protocol {protocol!r}; valid: {valid}") from None
+    return parse_option(SplitProtocol, protocol, option="UCI split protocol", error=DataError)
 
 
 def _check_name(name: str) -> None:

@@ -1,14 +1,21 @@
 """Posterior approximations behind one interface; registry by name."""
 
-from bayesify.methods.base import DEFAULT_MAX_ROWS, Method, MethodConfig, resolve_max_rows
+from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
 from bayesify.methods.ibnn import IBNN, IBNNConfig
 from bayesify.methods.mc_dropout import MCDropout, MCDropoutConfig
 from bayesify.methods.mcbn import MCBN, MCBNConfig
-from bayesify.methods.registry import METHODS, get_method, load, register_method
+from bayesify.methods.registry import (
+    METHODS,
+    get_method,
+    load,
+    register_method,
+    resolve_method_names,
+)
 from bayesify.methods.stochastic_norm import StochasticNorm, StochasticNormConfig
+from bayesify.nn.folding import DEFAULT_MAX_ROWS, resolve_max_rows
 
 __all__ = [
     "DEFAULT_MAX_ROWS",
@@ -31,6 +38,7 @@ __all__ = [
     "load",
     "register_method",
     "resolve_max_rows",
+    "resolve_method_names",
     "StochasticNorm",
     "StochasticNormConfig",
 ]

@@ -3,19 +3,21 @@
 A method wraps a network, owns its training objective, and predicts with T Monte Carlo samples in
 one vectorised pass over ``T*N`` rows. It returns a :class:`~bayesify.predictive.Predictive`.
 
-Memory is bounded by ``max_rows`` rows per forward: while T <= ``max_rows`` the N rows are split
-into chunks of ``max_rows // T``; beyond that the T groups are split too, into ranges of
-``max_rows`` groups run alone (``select_groups``) over one data row at a time. Every stochastic
-layer draws per (group, data row), so the chunked samples equal the one-pass samples.
+Memory is bounded by ``max_rows`` rows per forward; the folding and chunking are
+:mod:`bayesify.nn.folding`'s. Around the class: :mod:`~bayesify.methods.config` (the options
+every method has), :mod:`~bayesify.methods.inputs` (what inputs, targets, sample counts and
+devices are accepted), :mod:`~bayesify.methods.pretrained` (``from_pretrained``) and
+:mod:`~bayesify.methods.bundle` (``save``).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -25,16 +27,36 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from bayesify.data.preprocessing import Preprocessing
-from bayesify.io import write_bundle
+from bayesify.methods.bundle import save_bundle
+from bayesify.methods.config import MethodConfig
+from bayesify.methods.inputs import (
+    check_device,
+    check_inputs,
+    check_row_target,
+    check_samples,
+    class_labels,
+    data_tensors,
+    regression_targets,
+    seeded_generator,
+)
+from bayesify.methods.pretrained import FromPretrained
 from bayesify.metrics import fit_constant_std
 from bayesify.models.architecture import architecture_spec, net_class_name
-from bayesify.nn import repeat_samples, sampling, select_groups
-from bayesify.posthoc.noise import NoiseObjective, fit_noise_variance
-from bayesify.predictive import Predictive, Task
+from bayesify.nn import (
+    DEFAULT_MAX_ROWS,
+    MaxRows,
+    chunk_plan,
+    forward_in_chunks,
+    resolve_max_rows,
+    sampling,
+    select_groups,
+)
+from bayesify.options import Task
+from bayesify.posthoc.noise import fit_noise_variance
+from bayesify.predictive import Predictive
 from bayesify.train import (
     Data,
     History,
-    as_dataset,
     as_loader,
     loader_batch_size,
     make_optimizer,
@@ -43,135 +65,52 @@ from bayesify.train import (
 
 log = logging.getLogger(__name__)
 
-MaxRows = int | Literal["auto"] | None
-DEFAULT_MAX_ROWS: MaxRows = "auto"
-#: ``max_rows="auto"``: input numbers per forward on CPU, and the bounds on rows per forward
-AUTO_CPU_INPUT_NUMBERS, AUTO_CPU_ROWS, AUTO_CUDA_ROWS = 2**17, (64, 1024), 8192
+
+@contextmanager
+def kept_modes(module: nn.Module) -> Iterator[None]:
+    """Restore every submodule's train/eval flag on leaving the block."""
+    modes = [(m, m.training) for m in module.modules()]
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
 
 
-def resolve_max_rows(max_rows: MaxRows, x: Tensor) -> int | None:
-    """Rows per forward pass for inputs ``x [N, ...]``: an int as given (None or 0: no limit).
+class Method(FromPretrained):
+    """Base class: a network plus the randomness used to sample its predictive distribution.
 
-    ``"auto"``: on CUDA 8192 rows; elsewhere about 2**17 input numbers per forward, between 64
-    and 1024 rows (a LeNet image: 167 rows; a UCI row: 1024). Measured on CPU, larger forwards
-    run out of cache and cost more per row than they save in calls (benchmarks/speed.md).
+    The method works on a deep copy of ``net`` (``method.net``): wrapping, fitting and
+    predicting never change the network, the tensors or the train/eval mode the caller handed
+    in. ``inplace=True`` wraps ``net`` itself instead (no copy, for networks too large to copy):
+    its layers are then swapped in place and fitting trains it.
     """
-    if max_rows != "auto":
-        if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 0):
-            raise ValueError(f'max_rows must be a positive int, None or "auto", got {max_rows!r}')
-        return max_rows or None
-    if x.device.type == "cuda":
-        return AUTO_CUDA_ROWS
-    lo, hi = AUTO_CPU_ROWS
-    return min(hi, max(lo, AUTO_CPU_INPUT_NUMBERS // max(1, x[0].numel() if len(x) else 1)))
-
-
-def chunk_plan(
-    k: int, n: int, max_rows: int | None, factor: int = 1
-) -> tuple[list[tuple[int, int]], int]:
-    """Group ranges and data rows per forward for ``k`` sample groups over ``n`` rows, so that
-    ``factor * groups * rows <= max_rows`` (``factor``: networks run together per row, e.g. an
-    ensemble's members under vmap). Up to ``max_rows`` groups the N rows are chunked; beyond,
-    the groups are split into ranges run over one data row at a time."""
-    if not max_rows:
-        return [(0, k)], max(1, n)
-    if k * factor <= max_rows:
-        return [(0, k)], max(1, max_rows // (k * factor))
-    width = max(1, max_rows // factor)
-    return [(a, min(a + width, k)) for a in range(0, k, width)], 1
-
-
-def forward_in_chunks(
-    net: nn.Module,
-    x: Tensor,
-    ranges: list[tuple[int, int]],
-    per_chunk: int,
-    forward: Callable[[Tensor], Tensor],
-    group_dim: int,
-) -> Tensor:
-    """``forward`` over every group range (``select_groups`` on ``net`` when there are several)
-    and row chunk of ``x``, inside an open sampling block; outputs joined along the group axis
-    ``group_dim`` (0: ``[K, N, ...]``; 1: stacked members ``[M, K, N, ...]``)."""
-    parts = []
-    for a, b in ranges:
-        if len(ranges) > 1:
-            select_groups(net, a, b)
-        chunks = []
-        for chunk in x.split(per_chunk):
-            out = forward(repeat_samples(chunk, b - a))  # [(M,) G*n, ...]
-            lead = out.shape[:group_dim]
-            chunks.append(out.reshape(*lead, b - a, len(chunk), *out.shape[group_dim + 1 :]))
-        parts.append(torch.cat(chunks, dim=group_dim + 1))
-    return torch.cat(parts, dim=group_dim)
-
-
-@dataclass(frozen=True)
-class MethodConfig:
-    """Options every method has. Subclasses add their own fields."""
-
-    task: Task = Task.REGRESSION
-    # what τ is fitted for on validation data (regression). PLL is the safe default: a τ fitted
-    # for CRPS can shrink to ~0 when the epistemic spread alone scores well, and the mixture PLL
-    # of near-delta samples is then meaningless. Teye et al. fit τ for CRPS.
-    noise_objective: NoiseObjective = NoiseObjective.PLL
-    noise_samples: int = 50  # MC samples used when fitting τ on validation data
-
-    def __post_init__(self) -> None:
-        for name, kind in (("task", Task), ("noise_objective", NoiseObjective)):
-            value = getattr(self, name)
-            try:
-                object.__setattr__(self, name, kind(value))
-            except ValueError:
-                valid = ", ".join(k.value for k in kind)
-                raise ValueError(f"unknown {name} {value!r}; valid: {valid}") from None
-
-    def _require(self, names: tuple[str, ...], ok: Callable[[Any], bool], what: str) -> None:
-        """Raise ``ValueError("<name> must be <what>, got <value>")`` for the first bad field."""
-        for name in names:
-            if not ok(getattr(self, name)):
-                raise ValueError(f"{name} must be {what}, got {getattr(self, name)}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(self).items()}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> MethodConfig:
-        names = {f.name for f in fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(
-                f"unknown {cls.__name__} option(s) {sorted(unknown)}; valid: {sorted(names)}"
-            )
-        return cls(**d)
-
-
-def _seeded_generator(
-    generator: torch.Generator | None, seed: int | None
-) -> torch.Generator | None:
-    if seed is not None:
-        if generator is not None:
-            raise ValueError("give either generator or seed, not both")
-        return torch.Generator().manual_seed(seed)
-    return generator
-
-
-class Method:
-    """Base class: a network plus the randomness used to sample its predictive distribution."""
 
     name: ClassVar[str] = "method"
     Config: ClassVar[type[MethodConfig]] = MethodConfig
 
-    def __init__(self, net: nn.Module, config: MethodConfig | None = None, **options: Any):
+    def __init__(
+        self,
+        net: nn.Module,
+        config: MethodConfig | None = None,
+        *,
+        inplace: bool = False,
+        **options: Any,
+    ):
         if not isinstance(net, nn.Module):
             raise TypeError(
                 f"{type(self).__name__} wraps a torch.nn.Module, got {type(net).__name__}"
             )
+        if not isinstance(inplace, bool):
+            raise TypeError(f"inplace must be True or False, got {inplace!r}")
         if config is None:
             config = self.Config.from_dict(options)
         elif options:
             config = replace(config, **options)
         if not isinstance(config, self.Config):
             raise TypeError(f"{type(self).__name__} takes a {self.Config.__name__}")
+        if not inplace:  # after the options are checked: a bad one costs no copy
+            net = copy.deepcopy(net)
         self.config = config
         self.net = net
         self._noise_variance = 1.0  # τ⁻¹ for regression, in training target units
@@ -207,7 +146,7 @@ class Method:
     def nll(self, out: Tensor, y: Tensor) -> Tensor:
         """Mean data term: squared error (regression) or cross-entropy (classification)."""
         if self.config.task is Task.CLASSIFICATION:
-            return F.cross_entropy(out, y.long())
+            return F.cross_entropy(out, class_labels(y, out.shape[-1]))
         if out.numel() != y.numel():
             raise ValueError(
                 f"a regression net must output [N] or [N, 1], got {list(out.shape)} for "
@@ -260,7 +199,7 @@ class Method:
         regression, τ is fitted on it afterwards.
         """
         if device is not None:
-            self.net.to(device)
+            self.to(device)
         dev = self.device
         loader = as_loader(train, batch_size, shuffle=True, seed=seed)
         if isinstance(train, DataLoader):
@@ -298,6 +237,7 @@ class Method:
         if self.config.task is not Task.REGRESSION:
             raise ValueError("the noise variance τ⁻¹ is a regression parameter")
         xv, yv = self._tensors(val)
+        yv = regression_targets(yv)
         means = self._regression_outputs(self.sample(xv, self.config.noise_samples, seed=seed))
         self.noise_variance = fit_noise_variance(means, yv, self.config.noise_objective)
         std = fit_constant_std(means.mean(0), yv, self.config.noise_objective.value)
@@ -312,6 +252,12 @@ class Method:
         return pred.constant_uncertainty(self.constant_variance)
 
     # ------------------------------------------------------------------ prediction
+    def to(self, device: str | torch.device) -> Method:
+        """Move the network (and so every prediction) to ``device``; returns ``self``. Asking
+        for CUDA where there is none is a ``ValueError``."""
+        self.net.to(check_device(device))
+        return self
+
     @property
     def device(self) -> torch.device:
         for t in self.net.parameters():
@@ -327,7 +273,8 @@ class Method:
         seed: int | None = None,
         max_rows: MaxRows = DEFAULT_MAX_ROWS,
     ) -> Tensor:
-        """Raw network outputs for T samples in one pass: ``[T, N, ...]``.
+        """Raw network outputs for T samples in one pass: ``[T, N, ...]`` (T rounded up by
+        :meth:`sample_count` for mixtures, so their parts weigh the same).
 
         ``max_rows`` bounds the rows of every forward (None: one forward over all ``T*N``
         rows; ``"auto"``: see :func:`resolve_max_rows`). Up to ``max_rows`` samples, the N
@@ -335,23 +282,57 @@ class Method:
         as well. The result does not depend on it.
         """
         x, generator = self._sample_inputs(x, samples, generator, seed)
+        samples = self.sample_count(check_samples(samples))
         max_rows = resolve_max_rows(max_rows, x)
-        self.net.eval()
+        with kept_modes(self.net), torch.no_grad():
+            self.net.eval()
+            return self._draw_samples(x, samples, generator, max_rows)
+
+    def _draw_samples(
+        self, x: Tensor, samples: int, generator: torch.Generator | None, max_rows: int | None
+    ) -> Tensor:
+        """The one pass (chunked) behind :meth:`sample`, on checked inputs, in eval mode under
+        ``no_grad``: ``[T, N, ...]``. Methods with their own pass (ensembles) override it."""
         ranges, per_chunk = chunk_plan(samples, len(x), max_rows)
-        with torch.no_grad(), self.sampling(samples, generator):
+        with self.sampling(samples, generator):
             return forward_in_chunks(self.net, x, ranges, per_chunk, self.net, group_dim=0)
+
+    def sample_count(self, samples: int) -> int:
+        """How many samples are drawn when T are asked for: T, or the next multiple of a
+        mixture's parts where every part must weigh the same (an ensemble's M members, IBNN's K
+        components): ``pred.num_samples`` says how many there are."""
+        return samples
+
+    def reference_samples(
+        self, x: Tensor, samples: int, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """The plain loop of T passes with the same draws as :meth:`sample`: ``[T, N, ...]``.
+
+        One sampling block of the method (so it draws exactly what the one pass draws: dropout
+        keys, noise, MCBN's bank rows), then pass t runs sample group t alone over all N rows
+        (``select_groups(t, t + 1)``). The conformance suite checks the one pass against it.
+        """
+        x, _ = self._sample_inputs(x, samples, None, None)
+        samples = self.sample_count(check_samples(samples))
+        outs = []
+        with kept_modes(self.net), torch.no_grad():
+            self.net.eval()
+            with self.sampling(samples, generator):
+                for t in range(samples):
+                    select_groups(self.net, t, t + 1)
+                    outs.append(self.net(x))  # [N, ...]
+        return torch.stack(outs)
 
     def _sample_inputs(
         self, x: Tensor, samples: int, generator: torch.Generator | None, seed: int | None
     ) -> tuple[Tensor, torch.Generator | None]:
         """Checked inputs and the generator to draw with (from ``seed`` if given)."""
-        if not isinstance(samples, int) or samples < 1:
-            raise ValueError(f"samples must be a positive integer, got {samples!r}")
-        return self._check_inputs(x), _seeded_generator(generator, seed)
+        check_samples(samples)
+        return self._check_inputs(x), seeded_generator(generator, seed)
 
     def predict(
         self,
-        x: Tensor,
+        x: Tensor | Data,
         samples: int | Literal["adaptive"] = 50,
         *,
         generator: torch.Generator | None = None,
@@ -361,6 +342,8 @@ class Method:
     ) -> Predictive:
         """The predictive distribution at ``x [N, ...]`` from T samples, in one vectorised pass.
 
+        ``x``: a tensor or array, or a Dataset or DataLoader whose inputs are read in dataset
+        order (targets ignored). ``samples``: a positive int.
         With ``preprocessing`` set (bundles trained from a table), ``x`` is in the user's raw
         units and the regression predictive comes back in the user's target units.
         ``samples="adaptive"`` (with ``tol``, ``start``, ``max_samples``): more samples only
@@ -404,32 +387,21 @@ class Method:
 
     # ------------------------------------------------------------------ input checks
     def _tensors(self, data: Data) -> tuple[Tensor, Tensor]:
-        ds = as_dataset(data)
-        if isinstance(data, tuple | list):
-            return ds.tensors[0].to(self.device), ds.tensors[1].to(self.device)
-        xs, ys = zip(*[ds[i] for i in range(len(ds))], strict=True)
-        return torch.stack(xs).to(self.device), torch.stack([torch.as_tensor(y) for y in ys]).to(
-            self.device
-        )
+        """``(X, y)`` of ``data`` on the network's device; ``y`` ``[N, 1]`` becomes ``[N]``."""
+        x, y = data_tensors(data)
+        classify = self.config.task is Task.CLASSIFICATION
+        y = class_labels(y) if classify else regression_targets(y)
+        return x.to(self.device), y.to(self.device)
 
     def _remember_input_shape(self, ds: Any) -> None:
+        """Record the shape of one input row; check that a target is one number per row."""
         self.input_shape = tuple(ds[0][0].shape)
+        check_row_target(ds[0][1], self.config.task is Task.CLASSIFICATION)
 
-    def _check_inputs(self, x: Tensor) -> Tensor:
-        x = torch.as_tensor(x, device=self.device)
+    def _check_inputs(self, x: Tensor | Data) -> Tensor:
+        """Checked inputs on the network's device and dtype (see :func:`inputs.check_inputs`)."""
         dtype = next((p.dtype for p in self.net.parameters()), torch.get_default_dtype())
-        if x.dtype != dtype:  # e.g. numpy's float64 or integer inputs for a float32 network
-            x = x.to(dtype)
-        if self.input_shape is not None and tuple(x.shape[1:]) != self.input_shape:
-            raise ValueError(
-                f"inputs must have shape [N, {', '.join(map(str, self.input_shape))}], "
-                f"got {list(x.shape)}"
-            )
-        if x.dim() == 0 or len(x) == 0:
-            raise ValueError("inputs must be a non-empty batch [N, ...]")
-        if not torch.isfinite(x).all():
-            raise ValueError(f"inputs contain {int((~torch.isfinite(x)).sum())} non-finite values")
-        return x
+        return check_inputs(x, self.device, dtype, self.input_shape)
 
     # ------------------------------------------------------------------ bundles
     def extra_state(self) -> dict[str, Any]:
@@ -439,28 +411,10 @@ class Method:
     def load_extra_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`extra_state` saved."""
 
-    def save(self, path: str | Path) -> Path:
-        """Write a bundle folder: ``weights.safetensors`` + ``config.json`` (never pickle).
-
-        The network is rebuilt on load from its factory spec (our model factories record it) or,
-        for an ``nn.Sequential`` of standard torch layers, from its JSON layer list; any other
-        network is passed again to :func:`bayesify.load` as ``net=``.
-        """
-        spec = getattr(self.net, "bayesify_spec", None) or self.architecture
-        config = {
-            "method": self.name,
-            "config": self.config.to_dict(),
-            "model": spec,
-            "network_class": self.network_class,
-            "noise_variance": self.noise_variance,
-            "noise_fitted": self.noise_fitted,
-            "constant_variance": self.constant_variance,
-            "input_shape": list(self.input_shape) if self.input_shape is not None else None,
-            "metadata": self.metadata,
-            "preprocessing": self.preprocessing.to_dict() if self.preprocessing else None,
-            "extra": self.extra_state(),
-        }
-        return write_bundle(path, self.net.state_dict(), config)
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write a bundle folder (see :func:`bayesify.methods.bundle.save_bundle`); an existing
+        file or non-empty folder at ``path`` is refused unless ``overwrite=True``."""
+        return save_bundle(self, path, overwrite=overwrite)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config})"

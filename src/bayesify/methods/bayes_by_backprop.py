@@ -21,36 +21,25 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
-from bayesify.nn import reference_loop
-from bayesify.nn.bayes_layers import CONV_ESTIMATORS, BayesLayer, bayesianize
-from bayesify.nn.gaussian_posterior import Prior, PriorKind
+from bayesify.nn.bayes_layers import BayesLayer, bayesianize
+from bayesify.nn.gaussian_posterior import Prior
+from bayesify.options import ConvEstimator, KLSchedule, PriorKind, parse_option
 from bayesify.predictive import Task
 from bayesify.train import Data
 
 LOG_NOISE = "bbb_log_noise"
 
 
-class KLSchedule(StrEnum):
-    """How the KL weight β grows with training progress in [0, 1)."""
-
-    CONSTANT = "constant"
-    LINEAR = "linear"
-    COSINE = "cosine"
-    CYCLIC = "cyclic"
-
-
 def kl_weight(
     schedule: KLSchedule | str, progress: float, warmup: float = 0.5, cycles: int = 4
 ) -> float:
     """β in [0, 1] at ``progress`` (fraction of training done) for ``schedule``."""
-    schedule = KLSchedule(schedule)
+    schedule = parse_option(KLSchedule, schedule, option="kl_schedule")
     if schedule is KLSchedule.CONSTANT:
         return 1.0
     if schedule is KLSchedule.CYCLIC:
@@ -81,24 +70,15 @@ class BBBConfig(MethodConfig):
     kl_cycles: int = 4
     kl_weight: float = 1.0
     init_noise_variance: float = 0.1
-    conv_estimator: str = "shared"
+    conv_estimator: ConvEstimator = ConvEstimator.SHARED
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "prior", PriorKind(self.prior))
-        try:
-            object.__setattr__(self, "kl_schedule", KLSchedule(self.kl_schedule))
-        except ValueError:
-            valid = ", ".join(s.value for s in KLSchedule)
-            raise ValueError(f"unknown kl_schedule {self.kl_schedule!r}; valid: {valid}") from None
+        super().__post_init__()  # checks and converts every field by its type
         if not 0.0 <= self.kl_warmup <= 1.0 or self.kl_cycles < 1 or self.kl_weight < 0:
             raise ValueError("need kl_warmup in [0, 1], kl_cycles >= 1 and kl_weight >= 0")
         if self.init_noise_variance <= 0:
             raise ValueError(f"init_noise_variance must be > 0, got {self.init_noise_variance}")
         self.weight_prior()  # validates the scales
-        self._require(
-            ("conv_estimator",), lambda v: v in CONV_ESTIMATORS, "in " + str(CONV_ESTIMATORS)
-        )
 
     def weight_prior(self) -> Prior:
         return Prior(
@@ -107,7 +87,11 @@ class BBBConfig(MethodConfig):
 
 
 class BayesByBackprop(Method):
-    """Bayes by Backprop: wraps any network with Linear/Conv2d layers (converted in place)."""
+    """Bayes by Backprop: wraps any network with Linear/Conv2d layers (converted in place).
+
+    ``from_pretrained(net)`` converts a trained network (posterior means = its weights); with
+    ``train`` and ``epochs > 0`` it also fine-tunes the posterior (see
+    :meth:`Method.from_pretrained`)."""
 
     name = "bbb"
     Config = BBBConfig
@@ -128,11 +112,6 @@ class BayesByBackprop(Method):
             net.register_parameter(LOG_NOISE, nn.Parameter(init.to(ref.device)))
         if cfg.task is Task.REGRESSION:
             self.noise_variance = float(getattr(net, LOG_NOISE).detach().exp())
-
-    @classmethod
-    def from_pretrained(cls, net: nn.Module, **options: Any) -> BayesByBackprop:
-        """Convert a trained network (means = its weights); fine-tune with :meth:`fit`."""
-        return cls(net, **options)
 
     def kl(self) -> Tensor:
         """KL(q || p) summed over all Bayesian layers (0-dim)."""
@@ -171,16 +150,3 @@ class BayesByBackprop(Method):
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
         if self.config.task is Task.REGRESSION:
             self.noise_variance = float(getattr(self.net, LOG_NOISE).detach().exp())
-
-    def reference_samples(
-        self, x: Tensor, samples: int, generator: torch.Generator | None = None
-    ) -> Tensor:
-        """The plain loop of T passes with the draws of :meth:`sample`: ``[T, N, ...]``.
-
-        Per-row noise is a hash of (group key, row, unit), keys drawn per group from
-        ``generator``; flipout's shared ε is drawn once. Pass t replays group t's key alone.
-        """
-        x = self._check_inputs(x)
-        self.net.eval()
-        with torch.no_grad():
-            return reference_loop(self.net, x, samples, generator)

@@ -1,9 +1,11 @@
 """Deep ensembles (Lakshminarayanan et al. 2017) that wrap any method, predicted in one pass.
 
-``DeepEnsemble(net, members=M, method="mc-dropout", method_options={...})`` makes M copies of
+``DeepEnsemble(net, members=M, method=MCDropout, method_options={...})`` makes M copies of
 ``net``, re-initialises member m with seed ``init_seed + m`` and wraps each in the member method
-(default: the plain network, ``"deterministic"``). ``fit`` trains the members one after the
-other with the shared training loop and seeds ``seed + m``.
+(default: the plain network, :class:`Deterministic`). ``DeepEnsemble([net1, net2, ...])`` (or
+``DeepEnsemble.from_pretrained([...])``) uses the given networks as the members instead.
+``fit`` trains the members one after the other with the shared training loop and seeds
+``seed + m``.
 
 Prediction with T samples: every member gives K = ceil(T / M) samples (members without any
 stochastic layer, e.g. plain networks, are forwarded once and their output repeated K times,
@@ -16,8 +18,10 @@ logged once), or for member methods whose draws depend on the member's own buffe
 banks: not in ``VMAP_SAFE``), the members run one after the other instead, each in its own
 sampling block started from the same generator state (so the draws are the same).
 
-Samples are ordered k-major (sample ``k*M + m`` is member m's k-th); when M does not divide T
-the first T are kept, so members ``0 .. (T mod M) − 1`` contribute one sample more.
+Samples are ordered k-major (sample ``k*M + m`` is member m's k-th). Every member weighs the
+same: when M does not divide T, T is rounded up to the next multiple of M
+(:meth:`~bayesify.methods.base.Method.sample_count`; M = 3, T = 4 gives 6 samples, 2 per
+member), so the predictive mean is the average of the members' means whatever T is.
 
 Regression: τ⁻¹ is the mean of the members' noise variances, refitted on validation data when
 given (members are homoscedastic; this is not Lakshminarayanan's heteroscedastic NLL net).
@@ -37,16 +41,9 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, stack_module_state, vmap
 
-from bayesify.methods.base import (
-    DEFAULT_MAX_ROWS,
-    MaxRows,
-    Method,
-    MethodConfig,
-    chunk_plan,
-    forward_in_chunks,
-    resolve_max_rows,
-)
-from bayesify.nn import stochastic_modules
+from bayesify.methods.base import Method, MethodConfig
+from bayesify.methods.deterministic import Deterministic
+from bayesify.nn import chunk_plan, forward_in_chunks, stochastic_modules
 from bayesify.train import Data, as_dataset
 
 log = logging.getLogger(__name__)
@@ -60,22 +57,36 @@ VMAP_SAFE = frozenset({"deterministic", "mc-dropout", "bbb"})
 
 @dataclass(frozen=True)
 class EnsembleConfig(MethodConfig):
-    """``members``: M; ``method``: the member method's registry name (or class);
-    ``method_options``: its options (JSON-able); ``init_seed``: member m's init seed offset."""
+    """``members``: M; ``method``: the member method's class (e.g. ``bayesify.MCDropout``;
+    bundles store its name); ``method_options``: its options (JSON-able); ``init_seed``:
+    member m's init seed offset."""
 
     members: int = 5
-    method: str = "deterministic"
+    method: type[Method] = field(default=Deterministic, metadata={"method_class": True})
     method_options: dict[str, Any] = field(default_factory=dict)
     init_seed: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if isinstance(self.method, type):
-            object.__setattr__(self, "method", self.method.name)
+        _member_class(self.method)
         if self.members < 1:
             raise ValueError(f"an ensemble needs members >= 1, got {self.members}")
-        if self.method == "ensemble":
-            raise ValueError("an ensemble of ensembles is not supported")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**super().to_dict(), "method": self.method.name}
+
+
+def _member_class(method: Any) -> type[Method]:
+    """The member method class; a name or an ensemble is a clear error."""
+    if not (isinstance(method, type) and issubclass(method, Method)):
+        hint = f" (bayesify.get_method({method!r}) gives it)" if isinstance(method, str) else ""
+        raise ValueError(
+            "DeepEnsemble takes the member method's class, e.g. method=bayesify.MCDropout, "
+            f"got {method!r}{hint}"
+        )
+    if issubclass(method, DeepEnsemble):
+        raise ValueError("an ensemble of ensembles is not supported")
+    return method
 
 
 class EnsembleNet(nn.Module):
@@ -114,21 +125,80 @@ class DeepEnsemble(Method):
     Config = EnsembleConfig
     config: EnsembleConfig
 
-    def _prepare(self, net: nn.Module) -> None:
-        from bayesify.methods.registry import get_method  # registry imports this module
+    def __init__(
+        self,
+        net: nn.Module | list[nn.Module] | tuple[nn.Module, ...],
+        config: EnsembleConfig | None = None,
+        *,
+        inplace: bool = False,
+        **options: Any,
+    ) -> None:
+        """``net``: one network (M re-initialised copies become the members) or a list of M
+        networks used as they are (e.g. already trained; copied unless ``inplace=True``)."""
+        self._given: list[nn.Module] | None = None
+        self._copy_given = not inplace
+        self._trained_members = isinstance(net, list | tuple)
+        if isinstance(net, list | tuple):
+            self._given = _same_architecture(list(net))
+            if options.get("members", len(net)) != len(net) or (
+                config is not None and config.members != len(net)
+            ):
+                raise ValueError(f"members must equal the {len(net)} networks given")
+            if config is None:
+                options["members"] = len(net)
+            net, inplace = net[0], True  # the template is not copied: the members are
+        super().__init__(net, config, inplace=inplace, **options)
 
+    def _prepare(self, net: nn.Module) -> None:
         cfg = self.config
-        member_cls = get_method(cfg.method)
+        member_cls = _member_class(cfg.method)
+        if self._given is not None:  # networks given: copies (as the base copies) or themselves
+            nets = [copy.deepcopy(n) for n in self._given] if self._copy_given else self._given
+        else:
+            nets = [copy.deepcopy(net) for _ in range(cfg.members)]
+            for m, member_net in enumerate(nets):
+                _reinitialise(member_net, cfg.init_seed + m)
         self.member_methods: list[Method] = []
-        for m in range(cfg.members):
-            member_net = copy.deepcopy(net)
-            _reinitialise(member_net, cfg.init_seed + m)
+        for member_net in nets:
             options = {"task": cfg.task, "noise_objective": cfg.noise_objective}
             options.update(cfg.method_options)
-            self.member_methods.append(member_cls(member_net, **options))
+            self.member_methods.append(member_cls(member_net, inplace=True, **options))
+        self._given = None  # the members hold them now
         self.net = EnsembleNet([mm.net for mm in self.member_methods])
         self.net.bayesify_spec = getattr(net, "bayesify_spec", None)
         self._vmap_ok: bool | None = None
+
+    def _from_pretrained(
+        self,
+        train: Data | None,
+        val: Data | None,
+        *,
+        batch_size: int | None,
+        seed: int,
+        progress: bool,
+        **member_options: Any,
+    ) -> None:
+        """Each member's own ``from_pretrained`` step (member m with ``seed + m``; e.g. MCBN
+        members fill their banks from ``train``), then τ of the ensemble on ``val``.
+        ``member_options``: the member method's ``from_pretrained`` options."""
+        if not self._trained_members:
+            raise ValueError(
+                "DeepEnsemble.from_pretrained takes a list of trained networks [net1, net2, ...]"
+                "; one network would be copied and re-initialised (use DeepEnsemble(net) and fit)"
+            )
+        for m, member in enumerate(self.member_methods):
+            member.input_shape = self.input_shape
+            member._from_pretrained(
+                train, None, batch_size=batch_size, seed=seed + m, progress=progress,
+                **member_options,
+            )  # fmt: skip
+        self._average_member_noise()
+        self._fit_noise_on(val, seed)
+
+    def _average_member_noise(self) -> None:
+        noise = [mm.noise_variance for mm in self.member_methods]
+        if any(mm.noise_fitted for mm in self.member_methods):
+            self.noise_variance = sum(noise) / len(noise)
 
     @classmethod
     def from_factory(cls, factory: Callable[[], nn.Module], **options: Any) -> DeepEnsemble:
@@ -150,8 +220,7 @@ class DeepEnsemble(Method):
             member.fit(train, val, seed=seed + m, **kwargs)
         self.member_histories = [mm.history for mm in self.member_methods]
         self._remember_input_shape(as_dataset(train))
-        noise = [mm.noise_variance for mm in self.member_methods]
-        self.noise_variance = sum(noise) / len(noise)
+        self._average_member_noise()
         if val is not None and self.config.task.value == "regression":
             self.fit_noise(val, seed=seed)
         return self
@@ -175,18 +244,14 @@ class DeepEnsemble(Method):
         self._vmap_ok = True
         return out
 
-    def sample(
-        self,
-        x: Tensor,
-        samples: int = 50,
-        *,
-        generator: torch.Generator | None = None,
-        seed: int | None = None,
-        max_rows: MaxRows = DEFAULT_MAX_ROWS,
+    def sample_count(self, samples: int) -> int:
+        """T rounded up to a multiple of M: every member gives ceil(T/M) samples."""
+        return self.members * math.ceil(samples / self.members)
+
+    def _draw_samples(
+        self, x: Tensor, samples: int, generator: torch.Generator | None, max_rows: int | None
     ) -> Tensor:
-        """Raw outputs ``[T, N, ...]``: K = ceil(T/M) samples per member in one pass."""
-        x, generator = self._sample_inputs(x, samples, generator, seed)
-        max_rows = resolve_max_rows(max_rows, x)
+        """Raw outputs ``[T, N, ...]``: K = T/M samples per member in one pass."""
         state = _clone_generator(generator)
         try:
             return self._sample(x, samples, generator, max_rows)
@@ -197,18 +262,17 @@ class DeepEnsemble(Method):
         self, x: Tensor, samples: int, generator: torch.Generator | None, max_rows: int | None
     ) -> Tensor:
         k = math.ceil(samples / self.members)
-        self.net.eval()
         if not stochastic_modules(self.net):
             # members without randomness give K equal samples: forward each once and repeat
             per_chunk = len(x) if not max_rows else max(1, max_rows)
-            with torch.no_grad():  # M small forwards: cheaper than stacking states for vmap
-                out = torch.cat([self.net(c) for c in x.split(per_chunk)], 1).unsqueeze(1)
+            # M small forwards: cheaper than stacking states for vmap
+            out = torch.cat([self.net(c) for c in x.split(per_chunk)], 1).unsqueeze(1)
             return self._interleave(out.expand(-1, k, *out.shape[2:]), samples)  # [M,1,N,...]
-        if self.config.method not in VMAP_SAFE or self._vmap_ok is False:
+        if self.config.method.name not in VMAP_SAFE or self._vmap_ok is False:
             ranges, per_chunk = chunk_plan(k, len(x), max_rows, 1)
             return self._interleave(self._member_loop(x, k, generator, ranges, per_chunk), samples)
         ranges, per_chunk = chunk_plan(k, len(x), max_rows, self.members)  # vmap: M rows per row
-        with torch.no_grad(), self.member_methods[0].sampling(k, generator):
+        with self.member_methods[0].sampling(k, generator):
             out = forward_in_chunks(self.member_methods[0].net, x, ranges, per_chunk,
                                self._stacked_forward, group_dim=1)  # fmt: skip
         return self._interleave(out, samples)  # [T, N, ...]
@@ -225,12 +289,12 @@ class DeepEnsemble(Method):
         generator state: ``[M, K, N, ...]``."""
         outs = []
         for member in self.member_methods:
-            with torch.no_grad(), member.sampling(k, _clone_generator(generator)):
+            with member.sampling(k, _clone_generator(generator)):
                 outs.append(forward_in_chunks(member.net, x, ranges, per_chunk, member.net, 0))
         return torch.stack(outs)
 
     def _interleave(self, out: Tensor, samples: int) -> Tensor:
-        """``[M, K, N, ...]`` -> ``[T, N, ...]`` in k-major order, the first T."""
+        """``[M, K, N, ...]`` -> ``[T, N, ...]`` in k-major order (T = K·M)."""
         m, k = out.shape[:2]
         return out.transpose(0, 1).reshape(k * m, *out.shape[2:])[:samples]
 
@@ -240,7 +304,8 @@ class DeepEnsemble(Method):
         """Each member's own reference loop of K passes, every member starting from the same
         generator state (the draws member 0 makes in the one pass): ``[T, N, ...]``."""
         x = self._check_inputs(x)
-        k = math.ceil(samples / self.members)
+        samples = self.sample_count(samples)
+        k = samples // self.members
         outs = [
             mm.reference_samples(x, k, generator=_clone_generator(generator))
             for mm in self.member_methods
@@ -267,6 +332,21 @@ class DeepEnsemble(Method):
             mm.constant_variance = s.get("constant_variance")
             mm.input_shape = tuple(s["input_shape"]) if s.get("input_shape") else None
             mm.load_extra_state(s.get("extra", {}))
+
+
+def _same_architecture(nets: list[nn.Module]) -> list[nn.Module]:
+    """``nets`` if they are modules with the same parameter and buffer names and shapes."""
+    if not nets or not all(isinstance(n, nn.Module) for n in nets):
+        raise TypeError("an ensemble of given networks needs a non-empty list of nn.Module")
+    shapes = [{k: tuple(v.shape) for k, v in n.state_dict().items()} for n in nets]
+    for m, s in enumerate(shapes[1:], 1):
+        if s != shapes[0]:
+            diff = sorted(set(s.items()) ^ set(shapes[0].items()))[:3]
+            raise ValueError(
+                f"ensemble member {m} differs from member 0 in architecture ({diff}); "
+                "members must share one architecture"
+            )
+    return nets
 
 
 class _RetryChunk(Exception):

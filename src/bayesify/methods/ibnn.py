@@ -16,12 +16,14 @@ regression the squared error, i.e. the Gaussian NLL with a fixed noise variance 
 The variational parameters (μ, σ) have their own optimiser group with ``variational_lr`` and no
 weight decay.
 
-Prediction: group t uses component t mod K; one pass over T·N rows.
+Prediction: group t uses component t mod K; one pass over T·N rows. Every component weighs the
+same: T is rounded up to a multiple of K (:meth:`IBNN.sample_count`; K = 4, T = 50 gives 52).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
-from bayesify.nn import noisy_training, reference_loop, repeat_samples
+from bayesify.nn import noisy_training, repeat_samples
 from bayesify.nn.mixture_posterior import mixture_mean_kl
 from bayesify.nn.node_noise import NodeNoise, add_node_noise
 from bayesify.train import Data
@@ -83,36 +85,36 @@ class IBNN(Method):
         # learning rate of the deterministic weights: None = fit's lr, 0 = frozen
         self.weight_lr: float | None = None
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        net: nn.Module,
-        train: Data,
+    def _from_pretrained(
+        self,
+        train: Data | None,
+        val: Data | None,
         *,
-        val: Data | None = None,
-        finetune_lr: float = 0.0,
+        batch_size: int | None,
+        seed: int,
+        progress: bool,
         epochs: int = 5,
-        batch_size: int = 32,
-        seed: int = 0,
-        progress: bool = False,
-        **options: Any,
-    ) -> IBNN:
-        """Keep a trained deterministic net's weights and learn the node posterior on ``train``;
-        ``finetune_lr > 0`` also fine-tunes the weights at that (small) rate."""
+        finetune_lr: float = 0.0,
+    ) -> None:
+        """Keep a trained deterministic net's weights and learn the node posterior on ``train``
+        for ``epochs`` (mini-batches of ``batch_size``, default 32); ``finetune_lr > 0`` also
+        fine-tunes the weights at that (small) rate."""
+        if train is None:
+            raise ValueError(
+                "IBNN.from_pretrained needs training data (train=...) to learn the node posterior"
+            )
         if finetune_lr < 0:
             raise ValueError(f"finetune_lr must be >= 0, got {finetune_lr}")
-        method = cls(net, **options)
-        method.weight_lr = finetune_lr
-        method.fit(
+        self.weight_lr = finetune_lr
+        self.fit(
             train,
             val,
             epochs=epochs,
-            batch_size=batch_size,
-            lr=finetune_lr or method.config.variational_lr,
+            batch_size=batch_size or 32,
+            lr=finetune_lr or self.config.variational_lr,
             seed=seed,
             progress=progress,
         )
-        return method
 
     # ------------------------------------------------------------------ training
     def variational_parameters(self) -> list[nn.Parameter]:
@@ -151,18 +153,10 @@ class IBNN(Method):
         return nll + self.beta(progress) * self.kl() / n_data
 
     # ------------------------------------------------------------------ prediction
-    def reference_samples(
-        self, x: Tensor, samples: int, generator: torch.Generator | None = None
-    ) -> Tensor:
-        """The loop of T passes with the same draws as :meth:`sample`: ``[T, N, ...]``.
-
-        Pass t runs sample group t alone (``select_groups(t, t + 1)``): group t's noise keys and
-        component t mod K, as in the one-pass call.
-        """
-        x = self._check_inputs(x)
-        self.net.eval()
-        with torch.no_grad():
-            return reference_loop(self.net, x, samples, generator)
+    def sample_count(self, samples: int) -> int:
+        """T rounded up to a multiple of K, so each component gives the same number of samples."""
+        k = self.config.components
+        return k * math.ceil(samples / k)
 
     def extra_state(self) -> dict[str, Any]:
         return {"weight_lr": self.weight_lr}

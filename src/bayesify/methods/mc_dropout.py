@@ -18,27 +18,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.nn.dropout import MCDropout as MCDropoutLayer
 from bayesify.nn.dropout import convert_dropout
-from bayesify.nn.stochastic import reference_loop
+
+#: where ``dropout=p`` inserts new dropout layers: before every ``nn.Linear`` (Gal's
+#: placement, inputs included), before every one but the first (hidden features only), or
+#: before the last one only; "first" and "last" in registration order
+WHERE = ("before-linear", "before-hidden-linear", "before-last-linear")
 
 
 @dataclass(frozen=True)
 class MCDropoutConfig(MethodConfig):
     """``p``: overrides every dropout layer's rate (None keeps the network's rates);
+    ``dropout``: insert new dropout layers of this rate at ``where`` (for a network trained
+    without dropout, e.g. via ``from_pretrained``; None inserts none);
+    ``where``: before-linear | before-hidden-linear | before-last-linear;
     ``length_scale``: prior length-scale l for Gal's weight decay (None: no extra decay);
     ``tau``: model precision τ used in that weight decay."""
 
     p: float | None = None
+    dropout: float | None = None
+    where: str = "before-linear"
     length_scale: float | None = None
     tau: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.dropout is not None and not 0.0 < self.dropout < 1.0:
+            raise ValueError(f"dropout rate to insert must be in (0, 1), got {self.dropout}")
+        if self.where not in WHERE:
+            raise ValueError(f"unknown where {self.where!r}; valid: {', '.join(WHERE)}")
         if self.p is not None and not 0.0 <= self.p < 1.0:
             raise ValueError(f"dropout rate p must be in [0, 1), got {self.p}")
         if self.length_scale is not None and self.length_scale <= 0:
@@ -54,14 +66,39 @@ def gal_weight_decay(length_scale: float, p: float, n_data: int, tau: float) -> 
     return length_scale**2 * (1.0 - p) / (2.0 * n_data * tau)
 
 
+def insert_dropout(net: nn.Module, p: float, where: str) -> int:
+    """Put ``nn.Dropout(p)`` in front of the ``nn.Linear`` layers of ``net`` that ``where``
+    picks (see :data:`WHERE`): each becomes ``nn.Sequential(nn.Dropout(p), linear)``, so its
+    weights move from key ``name.weight`` to ``name.1.weight``. Returns how many were inserted."""
+    linears = [(parent, name, child)
+               for parent in net.modules()
+               for name, child in parent.named_children()
+               if isinstance(child, nn.Linear)]  # fmt: skip
+    if not linears:
+        raise ValueError(
+            f"dropout={p} inserts dropout before nn.Linear layers; the network has none"
+        )
+    chosen = {"before-linear": linears, "before-hidden-linear": linears[1:],
+              "before-last-linear": linears[-1:]}[where]  # fmt: skip
+    if not chosen:
+        raise ValueError(f"where={where!r} picks no layer: the network has one nn.Linear")
+    for parent, name, child in chosen:
+        setattr(parent, name, nn.Sequential(nn.Dropout(p), child))
+    return len(chosen)
+
+
 class MCDropout(Method):
-    """MC dropout: wraps any network with ``nn.Dropout``/``Dropout1d/2d/3d`` layers."""
+    """MC dropout: wraps any network with ``nn.Dropout``/``Dropout1d/2d/3d`` layers, or inserts
+    them (``dropout=p``, ``where=...``), e.g. ``MCDropout.from_pretrained(net, val=(x, y),
+    dropout=0.1, where="before-hidden-linear")`` for a network trained without dropout."""
 
     name = "mc-dropout"
     Config = MCDropoutConfig
     config: MCDropoutConfig
 
     def _prepare(self, net: nn.Module) -> None:
+        if self.config.dropout is not None:
+            insert_dropout(net, self.config.dropout, self.config.where)
         self.layers: list[MCDropoutLayer] = convert_dropout(net, self.config.p)
 
     @property
@@ -86,16 +123,3 @@ class MCDropout(Method):
             ]
             loss = loss + lam * sum(w.square().sum() for w in weights)
         return loss
-
-    def reference_samples(
-        self, x: Tensor, samples: int, generator: torch.Generator | None = None
-    ) -> Tensor:
-        """The plain loop of T passes with the masks of :meth:`sample`: ``[T, N, ...]``.
-
-        The one-pass masks are hashes of (group key, row, unit) with one key per group drawn
-        from ``generator``; pass t uses key t alone, so its masks are group t's.
-        """
-        x = self._check_inputs(x)
-        self.net.eval()
-        with torch.no_grad():
-            return reference_loop(self.net, x, samples, generator)

@@ -17,25 +17,20 @@ import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from bayesify.methods.base import Method, MethodConfig
+from bayesify.methods.base import Method, MethodConfig, kept_modes
+from bayesify.methods.mcbn_tuning import tune_effective_batch_size
 from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampling
-from bayesify.train import Data, as_dataset, as_loader
+from bayesify.options import Statistics
+from bayesify.train import Data, as_dataset, as_loader, loader_batch_size
 
 log = logging.getLogger(__name__)
-
-
-class Statistics(StrEnum):
-    """Where MCBN's per-sample batch statistics come from."""
-
-    BANK = "bank"  # recorded statistics of real training mini-batches (Teye et al.)
-    GAUSSIAN = "gaussian"  # drawn from their large-sample law given the running statistics
 
 
 @dataclass(frozen=True)
@@ -51,12 +46,7 @@ class MCBNConfig(MethodConfig):
     effective_batch_size: float | None = None
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        try:
-            object.__setattr__(self, "statistics", Statistics(self.statistics))
-        except ValueError:
-            valid = ", ".join(s.value for s in Statistics)
-            raise ValueError(f"unknown statistics {self.statistics!r}; valid: {valid}") from None
+        super().__post_init__()  # checks and converts every field by its type
         if self.effective_batch_size is not None and not self.effective_batch_size > 0:
             raise ValueError(f"effective_batch_size must be > 0, got {self.effective_batch_size}")
         if self.bank_size < 1:
@@ -81,31 +71,52 @@ class MCBN(Method):
     def gaussian(self) -> bool:
         return self.config.statistics is Statistics.GAUSSIAN
 
-    @classmethod
-    def from_pretrained(
-        cls,
-        net: nn.Module,
-        train: Data,
+    def _from_pretrained(
+        self,
+        train: Data | None,
+        val: Data | None,
         *,
-        batch_size: int = 32,
-        val: Data | None = None,
-        seed: int = 0,
-        progress: bool = False,
-        **options: Any,
-    ) -> MCBN:
-        """Wrap an already-trained batch-norm network: fill the bank from ``train`` with
-        mini-batches of ``batch_size`` (use the size it was trained with) and, for regression
-        with ``val``, fit τ."""
-        method = cls(net, **options)
-        loader = as_loader(train, batch_size, shuffle=True, seed=seed)
-        method._remember_input_shape(loader.dataset)
-        if method.gaussian:
-            method._record_spatial_sizes(loader, batch_size)
+        batch_size: int | None,
+        seed: int,
+        progress: bool,
+    ) -> None:
+        """Fill the bank from ``train`` with mini-batches of b, the size the network was trained
+        with (Gaussian model: one forward so every layer knows its spatial size); τ on ``val``.
+
+        b is ``batch_size``, else the ``bank_batch_size`` option, else the batch size of a
+        DataLoader given as ``train``; without any of them, or when they disagree, it is an
+        error (never a silent default).
+        """
+        if train is None:
+            raise ValueError(
+                "MCBN.from_pretrained needs the training data (train=...): the statistics of "
+                "its mini-batches are MCBN's posterior samples"
+            )
+        b = self._bank_batch_size_for(train, batch_size)
+        if self.gaussian:
+            self._record_spatial_sizes(as_loader(train, b, shuffle=True, seed=seed), b)
         else:
-            method.fill_bank(train, batch_size=batch_size, seed=seed, progress=progress)
-        if val is not None and method.config.task.value == "regression":
-            method.fit_noise(val, seed=seed)
-        return method
+            self.fill_bank(train, batch_size=b, seed=seed, progress=progress)
+        self._fit_noise_on(val, seed)
+
+    def _bank_batch_size_for(self, train: Data, batch_size: int | None) -> int:
+        """The bank's mini-batch size b: ``batch_size``, ``bank_batch_size`` or the loader's."""
+        given = {"batch_size": batch_size, "bank_batch_size": self.config.bank_batch_size}
+        if isinstance(train, DataLoader):
+            given["the DataLoader's batch_size"] = loader_batch_size(train)
+        given = {k: v for k, v in given.items() if v is not None}
+        if not given:
+            raise ValueError(
+                "MCBN needs the mini-batch size the network was trained with: pass "
+                "batch_size=... (or train as a DataLoader with that batch size)"
+            )
+        if len(set(given.values())) > 1:
+            said = ", ".join(f"{k}={v}" for k, v in given.items())
+            raise ValueError(f"conflicting MCBN batch sizes ({said}); give one")
+        b = next(iter(given.values()))
+        if isinstance(b, bool) or not isinstance(b, int) or b < 2:
+            raise ValueError(f"MCBN's batch size must be an int >= 2, got {b!r}")
+        return b
 
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
         if self.gaussian:  # training forwards recorded the spatial sizes; no bank needed
@@ -118,8 +129,8 @@ class MCBN(Method):
     def _record_spatial_sizes(self, loader: Any, batch_size: int) -> None:
         """One ordinary eval forward so every layer knows its spatial size (Gaussian model)."""
         xb, _ = next(iter(loader))
-        self.net.eval()
-        with torch.no_grad():
+        with kept_modes(self.net), torch.no_grad():
+            self.net.eval()
             self.net(xb.to(self.device))
         self.bank_batch_size = batch_size
         if self.effective_batch_size is None:
@@ -132,14 +143,19 @@ class MCBN(Method):
         self.effective_batch_size = float(b)
 
     def tune_batch_size(
-        self, val: Data, grid: Any = None, *, samples: int = 32, seed: int = 0
+        self,
+        val: Data,
+        grid: Any = None,
+        *,
+        train: Data | None = None,
+        samples: int = 32,
+        seed: int = 0,
     ) -> dict[float, float]:
-        """Choose the Gaussian model's effective batch size on ``val`` by maximising the mean
-        predictive log-likelihood over ``grid``; sets it and returns {b: log-likelihood}.
+        """Choose the batch size b on ``val`` by maximising the mean predictive log-likelihood
+        over ``grid``; sets it and returns {b: log-likelihood}. Gaussian model: the effective
+        batch size; bank model: refills the bank from ``train`` (needed) at each integer b.
         See :func:`bayesify.methods.mcbn_tuning.tune_effective_batch_size`."""
-        from bayesify.methods.mcbn_tuning import tune_effective_batch_size
-
-        return tune_effective_batch_size(self, val, grid, samples=samples, seed=seed)
+        return tune_effective_batch_size(self, val, grid, train=train, samples=samples, seed=seed)
 
     @property
     def bank_size(self) -> int:
@@ -169,9 +185,9 @@ class MCBN(Method):
                 f"{len(loader.dataset)} training rows are fewer than one batch of {batch_size}"
             )
         dev = self.device
-        self.net.eval()  # dropout and other layers stay deterministic while recording
         done = 0
-        with torch.no_grad(), ExitStack() as stack:
+        with kept_modes(self.net), torch.no_grad(), ExitStack() as stack:
+            self.net.eval()  # dropout and other layers stay deterministic while recording
             for layer in self.layers:
                 stack.enter_context(layer.recording())
             bar = tqdm(total=bank_size, desc="MCBN bank", disable=not progress, leave=False)
@@ -217,37 +233,6 @@ class MCBN(Method):
         finally:
             for layer in self.layers:
                 layer.rows = None
-
-    def reference_samples(
-        self, x: Tensor, samples: int, generator: torch.Generator | None = None
-    ) -> Tensor:
-        """The plain loop of T passes with the same bank rows (or Gaussian draws, taken per layer
-        in the same order as :meth:`sample` takes them) as :meth:`sample`: ``[T, N, ...]``."""
-        x = self._check_inputs(x)
-        self._configure_layers()
-        if self.gaussian:
-            draws = [layer.draw_statistics(samples, generator) for layer in self.layers]
-            self.net.eval()
-            outs = []
-            with torch.no_grad():
-                for t in range(samples):
-                    with sampling(self.net, 1):
-                        for layer, (mean, var) in zip(self.layers, draws, strict=True):
-                            layer.set_draw(mean[t : t + 1], var[t : t + 1])
-                        outs.append(self.net(x))
-            return torch.stack(outs)
-        rows = self.draw_rows(samples, generator)
-        self.net.eval()
-        outs = []
-        with torch.no_grad():
-            for t in range(samples):
-                for layer in self.layers:
-                    layer.rows = rows[t : t + 1]
-                with sampling(self.net, 1):
-                    outs.append(self.net(x))
-        for layer in self.layers:
-            layer.rows = None
-        return torch.stack(outs)
 
     def extra_state(self) -> dict[str, Any]:
         return {

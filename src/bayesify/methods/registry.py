@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
-import torch
 from torch import nn
 
 from bayesify.data.preprocessing import Preprocessing
 from bayesify.io import BundleError, read_bundle, resize_like
-from bayesify.methods.base import Method
+from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble
 from bayesify.methods.ibnn import IBNN
+from bayesify.methods.inputs import check_device
 from bayesify.methods.mc_dropout import MCDropout
 from bayesify.methods.mcbn import MCBN
 from bayesify.methods.stochastic_norm import StochasticNorm
@@ -44,6 +46,16 @@ def get_method(name: str) -> type[Method]:
     return METHODS[key]
 
 
+def resolve_method_names(config_cls: type[MethodConfig], options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with method names turned into classes in the fields that hold a method class
+    (e.g. an ensemble's member ``method``), as bundles and command lines give them."""
+    out = dict(options)
+    for f in fields(config_cls):
+        if f.metadata.get("method_class") and isinstance(out.get(f.name), str):
+            out[f.name] = get_method(out[f.name])
+    return out
+
+
 def load(path: str | Path, net: nn.Module | str | None = None, device: str | None = None) -> Method:
     """Load a bundle saved by ``method.save(path)``.
 
@@ -52,6 +64,8 @@ def load(path: str | Path, net: nn.Module | str | None = None, device: str | Non
     constructed instance of the same architecture, or ``"package.module:factory"`` naming a
     function that returns one.
     """
+    if device is not None:
+        check_device(device)  # before any work: CUDA asked for where there is none
     tensors, cfg = read_bundle(path)
     cls = get_method(cfg["method"])
     if isinstance(net, str):
@@ -66,8 +80,8 @@ def load(path: str | Path, net: nn.Module | str | None = None, device: str | Non
                 'net="package.module:factory"), or pass net=YourNet()'
             )
         net = build_model(cfg["model"])
-    config = cls.Config.from_dict(cfg["config"])
-    method = cls(net, config)
+    config = cls.Config.from_dict(resolve_method_names(cls.Config, cfg["config"]))
+    method = cls(net, config, inplace=True)  # a network built here: no copy needed
     resize_like(method.net, tensors)
     missing, unexpected = method.net.load_state_dict(tensors, strict=False)
     if missing or unexpected:
@@ -84,6 +98,6 @@ def load(path: str | Path, net: nn.Module | str | None = None, device: str | Non
         method.preprocessing = Preprocessing.from_dict(cfg["preprocessing"])
     method.load_extra_state(cfg.get("extra", {}))
     if device is not None:
-        method.net.to(torch.device(device))
+        method.to(device)
     method.net.eval()
     return method

@@ -16,12 +16,12 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
-from bayesify.nn import noisy_training, reference_loop
-from bayesify.nn.stochastic_scale import ScaleNoise, SigmaPer, StochasticScale, add_stochastic_scale
+from bayesify.nn import noisy_training
+from bayesify.nn.stochastic_scale import StochasticScale, add_stochastic_scale
+from bayesify.options import ScaleNoise, SigmaPer
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +43,7 @@ class StochasticNormConfig(MethodConfig):
     skip_last: bool = True
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        for name, enum in (("noise", ScaleNoise), ("sigma_per", SigmaPer)):
-            try:
-                object.__setattr__(self, name, enum(getattr(self, name)))
-            except ValueError:
-                valid = ", ".join(e.value for e in enum)
-                raise ValueError(
-                    f"unknown {name} {getattr(self, name)!r}; valid: {valid}"
-                ) from None
+        super().__post_init__()  # checks and converts every field by its type
         self._require(("sigma_init", "prior_std"), lambda v: v > 0, "> 0")
         self._require(("bn_mult_std", "bn_add_std"), lambda v: v >= 0, ">= 0")
 
@@ -101,16 +93,6 @@ class StochasticNorm(Method):
         with noisy_training(self.net, self.layers):
             nll = self.nll(self.net(x), y)
         return nll + self.kl() / n_data
-
-    def reference_samples(
-        self, x: Tensor, samples: int, generator: torch.Generator | None = None
-    ) -> Tensor:
-        """The loop of T passes with the same draws as :meth:`sample`: ``[T, N, ...]``; pass t
-        runs sample group t alone (see :func:`~bayesify.nn.stochastic.reference_loop`)."""
-        x = self._check_inputs(x)
-        self.net.eval()
-        with torch.no_grad():
-            return reference_loop(self.net, x, samples, generator)
 
     def noise_levels(self) -> dict[str, Any]:
         """Learned σ per layer (mean over channels), for reports."""

@@ -8,12 +8,13 @@ returning silently wrong numbers). Nothing here uses ``assert``.
 from __future__ import annotations
 
 import math
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from bayesify.options import Reduction, parse_option
 
 __all__ = [
     "Reduction",
@@ -33,25 +34,9 @@ __all__ = [
 ]
 
 
-class Reduction(StrEnum):
-    """How per-point values are aggregated: ``"mean"``, ``"sum"`` or ``"none"`` (keep per point)."""
-
-    MEAN = "mean"
-    SUM = "sum"
-    NONE = "none"
-
-
-def _parse_reduction(reduction: str | Reduction) -> Reduction:
-    try:
-        return Reduction(reduction)
-    except ValueError:
-        valid = ", ".join(repr(r.value) for r in Reduction)
-        raise ValueError(f"reduction must be one of {valid}, got {reduction!r}") from None
-
-
 def reduce(values: Tensor, reduction: str | Reduction, dtype: torch.dtype) -> Tensor:
     """Apply ``reduction`` to per-point ``values`` ``[N]`` and cast to ``dtype``."""
-    red = _parse_reduction(reduction)
+    red = parse_option(Reduction, reduction, option="reduction")
     if red is Reduction.MEAN:
         values = values.mean()
     elif red is Reduction.SUM:

@@ -9,7 +9,6 @@ float dtype; computation is in float64.
 from __future__ import annotations
 
 import math
-from enum import StrEnum
 from typing import Any
 
 import torch
@@ -22,15 +21,9 @@ from bayesify.metrics._validate import (
     check_nonempty,
     out_dtype,
 )
+from bayesify.options import OODPositive, parse_option
 
 __all__ = ["OODPositive", "aupr", "auroc", "fpr_at_tpr"]
-
-
-class OODPositive(StrEnum):
-    """Which set is the positive class for :func:`aupr`."""
-
-    OUT = "out"
-    IN = "in"
 
 
 def _scores(scores_in: Any, scores_out: Any) -> tuple[Tensor, Tensor, torch.dtype]:
@@ -78,10 +71,7 @@ def aupr(scores_in: Any, scores_out: Any, positive: str = "out") -> Tensor:
         positive: ``"out"`` (default, "AUPR-Out": OOD points are positives, ranked by score) or
             ``"in"`` ("AUPR-In": in-distribution points are positives, ranked by negated score).
     """
-    try:
-        pos = OODPositive(positive)
-    except ValueError:
-        raise ValueError(f"positive must be 'out' or 'in', got {positive!r}") from None
+    pos = parse_option(OODPositive, positive, option="positive")
     s_in, s_out, dtype = _scores(scores_in, scores_out)
     if pos is OODPositive.OUT:
         scores = torch.cat([s_in, s_out])

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -29,6 +28,7 @@ from torch import Tensor
 
 from bayesify.metrics._validate import as_float, check_nonempty, out_dtype, reduce
 from bayesify.metrics.regression import _point_inputs
+from bayesify.options import NoiseObjective, parse_option
 
 __all__ = [
     "ERROR_FLOOR",
@@ -59,11 +59,8 @@ OPTIMAL_CRPS_FACTOR = math.erf(math.sqrt(math.log(2.0) / 2.0))
 _INV_SQRT_PI = 1.0 / math.sqrt(math.pi)
 
 
-class ConstantStdObjective(StrEnum):
-    """What the constant σ of :func:`fit_constant_std` is fitted for."""
-
-    CRPS = "crps"
-    PLL = "pll"
+#: the former name of :class:`~bayesify.options.NoiseObjective`, kept for existing imports
+ConstantStdObjective = NoiseObjective
 
 
 def _mean_crps_constant(abs_err: np.ndarray, sigma: float) -> float:
@@ -103,7 +100,9 @@ def _fit_crps_std(abs_err: np.ndarray) -> float:
     return float(math.exp(res.x))
 
 
-def fit_constant_std(mean: Any, y: Any, objective: str) -> float:
+def fit_constant_std(
+    mean: Any, y: Any, objective: NoiseObjective | str = NoiseObjective.PLL
+) -> float:
     """The single σ that best scores ``N(mean_i, σ²)`` over the given (validation) points.
 
     The constant-uncertainty baseline (CUBN / CUDO) of Teye et al. (2018, §4.2).
@@ -119,18 +118,16 @@ def fit_constant_std(mean: Any, y: Any, objective: str) -> float:
     Args:
         mean: predictive mean ``[N]``.
         y: targets ``[N]``.
-        objective: ``"crps"`` or ``"pll"``.
+        objective: ``"pll"`` (default, as everywhere a noise level is fitted) or ``"crps"``
+            (Teye et al.'s choice); see :class:`~bayesify.options.NoiseObjective`.
 
     Returns:
         σ as a Python float.
     """
-    try:
-        obj = ConstantStdObjective(objective)
-    except ValueError:
-        raise ValueError(f"objective must be 'crps' or 'pll', got {objective!r}") from None
+    obj = parse_option(NoiseObjective, objective, option="objective")
     m, t = _point_inputs(mean, y)
     err = (t.to(torch.float64) - m.to(torch.float64)).cpu().numpy()
-    if obj is ConstantStdObjective.PLL:
+    if obj is NoiseObjective.PLL:
         sigma = math.sqrt(float(np.mean(err * err)))
         if sigma == 0.0:
             logger.warning("all residuals are zero; returning the floor std %g", ERROR_FLOOR)

@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from enum import StrEnum
 
 from torch import nn
 
 from bayesify.models.registry import register_model
-
-
-class Norm(StrEnum):
-    """Normalisation after each hidden linear layer."""
-
-    BATCH = "batch"
-    NONE = "none"
+from bayesify.options import Norm, parse_option
 
 
 def _norm(norm: Norm | str | None) -> Norm:
-    try:
-        return Norm(norm or "none")
-    except ValueError:
-        valid = ", ".join(n.value for n in Norm)
-        raise ValueError(f"unknown norm {norm!r}; valid: {valid} (or None)") from None
+    return parse_option(Norm, Norm.NONE if norm is None else norm, option="norm")
 
 
 @register_model("mlp")

@@ -1,5 +1,14 @@
 """Stochastic layers that know the sample axis, and model surgery."""
 
+from bayesify.nn.folding import (
+    DEFAULT_MAX_ROWS,
+    MaxRows,
+    chunk_plan,
+    fold_samples,
+    forward_in_chunks,
+    repeat_samples,
+    resolve_max_rows,
+)
 from bayesify.nn.mc_batchnorm import MCBatchNorm, convert_batchnorm
 from bayesify.nn.node_noise import NodeNoise, add_node_noise
 from bayesify.nn.row_noise import (
@@ -11,10 +20,8 @@ from bayesify.nn.row_noise import (
 )
 from bayesify.nn.stochastic import (
     StochasticModule,
-    fold_samples,
     generator_device,
     reference_loop,
-    repeat_samples,
     sampling,
     select_groups,
     set_stochastic,
@@ -23,6 +30,8 @@ from bayesify.nn.stochastic import (
 from bayesify.nn.stochastic_scale import StochasticScale, add_stochastic_scale
 
 __all__ = [
+    "DEFAULT_MAX_ROWS",
+    "MaxRows",
     "MCBatchNorm",
     "NodeNoise",
     "RowNoise",
@@ -32,13 +41,16 @@ __all__ = [
     "TrainingNoiseModule",
     "add_node_noise",
     "add_stochastic_scale",
+    "chunk_plan",
     "convert_batchnorm",
     "fold_samples",
+    "forward_in_chunks",
     "generator_device",
     "hash_uniform",
     "noisy_training",
     "reference_loop",
     "repeat_samples",
+    "resolve_max_rows",
     "sampling",
     "select_groups",
     "set_stochastic",

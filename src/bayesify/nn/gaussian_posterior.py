@@ -12,18 +12,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from bayesify.options import PriorKind, parse_option
+
 __all__ = ["Prior", "PriorKind", "gaussian_kl"]
-
-
-class PriorKind(StrEnum):
-    GAUSSIAN = "gaussian"
-    MIXTURE = "mixture"
 
 
 @dataclass(frozen=True)
@@ -37,7 +33,7 @@ class Prior:
     sigma2: float = math.exp(-6)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", PriorKind(self.kind))
+        object.__setattr__(self, "kind", parse_option(PriorKind, self.kind, option="prior kind"))
         if min(self.sigma, self.sigma1, self.sigma2) <= 0 or not 0 < self.pi <= 1:
             raise ValueError(f"prior scales must be > 0 and pi in (0, 1], got {self}")
 

@@ -2,7 +2,7 @@
 
 A prediction with T samples is one forward pass over ``T*N`` rows: the input ``[N, ...]`` is
 repeated to ``[T*N, ...]`` (group t = rows ``t*N .. t*N+N-1``), every stochastic layer draws its
-randomness per group, and the output is folded back to ``[T, N, ...]``.
+randomness per group, and the output is folded back to ``[T, N, ...]`` (:mod:`bayesify.nn.folding`).
 
 A contiguous range of groups can run alone: ``select_groups(model, start, stop)`` makes every
 stochastic layer behave as groups ``start .. stop-1`` of the current sampling block (the same
@@ -114,15 +114,3 @@ def reference_loop(
             select_groups(model, t, t + 1)
             outs.append(model(x))
     return torch.stack(outs)
-
-
-def repeat_samples(x: Tensor, samples: int) -> Tensor:
-    """``[N, ...]`` -> ``[T*N, ...]`` with group t holding a copy of ``x``."""
-    return x.unsqueeze(0).expand(samples, *x.shape).reshape(samples * x.shape[0], *x.shape[1:])
-
-
-def fold_samples(y: Tensor, samples: int) -> Tensor:
-    """``[T*N, ...]`` -> ``[T, N, ...]``."""
-    if y.shape[0] % samples:
-        raise ValueError(f"{y.shape[0]} rows do not split into {samples} sample groups")
-    return y.reshape(samples, y.shape[0] // samples, *y.shape[1:])

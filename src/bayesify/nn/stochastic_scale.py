@@ -26,24 +26,13 @@ the row-noise source, as in every row-noise layer).
 from __future__ import annotations
 
 import math
-from enum import StrEnum
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bayesify.nn.row_noise import TrainingNoiseModule
-
-
-class ScaleNoise(StrEnum):
-    LEARNED = "learned"
-    BN = "bn"
-    NONE = "none"
-
-
-class SigmaPer(StrEnum):
-    CHANNEL = "channel"
-    LAYER = "layer"
+from bayesify.options import ScaleNoise, SigmaPer, parse_option
 
 
 def piecewise_sigma(u: Tensor) -> Tensor:
@@ -80,7 +69,8 @@ class StochasticScale(TrainingNoiseModule):
         bn_add_std: float = 0.05,
     ) -> None:
         super().__init__()
-        self.mode, self.sigma_per = ScaleNoise(noise), SigmaPer(sigma_per)
+        self.mode = parse_option(ScaleNoise, noise, option="noise")
+        self.sigma_per = parse_option(SigmaPer, sigma_per, option="sigma_per")
         self.layer = layer
         c = layer.weight.shape[0]
         self.channels = c

@@ -3,34 +3,25 @@
 from __future__ import annotations
 
 import math
-from enum import StrEnum
 
 import torch
 from scipy.optimize import minimize_scalar
 from torch import Tensor
 
 from bayesify.metrics import regression as reg_metrics
-
-
-class NoiseObjective(StrEnum):
-    """What τ is chosen for: CRPS of the moment-matched Gaussian (Teye et al.) or mixture PLL."""
-
-    CRPS = "crps"
-    PLL = "pll"
+from bayesify.options import NoiseObjective, parse_option
 
 
 def fit_noise_variance(
-    means: Tensor, y: Tensor, objective: NoiseObjective | str = NoiseObjective.CRPS
+    means: Tensor, y: Tensor, objective: NoiseObjective | str = NoiseObjective.PLL
 ) -> float:
     """The τ⁻¹ that gives the best validation score for MC sample means ``[T, N]``.
 
     The predictive is the sample mixture with noise variance τ⁻¹ added to every sample; CRPS is
     scored on its moment-matched Gaussian (mean, Var_t + τ⁻¹), PLL on the mixture itself.
+    ``objective`` defaults to PLL, as everywhere (:class:`~bayesify.options.NoiseObjective`).
     """
-    try:
-        objective = NoiseObjective(objective)
-    except ValueError:
-        raise ValueError(f"unknown noise objective {objective!r}; valid: crps, pll") from None
+    objective = parse_option(NoiseObjective, objective, option="objective")
     means = torch.as_tensor(means, dtype=torch.float64)
     y = torch.as_tensor(y, dtype=torch.float64).reshape(-1)
     if means.dim() != 2 or means.shape[1] != len(y):

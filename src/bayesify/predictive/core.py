@@ -23,28 +23,14 @@ output.
 from __future__ import annotations
 
 import math
-from enum import StrEnum
 
 import torch
 from torch import Tensor
 
 from bayesify.metrics import classification as cls_metrics
 from bayesify.metrics import regression as reg_metrics
+from bayesify.options import CRPSForm, Task, parse_option
 from bayesify.predictive import mixture, sets
-
-
-class Task(StrEnum):
-    """What the network predicts."""
-
-    REGRESSION = "regression"
-    CLASSIFICATION = "classification"
-
-
-class CRPSForm(StrEnum):
-    """Which predictive distribution CRPS is computed for."""
-
-    MIXTURE = "mixture"  # the exact Gaussian mixture over samples
-    GAUSSIAN = "gaussian"  # a Gaussian with the mixture's mean and total variance (Teye et al.)
 
 
 def _check_finite(name: str, t: Tensor) -> None:
@@ -60,7 +46,7 @@ class Predictive:
     """
 
     def __init__(self, samples: Tensor, task: Task | str, noise_variance: Tensor | None = None):
-        self.task = Task(task)
+        self.task = parse_option(Task, task, option="task")
         self.samples = samples
         self._noise_variance = noise_variance
 
@@ -250,7 +236,7 @@ class Predictive:
         """
         self._require(Task.REGRESSION, "crps")
         y = self._targets(y)
-        if CRPSForm(form) is CRPSForm.GAUSSIAN:
+        if parse_option(CRPSForm, form, option="form") is CRPSForm.GAUSSIAN:
             return reg_metrics.crps_gaussian(self.mean, self.std, y, reduction="none")
         return reg_metrics.crps_mixture(
             self.samples, self.noise_variance.sqrt(), y, reduction="none"

@@ -17,6 +17,8 @@ from bayesify.data.errors import DataError
 from bayesify.data.preprocessing import Preprocessing, RowErrors
 from bayesify.methods import Method
 from bayesify.methods.registry import load as load_method
+from bayesify.posthoc.conformal import METADATA_KEY as CONFORMAL_KEY
+from bayesify.posthoc.conformal import Conformal
 from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.predictive import Predictive, Task
 
@@ -27,12 +29,14 @@ log = logging.getLogger(__name__)
 
 #: MC samples T per prediction when neither the call nor the bundle says
 DEFAULT_SAMPLES = 100
+#: rows per block of the mixture-quantile root finding (its temporaries are [2, T, rows] float64)
+INTERVAL_ROWS = 2048
 
 
 class OnError(StrEnum):
     """What to do with an input row that cannot be used (missing, non-numeric, unknown category)."""
 
-    RAISE = "raise"  # a DataError naming the first bad row
+    FAIL = "fail"  # a DataError naming the first bad row
     SKIP = "skip"  # leave the row out; ``PredictionResult.skipped`` says why
 
 
@@ -82,7 +86,7 @@ class PredictionResult:
             if k == "probabilities":
                 names = self.class_names or [str(c) for c in range(v.shape[1])]
                 out.update({f"p_{c}": v[:, j] for j, c in enumerate(names)})
-            elif v.dtype == object or v.ndim > 1:
+            elif v.ndim > 1 or (v.dtype == object and len(v) and isinstance(v[0], list)):
                 out[k] = [json.dumps(a.tolist() if hasattr(a, "tolist") else a) for a in v]
             else:
                 out[k] = v
@@ -100,6 +104,9 @@ class Predictor:
         shape = list(method.input_shape) if method.input_shape is not None else None
         self._prep = method.preprocessing or Preprocessing(input_shape=shape)
         self.source: str | None = None
+        conf = method.metadata.get(CONFORMAL_KEY)
+        #: the bundle's conformal calibration: intervals and prediction sets come from it
+        self.conformal: Conformal | None = Conformal.from_dict(conf) if conf else None
 
     @classmethod
     def load(
@@ -137,9 +144,12 @@ class Predictor:
         """A JSON model card: what the bundle is, what it reads and what it returns."""
         m = self.method
         regression = self.task is Task.REGRESSION
-        fields = (["mean", "std", "epistemic_variance", "aleatoric_variance"] if regression
-                  else ["label", "probabilities", "entropy", "mutual_information",
-                        "expected_entropy"])  # fmt: skip
+        fields = (
+            ["mean", "std", "epistemic_variance", "aleatoric_variance", "lower", "upper"]
+            if regression
+            else ["label", "probabilities", "entropy", "mutual_information", "expected_entropy",
+                  "prediction_set"]
+        )  # fmt: skip
         card = {
             "bundle": self.source,
             "method": m.name,
@@ -151,6 +161,7 @@ class Predictor:
             "target": self._prep.target,
             "class_names": self.class_names,
             "default_samples": self.default_samples,
+            "intervals": "conformal" if self.conformal is not None else "predictive",
             "fields": [*fields, "samples"],
             "metadata": m.metadata,
         }
@@ -168,15 +179,17 @@ class Predictor:
         seed: int | None = None,
         *,
         generator: torch.Generator | None = None,
-        on_error: OnError | str = OnError.RAISE,
+        on_error: OnError | str = OnError.FAIL,
         first_row: int = 0,
+        with_samples: bool = True,
         **adaptive: Any,
     ) -> PredictionResult:
         """Records for raw ``inputs``; rows numbered from ``first_row`` in errors and ``rows``.
 
         ``seed`` (or a ``generator`` carried across calls, e.g. file chunks) makes the samples
         reproducible. ``on_error="skip"`` leaves unusable rows out and lists them in
-        ``skipped``; ``"raise"`` raises a ``DataError`` naming the first.
+        ``skipped``; ``"fail"`` raises a ``DataError`` naming the first. ``with_samples=False``
+        leaves the per-row samples out of ``columns`` (T times larger than the other fields).
         ``samples="adaptive"`` with ``tol``/``start``/``max_samples``: adaptive sampling
         (:mod:`bayesify.methods.adaptive`; a ``samples_used`` field per row).
         """
@@ -193,11 +206,12 @@ class Predictor:
                 raise ValueError("give either generator or seed, not both")
             generator = torch.Generator().manual_seed(seed)
         arr, bad = self._prep.rows_to_array(inputs, first_row)
-        if bad and on_error is OnError.RAISE:
+        if bad and on_error is OnError.FAIL:
             first = min(bad)
             more = f" (and {len(bad) - 1} more row(s))" if len(bad) > 1 else ""
-            raise DataError(f"row {first}: {bad[first]}{more}; use on_error='skip' to leave "
-                            "such rows out")  # fmt: skip
+            raise DataError(
+                f"row {first}: {bad[first]}{more}; use on_error='skip' to leave such rows out"
+            )
         rows = np.arange(first_row, first_row + len(arr))
         if bad:
             keep = ~np.isin(rows, list(bad))
@@ -205,7 +219,10 @@ class Predictor:
         if len(arr) == 0:
             return PredictionResult(None, self._empty_columns(), rows, bad, self.class_names)
         pred = self._predictive(arr, samples, generator, adaptive)
-        return PredictionResult(pred, self._columns(pred, level), rows, bad, self.class_names)
+        cols = self._columns(pred, level, generator)
+        if not with_samples:
+            del cols["samples"]
+        return PredictionResult(pred, cols, rows, bad, self.class_names)
 
     def encode(self, inputs: Any, first_row: int = 0) -> tuple[np.ndarray, RowErrors]:
         """Raw inputs -> encoded, unscaled float64 array ``[N, ...]`` and the unusable rows."""
@@ -224,7 +241,13 @@ class Predictor:
                                     outputs=self._prep.outputs, **adaptive)  # fmt: skip
         return self._prep.outputs(m.to_predictive(m.sample(x, samples, generator=generator)))
 
-    def _columns(self, pred: Predictive, level: float) -> dict[str, np.ndarray]:
+    def _columns(
+        self, pred: Predictive, level: float, generator: torch.Generator | None = None
+    ) -> dict[str, np.ndarray]:
+        """The output fields; intervals and prediction sets are the bundle's conformal ones
+        when it has a calibration, else the predictive's own (equal-tailed mixture interval,
+        smallest set of classes whose mean probability reaches ``level``)."""
+
         def np_(t: torch.Tensor) -> np.ndarray:
             return t.detach().cpu().double().numpy()
 
@@ -235,6 +258,14 @@ class Predictor:
                 "epistemic_variance": np_(pred.epistemic_variance),
                 "aleatoric_variance": np_(pred.aleatoric_variance),
             }
+            if self.conformal is not None:
+                lower, upper = self.conformal.interval(pred, level)
+            else:  # root finding over [K, T, rows] at a time: blocks bound memory and time
+                parts = [pred[a : a + INTERVAL_ROWS].interval(level)
+                         for a in range(0, len(pred), INTERVAL_ROWS)]  # fmt: skip
+                lower = torch.cat([lo for lo, _ in parts])
+                upper = torch.cat([hi for _, hi in parts])
+            cols["lower"], cols["upper"] = np_(lower), np_(upper)
             cols["samples"] = np_(pred.samples.T)  # [N, T]
             return self._serving_columns(pred, cols)
         probs = pred.mean  # [N, C]
@@ -248,6 +279,15 @@ class Predictor:
             "mutual_information": np_(pred.mutual_information),
             "expected_entropy": np_(pred.expected_entropy),
         }
+        if self.conformal is not None:
+            members = self.conformal.prediction_set(pred, level, generator=generator)
+        else:
+            members = pred.prediction_set(level)  # [N, C] bool
+        members = members.cpu().numpy()
+        cols["prediction_set"] = np.empty(len(members), dtype=object)
+        cols["prediction_set"][:] = [
+            [names[j] if names else int(j) for j in np.flatnonzero(r)] for r in members
+        ]
         cols["samples"] = np_(pred.samples.transpose(0, 1))  # [N, T, C]
         return self._serving_columns(pred, cols)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import math
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -22,6 +21,7 @@ from typing import ClassVar
 import torch
 
 import bayesify
+from bayesify.bench.machine import machine_description
 from bayesify.bench.options import command_line, option, write_report
 from bayesify.data import load_fashion_mnist
 from bayesify.train import Data
@@ -115,7 +115,7 @@ def run(opts: BNNoiseOptions) -> str:
         "# Batch-norm noise vs batch size (Shekhovtsov & Flach 2018, Fig. 4)",
         "",
         f"Command: `{command_line(opts)}`  ",
-        f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread.  ",
+        f"Machine: {machine_description()}.  ",
         f"Network: the BN LeNet trained by `bayesify bench mcbn-collapse` (bundle {opts.bundle}); "
         f"{opts.repeats} random mini-batches from {opts.n_train} Fashion-MNIST training images "
         "per batch size k. U = σ/S (multiplicative), V = (μ − M)/σ (additive); std over batches, "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,10 +18,12 @@ from typing import ClassVar
 import torch
 
 import bayesify
+from bayesify.bench.machine import machine_description
 from bayesify.bench.options import command_line, option, write_report
 from bayesify.data import load_fashion_mnist
 from bayesify.metrics import error_rate, expected_calibration_error, nll
 from bayesify.models import lenet
+from bayesify.seeding import seeded
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,10 @@ def run(opts: FashionNodesOptions) -> str:
     k = opts.components
 
     def build(name: str) -> bayesify.Method:
-        torch.manual_seed(opts.seed)
+        with seeded(opts.seed):  # the same initial weights for every model of a kind
+            return make(name)
+
+    def make(name: str) -> bayesify.Method:
         if name == "deterministic":
             return bayesify.Deterministic(lenet(norm=None), **cls)
         if name == f"IBNN (K={k})":
@@ -113,8 +117,7 @@ def run(opts: FashionNodesOptions) -> str:
         "# Fashion-MNIST, LeNet-style CNN: node- and normalisation-based methods",
         "",
         f"Command: `{command_line(opts)}`  ",
-        f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread (2 shared "
-        "cores).  ",
+        f"Machine: {machine_description()}.  ",
         f"Setup: stratified subset of {opts.n_train} training images, {opts.n_val} validation "
         f"images (also from the training file), {opts.n_test} test images; {opts.epochs} epochs, "
         f"batch {opts.batch_size}, Adam lr 1e-3, seed {opts.seed}; T = {opts.samples} MC samples "

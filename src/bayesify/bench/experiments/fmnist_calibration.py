@@ -10,13 +10,13 @@ held-out validation subset, scores are on (a subset of) the test set.
 from __future__ import annotations
 
 import logging
-import platform
 import time
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
+from bayesify.bench.machine import machine_description
 from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.data import load_fashion_mnist
 from bayesify.methods import MCBN, BayesByBackprop, DeepEnsemble, Deterministic, MCDropout
@@ -102,8 +102,7 @@ def run(opts: FMNISTCalibrationOptions) -> str:
         "# Fashion-MNIST calibration before and after temperature scaling",
         "",
         f"Command: `{command_line(opts)}`  ",
-        f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread (shared, "
-        f"loaded machine); {minutes:.1f} min.  ",
+        f"Machine: {machine_description()}; {minutes:.1f} min.  ",
         f"Data: stratified subset of {opts.train} training images (seed 0), {opts.val} "
         f"validation images (temperature fit), {opts.test} test images (stratified subset).  ",
         f"Model: LeNet-style CNN with batch norm, {opts.epochs} epochs, Adam 1e-3, batch 64; "

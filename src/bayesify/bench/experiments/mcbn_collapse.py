@@ -17,7 +17,6 @@ fewer steps of a large batch still train the network (the test error column show
 from __future__ import annotations
 
 import logging
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +26,13 @@ import numpy as np
 import torch
 
 import bayesify
+from bayesify.bench.machine import machine_description
 from bayesify.bench.options import command_line, option, write_report
 from bayesify.data import load_fashion_mnist, load_mnist
 from bayesify.methods.mcbn_tuning import tune_effective_batch_size
 from bayesify.metrics import auroc, error_rate
 from bayesify.models import lenet
+from bayesify.seeding import seeded
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +84,6 @@ def ood_scores(method: bayesify.MCBN, x_in, x_out, samples: int, seed: int) -> d
 def run(opts: MCBNCollapseOptions) -> str:
     """Train, measure, plot, write ``out/README.md``; returns its markdown."""
     torch.set_num_threads(1)
-    torch.manual_seed(opts.seed)
     train = load_fashion_mnist("train").subset(opts.n_train + opts.n_val, seed=opts.seed)
     xt, yt = train.x[: opts.n_train], train.y[: opts.n_train]
     xv, yv = train.x[opts.n_train :], train.y[opts.n_train :]
@@ -91,12 +91,14 @@ def run(opts: MCBNCollapseOptions) -> str:
     ood = load_mnist("test").subset(opts.n_test, seed=opts.seed)
 
     t0 = time.time()
-    method = bayesify.MCBN(lenet(norm="batch"), task="classification", bank_size=opts.samples)
+    with seeded(opts.seed):
+        net = lenet(norm="batch")
+    method = bayesify.MCBN(net, task="classification", bank_size=opts.samples)
     method.fit((xt, yt), epochs=opts.epochs, batch_size=opts.batch_size, lr=1e-3, seed=opts.seed)
     log.info("trained in %.0fs", time.time() - t0)
     out = Path(opts.out)
     if opts.bundle:
-        method.save(opts.bundle)  # reused by `bayesify bench bn-noise`
+        method.save(opts.bundle, overwrite=True)  # reused by `bayesify bench bn-noise`
 
     sizes = [b for b in BATCH_SIZES if b <= opts.n_train]  # a bank batch needs b training rows
     rows = []
@@ -114,8 +116,9 @@ def run(opts: MCBNCollapseOptions) -> str:
     retrained = []
     for b in sizes if opts.retrain else ():
         t0 = time.time()
-        torch.manual_seed(opts.seed)
-        m_b = bayesify.MCBN(lenet(norm="batch"), task="classification", bank_size=opts.samples)
+        with seeded(opts.seed):
+            net_b = lenet(norm="batch")
+        m_b = bayesify.MCBN(net_b, task="classification", bank_size=opts.samples)
         m_b.fit((xt, yt), epochs=opts.epochs, batch_size=b, lr=retrain_lr(b), seed=opts.seed,
                 progress=False)  # fmt: skip
         sc = ood_scores(m_b, test.x, ood.x, opts.samples, opts.seed)  # bank of b: as trained
@@ -137,7 +140,7 @@ def run(opts: MCBNCollapseOptions) -> str:
         "# MCBN collapse with batch size, and the Gaussian model with tuned n",
         "",
         f"Command: `{command_line(opts)}`  ",
-        f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread.  ",
+        f"Machine: {machine_description()}.  ",
         f"Setup: LeNet (BN) trained on {opts.n_train} Fashion-MNIST images, {opts.epochs} epochs, "
         f"batch {opts.batch_size}, Adam 1e-3; {opts.n_test} Fashion-MNIST test images "
         f"(in-distribution) vs {opts.n_test} MNIST test images (OOD); T = {opts.samples} samples; "

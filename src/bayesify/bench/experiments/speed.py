@@ -12,8 +12,6 @@ noise hits all variants alike. We report medians and inter-quartile ranges.
 from __future__ import annotations
 
 import logging
-import os
-import platform
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ from bayesify.bench.experiments.speed_cases import (
     time_interleaved,
     variants,
 )
+from bayesify.bench.machine import machine_description
 from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.methods import Method
 from bayesify.train import as_loader, make_optimizer, train_loop
@@ -237,22 +236,6 @@ def run_speed(
 
 
 # ---------------------------------------------------------------------- report
-def machine_description(device: str) -> str:
-    """CPU model, core count, torch version and threads (and the GPU when used)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    text = (f"{cpu}, {os.cpu_count()} logical CPUs (shared), {platform.system()} "
-            f"{platform.release()}, Python {platform.python_version()}, torch {torch.__version__}, "
-            f"torch threads {torch.get_num_threads()}")  # fmt: skip
-    if device.startswith("cuda") and torch.cuda.is_available():
-        text += f", GPU {torch.cuda.get_device_name(torch.device(device))}"
-    return text
-
-
 def _ms(xs: list[float]) -> str:
     q25, med, q75 = quartiles(xs)
     return f"{1e3 * med:.2f} ({1e3 * (q75 - q25):.2f})"

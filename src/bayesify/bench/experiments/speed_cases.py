@@ -31,6 +31,7 @@ from bayesify.methods import METHODS, Deterministic, Method
 from bayesify.models import lenet, mlp, resnet
 from bayesify.nn import MCBatchNorm
 from bayesify.predictive import Predictive, Task
+from bayesify.seeding import seeded
 
 log = logging.getLogger(__name__)
 
@@ -109,10 +110,10 @@ def build_case(
     ``bank_size`` mini-batches of ``bank_batch`` random training rows. ``net_of``: build the
     network variant of that method instead (the deterministic baseline of a method is the
     plain training of the method's own network); ``options``: method options."""
-    torch.manual_seed(0)
     cls = Deterministic if method == "deterministic" else METHODS[method]
-    net = build_net(model, net_of or method)
-    m = cls(net.to(device), task=task_of(model), **(options or {}))
+    with seeded(0):
+        net = build_net(model, net_of or method)
+        m = cls(net.to(device), task=task_of(model), **(options or {}))
     train_x, train_y = (t.to(device) for t in random_data(model, TRAIN_ROWS, seed=1))
     if method == "mcbn":
         m.fill_bank((train_x, train_y), batch_size=bank_batch, bank_size=bank_size)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import math
-import platform
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +21,11 @@ from typing import ClassVar
 import torch
 
 import bayesify
+from bayesify.bench.machine import machine_description
 from bayesify.bench.options import command_line, option, write_report
 from bayesify.data import toy_cubic, toy_grid
 from bayesify.models import mlp
+from bayesify.seeding import seeded
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,12 @@ class ToyDepthOptions:
 
 
 def make(kind: str, depth: int, opts: ToyDepthOptions) -> bayesify.Method:
-    torch.manual_seed(opts.seed)
+    """A fresh ``kind`` model of ``depth`` hidden layers, its weights drawn from ``opts.seed``."""
+    with seeded(opts.seed):
+        return _make(kind, depth, opts)
+
+
+def _make(kind: str, depth: int, opts: ToyDepthOptions) -> bayesify.Method:
     net = mlp(1, 1, (opts.width,) * depth, norm=None)
     if kind == "IBNN":
         method = bayesify.IBNN(
@@ -96,7 +102,7 @@ def run(opts: ToyDepthOptions) -> str:
         "# Toy y = x³: IBNN vs Bayes by Backprop with depth (Trinh et al. Fig. 1 style)",
         "",
         f"Command: `{command_line(opts)}`  ",
-        f"Machine: {platform.machine()} CPU, torch {torch.__version__}, 1 thread.  ",
+        f"Machine: {machine_description()}.  ",
         f"Setup: 30 points y = x³ + N(0, 3²), x ~ U[-4, 4]; ReLU MLP, {opts.width} units per "
         f"layer; full batch, {opts.epochs} Adam steps, lr {opts.lr}; T = {opts.samples}. "
         f"IBNN: K = {opts.components}, S = 4, prior N(1, 0.3²), μ ~ N(1, 0.1²), σ₀ = 0.05, "

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import logging
 import math
-import platform
 import time
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
+from bayesify.bench.machine import machine_description
 from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.data import load_uci
 from bayesify.methods import MCBN, BayesByBackprop, DeepEnsemble, MCDropout, Method
@@ -123,8 +123,7 @@ def run(opts: UCIMethodsOptions) -> str:
             "# UCI regression: MC dropout, Bayes by Backprop, deep ensemble, MCBN",
             "",
             f"Command: `{command_line(opts)}`  ",
-            f"Machine: {platform.machine()} CPU, {platform.processor() or 'unknown'}, "
-            f"torch {torch.__version__}, 1 thread; {minutes:.1f} min.  ",
+            f"Machine: {machine_description()}; {minutes:.1f} min.  ",
             f"Splits: Gal's first {opts.splits} standard 90/10 splits (protocol='gal'); "
             "the last 20% of each training split is validation "
             "(best epoch, and τ fitted for test log-likelihood).",

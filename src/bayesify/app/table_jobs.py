@@ -1,0 +1,305 @@
+"""Training jobs on the user's own table (CSV, Parquet, ``.npz``): checks, task, split, scaling.
+
+The columns are checked before any training (missing values, non-numeric values, constant
+columns: one-line errors naming the column and how many rows); string feature columns are
+one-hot encoded with their categories kept in the bundle's preprocessing; inputs (and
+regression targets) are standardised with statistics of the training rows only.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from bayesify.app.jobs import MC_DROPOUT_RATE, Job, hidden_sizes
+from bayesify.data.errors import DataError
+from bayesify.data.preprocessing import Preprocessing
+from bayesify.data.tables import read_table
+from bayesify.methods import get_method
+from bayesify.models import mlp
+from bayesify.predictive import Task
+from bayesify.seeding import seeded
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+
+#: an integer target with at most this many distinct values is taken as class labels
+MAX_AUTO_CLASSES = 20
+#: a string feature column with more distinct values than this is refused, not one-hot encoded
+MAX_CATEGORIES = 50
+VAL_FRACTION = 0.2
+
+
+class TaskChoice(StrEnum):
+    """``--task``: what the target is."""
+
+    AUTO = "auto"
+    REGRESSION = "regression"
+    CLASSIFICATION = "classification"
+
+
+def _rows(mask: np.ndarray) -> str:
+    idx = np.flatnonzero(mask)
+    first = ", ".join(str(i) for i in idx[:3])
+    return f"{len(idx)} row(s) (first: row {first})"
+
+
+def _is_text(col: pd.Series) -> bool:
+    import pandas as pd
+
+    return bool(
+        pd.api.types.is_object_dtype(col)
+        or pd.api.types.is_string_dtype(col)
+        or isinstance(col.dtype, pd.CategoricalDtype)
+        or pd.api.types.is_bool_dtype(col)
+    )
+
+
+def decide_task(y: pd.Series, name: str, task: TaskChoice | str) -> tuple[Task, str]:
+    """The task for target column ``y`` and a sentence saying why."""
+    try:
+        task = TaskChoice(task)
+    except ValueError:
+        valid = ", ".join(t.value for t in TaskChoice)
+        raise ValueError(f"unknown --task {task!r}; valid: {valid}") from None
+    n_distinct = int(y.nunique())
+    if task is not TaskChoice.AUTO:
+        return Task(task.value), f"target {name!r}: {task.value} (as asked)"
+    if _is_text(y):
+        return (
+            Task.CLASSIFICATION,
+            f"target {name!r} has {n_distinct} string values → classification",
+        )
+    values = y.to_numpy(np.float64)
+    whole = np.all(values == np.round(values))
+    if whole and n_distinct <= MAX_AUTO_CLASSES:
+        return (
+            Task.CLASSIFICATION,
+            f"target {name!r} has {n_distinct} whole-number values (at most "
+            f"{MAX_AUTO_CLASSES}) → classification; pass --task regression to treat it as a number",
+        )
+    return (
+        Task.REGRESSION,
+        f"target {name!r} has {n_distinct} distinct numeric values → regression",
+    )
+
+
+def label_strings(y: pd.Series) -> list[str]:
+    """Class labels as text: whole numbers without a decimal point (3.0 -> "3")."""
+    if not _is_text(y):
+        values = y.to_numpy(np.float64)
+        if np.all(values == np.round(values)):
+            return [str(v) for v in values.astype(np.int64)]
+    return y.astype(str).tolist()
+
+
+def _sorted_classes(labels: list[str], y: pd.Series) -> list[str]:
+    """Class names in output order: numeric labels by value, text labels alphabetically."""
+    uniq = set(labels)
+    if not _is_text(y):
+        return sorted(uniq, key=float)
+    return sorted(uniq)
+
+
+def check_columns(frame: pd.DataFrame, features: list[str], path: Path) -> dict[str, list[str]]:
+    """One-line DataErrors for unusable feature columns; returns the categorical columns
+    (strings) with their sorted categories."""
+    import pandas as pd
+
+    categories: dict[str, list[str]] = {}
+    for f in features:
+        col = frame[f]
+        missing = col.isna().to_numpy()
+        if missing.any():
+            raise DataError(
+                f"{path}: column {f!r} has missing values in {_rows(missing)}; "
+                "fill or drop them, or leave the column out with --features"
+            )
+        if _is_text(col):
+            numbers = pd.to_numeric(col, errors="coerce")
+            bad = numbers.isna().to_numpy()
+            if bad.mean() < 0.5:  # mostly numbers: the others are typos, not categories
+                value = col.iloc[int(np.flatnonzero(bad)[0])]
+                raise DataError(
+                    f"{path}: column {f!r} has non-numeric values in {_rows(bad)} "
+                    f"(e.g. {value!r}) among numbers"
+                )
+            cats = sorted(col.astype(str).unique().tolist())
+            if len(cats) > MAX_CATEGORIES:
+                raise DataError(
+                    f"{path}: column {f!r} is text with {len(cats)} distinct values "
+                    f"(more than {MAX_CATEGORIES} to one-hot encode); leave it out "
+                    "with --features"
+                )
+            if len(cats) == 1:
+                raise DataError(
+                    f"{path}: column {f!r} is constant ({cats[0]!r} in all "
+                    f"{len(col)} rows); leave it out with --features"
+                )
+            categories[f] = cats
+        elif col.nunique() == 1:
+            value = col.iloc[0].item() if hasattr(col.iloc[0], "item") else col.iloc[0]
+            raise DataError(
+                f"{path}: column {f!r} is constant ({value!r} in all "
+                f"{len(col)} rows); leave it out with --features"
+            )
+    return categories
+
+
+def _split(n: int, labels: np.ndarray | None, fraction: float, seed: int) -> np.ndarray:
+    """A boolean validation mask: a seeded ``fraction`` of rows (per class when ``labels``)."""
+    rng = np.random.default_rng(seed)
+    val = np.zeros(n, dtype=bool)
+    groups = (
+        [np.arange(n)]
+        if labels is None
+        else [np.flatnonzero(labels == c) for c in np.unique(labels)]
+    )
+    for idx in groups:
+        k = int(round(fraction * len(idx)))
+        if len(idx) >= 2:
+            k = min(max(k, 1), len(idx) - 1)
+        val[rng.permutation(idx)[:k]] = True
+    return val
+
+
+def build_table_training(
+    method: str,
+    path: str | Path,
+    target: str | None,
+    *,
+    features: str | None = None,
+    val: str | Path | None = None,
+    val_fraction: float = VAL_FRACTION,
+    task: TaskChoice | str = TaskChoice.AUTO,
+    hidden: str = "50,50",
+    norm: str = "batch",
+    dropout: float | None = None,
+    seed: int = 0,
+    options: dict[str, Any] | None = None,
+) -> tuple[Job, list[str]]:
+    """A fresh method on the table at ``path`` and notes for the user (task decided, split).
+
+    The job's "test" set is the validation rows (the table has no test split); its
+    preprocessing maps raw rows to network inputs and outputs back to target units.
+    """
+    path = Path(path)
+    cls = get_method(method)
+    if not target:
+        raise ValueError("--target COLUMN is required when --data is a file")
+    if not 0 < val_fraction < 1:
+        raise ValueError(f"--val-fraction must be in (0, 1), got {val_fraction}")
+    frame = read_table(path)
+    if target not in frame.columns:
+        raise DataError(f"{path}: no target column {target!r}; columns: {list(frame.columns)}")
+    if features:
+        feats = [f.strip() for f in features.split(",") if f.strip()]
+        unknown = [f for f in feats if f not in frame.columns]
+        if unknown:
+            raise DataError(f"{path}: no column(s) {unknown}; columns: {list(frame.columns)}")
+        if target in feats:
+            raise ValueError(f"--features lists the target {target!r}")
+    else:
+        feats = [c for c in frame.columns if c != target]
+    if not feats:
+        raise DataError(f"{path}: no feature columns besides the target {target!r}")
+    y_col = frame[target]
+    missing = y_col.isna().to_numpy()
+    if missing.any():
+        raise DataError(f"{path}: target {target!r} has missing values in {_rows(missing)}")
+    kind, why = decide_task(y_col, target, task)
+    categories = check_columns(frame, feats, path)
+    prep = Preprocessing(features=feats, categories=categories, target=target)
+    x_all, bad = prep.encode(frame)
+    assert not bad  # checked above
+    class_names: list[str] | None = None
+    if kind is Task.CLASSIFICATION:
+        labels = label_strings(y_col)
+        class_names = _sorted_classes(labels, y_col)
+        if len(class_names) < 2:
+            raise DataError(f"{path}: target {target!r} has one class; nothing to classify")
+        code = {c: i for i, c in enumerate(class_names)}
+        y_all = np.asarray([code[v] for v in labels], dtype=np.int64)  # [N] label codes
+    else:
+        import pandas as pd
+
+        y_num = pd.to_numeric(y_col, errors="coerce")
+        bad_y = y_num.isna().to_numpy()
+        if bad_y.any():
+            raise DataError(
+                f"{path}: target {target!r} has non-numeric values in {_rows(bad_y)}; "
+                "pass --task classification for labels"
+            )
+        y_all = y_num.to_numpy(np.float64)
+    notes = [why]
+    if val is not None:
+        vframe = read_table(val)
+        x_val, vbad = prep.encode(vframe)
+        if vbad:
+            first = min(vbad)
+            raise DataError(f"{val}: row {first}: {vbad[first]}")
+        if target not in vframe.columns:
+            raise DataError(f"{val}: no target column {target!r}")
+        if class_names is not None:
+            vlabels = label_strings(vframe[target])
+            unknown = sorted(set(vlabels) - set(class_names))
+            if unknown:
+                raise DataError(
+                    f"{val}: target {target!r} has classes {unknown[:5]} that the "
+                    "training table does not have"
+                )
+            y_val = np.asarray([class_names.index(v) for v in vlabels], dtype=np.int64)
+        else:
+            y_val = vframe[target].to_numpy(np.float64)
+        x_tr, y_tr = x_all, y_all
+        notes.append(
+            f"{len(x_tr)} training rows from {path}, {len(x_val)} validation rows from {val}"
+        )
+    else:
+        mask = _split(len(x_all), y_all if class_names else None, val_fraction, seed)
+        x_tr, y_tr, x_val, y_val = x_all[~mask], y_all[~mask], x_all[mask], y_all[mask]
+        strat = ", stratified by class" if class_names else ""
+        notes.append(
+            f"{len(x_tr)} training rows, {len(x_val)} validation rows (seeded "
+            f"{val_fraction:.0%} split, seed {seed}{strat})"
+        )
+    # scaling from the training rows; one-hot columns stay 0/1
+    onehot = np.array(["=" in n and n.split("=", 1)[0] in categories for n in prep.encoded_names])
+    x_mean = np.where(onehot, 0.0, x_tr.mean(0))
+    x_std = x_tr.std(0)
+    x_std = np.where(onehot | (x_std == 0), 1.0, x_std)
+    y_mean = y_std = None
+    if kind is Task.REGRESSION:
+        y_mean, y_std = float(y_tr.mean()), float(y_tr.std()) or 1.0
+    prep = Preprocessing(
+        features=feats,
+        categories=categories,
+        input_shape=[x_tr.shape[1]],
+        x_mean=x_mean.tolist(),
+        x_std=x_std.tolist(),
+        y_mean=y_mean,
+        y_std=y_std,
+        target=target,
+        class_names=class_names,
+    )
+
+    def tensors(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        xt = prep.scale(torch.as_tensor(x, dtype=torch.float32))
+        if kind is Task.REGRESSION:
+            return xt, torch.as_tensor((y - y_mean) / y_std, dtype=torch.float32)
+        return xt, torch.as_tensor(y, dtype=torch.int64)
+
+    if dropout is None:
+        dropout = MC_DROPOUT_RATE if cls.name == "mc-dropout" else 0.0
+    out = 1 if kind is Task.REGRESSION else len(class_names or [])
+    with seeded(seed):  # the network's initial weights
+        net = mlp(x_tr.shape[1], out, hidden_sizes(hidden), norm=norm, dropout=dropout)
+        meth = cls(net, task=kind.value, **(options or {}))
+    val_t = tensors(x_val, y_val)
+    meta = {"table": str(path), "target": target, "task_reason": why}
+    job = Job(meth, val_t, tensors(x_tr, y_tr), val_t, y_mean or 0.0, y_std or 1.0, meta, prep)
+    return job, notes

@@ -1,0 +1,74 @@
+"""``bayesify bench <name>``: one command per experiment, each imported only when it runs.
+
+An experiment module defines an options dataclass (its fields are the command's options, see
+:mod:`bayesify.bench.options`) and ``run(options) -> markdown``. Register it here with one line
+of :data:`EXPERIMENTS`: the command name, ``"module:OptionsClass"`` and the help shown by
+``bayesify bench --help`` (the first paragraph of the module's docstring, which is also the
+command's own ``--help``; a test checks that they agree).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import typer
+
+from bayesify.cli.lazy import LazyTyper
+
+_X = "bayesify.bench.experiments"
+
+#: (command, "module:OptionsClass", help): every `bayesify bench` command
+EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
+    ("bn-noise", f"{_X}.bn_noise:BNNoiseOptions",
+     "How noisy is batch norm? (Shekhovtsov & Flach 2018, Fig. 4.)"),
+    ("coverage", f"{_X}.coverage:CoverageOptions",
+     "Coverage of prediction intervals and sets on held-out data, with and without conformal "
+     "calibration."),
+    ("fashion-nodes", f"{_X}.fashion_nodes:FashionNodesOptions",
+     "Fashion-MNIST with a LeNet-style CNN on CPU: IBNN, IBNN from a pretrained net, "
+     "StochasticNorm, weight normalisation without noise, a deterministic net and MCBN."),
+    ("fmnist-calibration", f"{_X}.fmnist_calibration:FMNISTCalibrationOptions",
+     "Fashion-MNIST calibration: error, NLL and ECE per method, before and after temperature "
+     "scaling."),
+    ("mcbn-collapse", f"{_X}.mcbn_collapse:MCBNCollapseOptions",
+     "MCBN's uncertainty collapse with large batches (Mukhoti et al. 2020, Fig. 1), and its "
+     "fix."),
+    ("serve", f"{_X}.serve:ServeBenchOptions",
+     "Serving latency and throughput: a bounded closed-loop load on a real ``bayesify "
+     "serve``."),
+    ("speed", f"{_X}.speed:SpeedOptions",
+     "One-pass prediction vs the loop of T passes (MCBN: also vs Teye et al.'s Algorithm 1), "
+     "peak memory, and training time per epoch relative to the deterministic network -> "
+     "markdown."),
+    ("toy-depth", f"{_X}.toy_depth:ToyDepthOptions",
+     "Trinh et al. Fig. 1 style toy: y = x³ + N(0, 3²), 30 points on [-4, 4], ReLU MLPs of "
+     "depth 1…5 with 256 units per layer, IBNN vs Bayes by Backprop. Their claim: BBB's "
+     "epistemic uncertainty collapses as depth grows, IBNN's does not."),
+    ("uci", "bayesify.bench.uci_report:UCIOptions",
+     "MCBN vs CUBN over UCI datasets and Teye et al.'s splits -> markdown table, "
+     "uncertainty–error figures and a results store."),
+    ("uci-methods", f"{_X}.uci_methods:UCIMethodsOptions",
+     "MC dropout, Bayes by Backprop, deep ensembles and MCBN on UCI regression (Gal's splits)."),
+)  # fmt: skip
+
+
+def bench_command(options: type) -> typer.Typer:
+    """The command of an experiment from its options class: its module's ``run`` does the
+    work (:func:`bayesify.bench.options.add_bench_command`)."""
+    from bayesify.bench.options import add_bench_command
+
+    single = typer.Typer(add_completion=False)
+    add_bench_command(single, options, sys.modules[options.__module__].run)
+    return single
+
+
+def make_bench_app() -> Any:
+    """The ``bayesify bench`` group with every experiment registered lazily."""
+    bench = LazyTyper(help="Benchmarks on real data.", no_args_is_help=True)
+    for name, target, help in EXPERIMENTS:
+        bench.lazy_command(name, target, help, build=bench_command)
+    return bench
+
+
+bench_app = make_bench_app()

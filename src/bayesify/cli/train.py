@@ -1,0 +1,148 @@
+"""``bayesify train``, ``bayesify evaluate`` and ``bayesify methods``.
+
+Help texts are given where the commands are registered (``bayesify/cli/__init__.py``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from bayesify.cli.common import check_out, console, fail, parse_options, scores_table
+
+
+def train(
+    method: Annotated[str, typer.Option(help="Method name (see `bayesify methods`).")] = "mcbn",
+    data: Annotated[
+        str,
+        typer.Option(help="UCI dataset name, 'fashion-mnist', or a CSV / Parquet / .npz file."),
+    ] = "bostonHousing",
+    target: Annotated[str | None, typer.Option(help="Target column (--data a file).")] = None,
+    features: Annotated[
+        str | None, typer.Option(help="Feature columns, comma-separated [default: all others].")
+    ] = None,
+    val: Annotated[
+        Path | None, typer.Option(help="Validation table [default: a seeded 20% split].")
+    ] = None,
+    task: Annotated[str, typer.Option(help="auto, regression or classification.")] = "auto",
+    split: Annotated[int, typer.Option(help="UCI split index.", min=0)] = 0,
+    protocol: Annotated[str, typer.Option(help="UCI split protocol: teye or gal.")] = "teye",
+    model: Annotated[str, typer.Option(help="mlp (UCI), lenet or resnet (images).")] = "",
+    hidden: Annotated[str, typer.Option(help="MLP hidden sizes, comma-separated.")] = "50,50",
+    norm: Annotated[str, typer.Option(help="batch or none.")] = "batch",
+    dropout: Annotated[
+        float | None,
+        typer.Option(help="Dropout rate in the model [default: 0; 0.05 for mc-dropout]."),
+    ] = None,
+    epochs: Annotated[int, typer.Option(min=1)] = 100,
+    batch_size: Annotated[int, typer.Option(min=1)] = 32,
+    lr: Annotated[float, typer.Option()] = 1e-3,
+    weight_decay: Annotated[float, typer.Option()] = 0.0,
+    patience: Annotated[int | None, typer.Option(help="Early-stopping patience.", min=1)] = None,
+    limit: Annotated[
+        int | None, typer.Option(help="Train on only this many training rows.", min=1)
+    ] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    option: Annotated[list[str] | None, typer.Option(help="Method option key=value.")] = None,
+    out: Annotated[Path, typer.Option(help="Bundle folder to write.")] = Path("runs/model"),
+    overwrite: Annotated[
+        bool, typer.Option(help="Write into a non-empty --out folder (replacing its bundle).")
+    ] = False,
+    nproc: Annotated[int, typer.Option(help="Data-parallel processes (global batch).", min=1)] = 1,
+    batch_norm: Annotated[str, typer.Option(help="With --nproc: replica or sync.")] = "replica",
+    samples: Annotated[
+        int, typer.Option(help="MC samples T of the closing test-set evaluation.", min=1)
+    ] = 100,
+    evaluate: Annotated[
+        bool, typer.Option("--eval/--no-eval", help="Score the bundle on the test set.")
+    ] = True,
+) -> None:
+    """Train a method on a built-in dataset or your own table (seeded by --seed), save the
+    bundle, score it."""
+    import bayesify.app.jobs as jobs
+    from bayesify.data.tables import is_table_path
+
+    check_out(out, overwrite)
+    try:
+        if is_table_path(data):
+            from bayesify.app.table_jobs import build_table_training
+
+            job, notes = build_table_training(method, data, target, features=features, val=val,
+                                              task=task, hidden=hidden, norm=norm,
+                                              dropout=dropout, seed=seed,
+                                              options=parse_options(option or []))  # fmt: skip
+            console.print("\n".join(notes), highlight=False)
+        else:
+            if target or features or val:
+                raise ValueError(f"--target, --features and --val are for tables; {data!r} is "
+                                 "a built-in dataset")  # fmt: skip
+            job = jobs.build_training(method, data, split=split, protocol=protocol, model=model,
+                                      hidden=hidden, norm=norm, dropout=dropout, limit=limit,
+                                      seed=seed, options=parse_options(option or []))  # fmt: skip
+        fit_options = dict(epochs=epochs, batch_size=batch_size, lr=lr,
+                           weight_decay=weight_decay, patience=patience, seed=seed)  # fmt: skip
+        if nproc > 1:
+            from bayesify.distributed import fit_distributed
+
+            fit_distributed(job.method, job.train, job.val, nproc=nproc, batch_norm=batch_norm,
+                            progress=True, **fit_options)  # fmt: skip
+        else:
+            job.method.fit(job.train, val=job.val, **fit_options)
+        job.method.metadata.update(job.metadata)
+        job.method.preprocessing = job.preprocessing
+        job.method.save(out, overwrite=overwrite)
+    except (ValueError, TypeError, OSError) as e:
+        raise fail(str(e)) from None
+    history = getattr(job.method, "history", None)
+    if history is not None and history.epochs:
+        n = history.epochs
+        line = (
+            f"trained {n} epoch{'s' * (n != 1)}, final training loss {history.train_loss[-1]:.4g}"
+        )
+        if history.best_epoch >= 0:
+            best = history.val_loss[history.best_epoch]
+            line += f"; kept epoch {history.best_epoch + 1} (validation loss {best:.4g})"
+        console.print(line + (", stopped early" if history.stopped_early else ""))
+    console.print(f"saved {job.method.name} bundle to {out}/")
+    if evaluate:
+        scores = job.evaluate(samples)
+        where = "validation rows" if "table" in job.metadata else "test set"
+        console.print(scores_table(f"{where}, T = {samples}", {job.method.name: scores},
+                                   job.score_keys))  # fmt: skip
+
+
+def evaluate(
+    bundle: Annotated[Path, typer.Argument(help="Bundle folder written by `bayesify train`.")],
+    samples: Annotated[int, typer.Option(help="MC samples T.", min=1)] = 100,
+    limit: Annotated[
+        int | None, typer.Option(help="Score only the first this many test rows.", min=1)
+    ] = None,
+) -> None:
+    """Score a bundle on the test split its metadata names."""
+    from bayesify.app.jobs import job_from_bundle
+    from bayesify.methods import load
+
+    try:
+        job = job_from_bundle(load(bundle))
+        scores = job.evaluate(samples, limit=limit)
+    except (ValueError, TypeError) as e:
+        raise fail(str(e)) from None
+    rows = "" if limit is None else f", first {min(limit, len(job.test[0]))} rows"
+    console.print(scores_table(f"{bundle} on {job.metadata['data']} test{rows}, T = {samples}",
+                               {job.method.name: scores}, job.score_keys))  # fmt: skip
+
+
+def list_methods() -> None:
+    """A table of the registered methods: name and the first line of the class docstring."""
+    from bayesify.methods import METHODS
+
+    table = Table(title="methods (use the name with --method)")
+    table.add_column("name", no_wrap=True)
+    table.add_column("what it is")
+    for name, cls in sorted(METHODS.items()):
+        summary = (cls.__doc__ or "").strip().splitlines()[0]
+        table.add_row(name, summary.replace("``", ""))
+    console.print(table)

@@ -1,0 +1,151 @@
+"""What every method accepts as inputs, targets, sample counts and devices, checked in one place.
+
+Each check turns a mistake into a one-line ``ValueError`` that names the problem, instead of a
+torch traceback from deep inside a layer or, worse, silently wrong numbers.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from bayesify.train import Data, as_dataset
+
+
+def check_samples(samples: Any) -> int:
+    """``samples`` as a positive int; a bool, a float or a count below 1 is refused."""
+    if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1:
+        kind = " (a bool)" if isinstance(samples, bool) else ""
+        raise ValueError(f"samples must be a positive integer, got {samples!r}{kind}")
+    return int(samples)
+
+
+def check_device(device: str | torch.device) -> torch.device:
+    """``device`` as a torch.device that this machine has (CUDA asked for without CUDA: error)."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"unknown device {device!r}; e.g. 'cpu', 'cuda', 'cuda:0'") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(
+                f"device {str(device)!r} asked for, but this PyTorch build sees no CUDA device "
+                "(torch.cuda.is_available() is False); use device='cpu'"
+            )
+        if dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(
+                f"device {str(device)!r} asked for, but there are only "
+                f"{torch.cuda.device_count()} CUDA device(s)"
+            )
+    return dev
+
+
+def input_rows(x: Any) -> Any:
+    """Inputs ``[N, ...]`` from a tensor/array, or from a Dataset or DataLoader (its dataset, in
+    dataset order whatever the loader's sampler; the inputs of ``(x, y)`` items, targets
+    ignored)."""
+    if isinstance(x, DataLoader):
+        x = x.dataset
+    if not isinstance(x, Dataset):
+        return x
+    tensors = getattr(x, "tensors", None)
+    if isinstance(tensors, tuple) and tensors:  # a TensorDataset: no row-by-row stacking
+        return tensors[0]
+    if len(x) == 0:  # type: ignore[arg-type]
+        raise ValueError("inputs must be a non-empty batch [N, ...]; the dataset is empty")
+    rows = [x[i] for i in range(len(x))]  # type: ignore[arg-type]
+    rows = [r[0] if isinstance(r, tuple | list) else r for r in rows]
+    return torch.stack([torch.as_tensor(r) for r in rows])
+
+
+def data_tensors(data: Data) -> tuple[Tensor, Tensor]:
+    """``(X, y)`` tensors from ``(X, y)``, a Dataset or a DataLoader (its dataset, in order)."""
+    ds = as_dataset(data)
+    tensors = getattr(ds, "tensors", None)
+    if isinstance(tensors, tuple) and len(tensors) == 2:
+        return tensors[0], tensors[1]
+    xs, ys = zip(*[ds[i] for i in range(len(ds))], strict=True)
+    return torch.stack([torch.as_tensor(x) for x in xs]), torch.stack(
+        [torch.as_tensor(y) for y in ys]
+    )
+
+
+def regression_targets(y: Tensor) -> Tensor:
+    """Regression targets ``[N]`` from ``[N]`` or ``[N, 1]`` (float)."""
+    y = torch.as_tensor(y)
+    if y.dim() == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.dim() != 1:
+        raise ValueError(
+            f"regression targets must have shape [N] or [N, 1], got {list(y.shape)} (several "
+            "outputs per row are not supported: fit one method per target column)"
+        )
+    return y if y.is_floating_point() else y.float()
+
+
+def class_labels(y: Tensor, classes: int | None = None) -> Tensor:
+    """Class labels ``[N]`` (long) from ``[N]`` or ``[N, 1]``: whole numbers in 0..C−1."""
+    y = torch.as_tensor(y)
+    if y.dim() == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.dim() != 1:
+        raise ValueError(f"class labels must have shape [N] or [N, 1], got {list(y.shape)}")
+    if y.is_floating_point() or y.is_complex():
+        whole = torch.isfinite(y) & (y == y.round())
+        if not whole.all():
+            bad = y[~whole][:5].tolist()
+            raise ValueError(f"class labels must be whole numbers, got {bad}")
+    labels = y.long()
+    top = "" if classes is None else f"..{classes - 1}"
+    out = (labels < 0) if classes is None else (labels < 0) | (labels >= classes)
+    if out.any():
+        bad = labels[out][:5].tolist()
+        raise ValueError(
+            f"class labels must be in 0{top}"
+            + ("" if classes is None else f" (the network has {classes} outputs)")
+            + f", got {bad}"
+        )
+    return labels
+
+
+def seeded_generator(generator: torch.Generator | None, seed: int | None) -> torch.Generator | None:
+    """A generator seeded with ``seed`` when given, else ``generator`` (not both)."""
+    if seed is not None:
+        if generator is not None:
+            raise ValueError("give either generator or seed, not both")
+        return torch.Generator().manual_seed(seed)
+    return generator
+
+
+def check_inputs(
+    x: Any, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None
+) -> Tensor:
+    """Inputs ``[N, ...]`` (a tensor or array, or a Dataset/DataLoader's inputs) on ``device``
+    in ``dtype``, checked for the row shape ``input_shape`` (when known) and finiteness."""
+    x = torch.as_tensor(input_rows(x), device=device)
+    if x.dtype != dtype:  # e.g. numpy's float64 or integer inputs for a float32 network
+        x = x.to(dtype)
+    if input_shape is not None and tuple(x.shape[1:]) != input_shape:
+        raise ValueError(
+            f"inputs must have shape [N, {', '.join(map(str, input_shape))}], got {list(x.shape)}"
+        )
+    if x.dim() == 0 or len(x) == 0:
+        raise ValueError("inputs must be a non-empty batch [N, ...]")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"inputs contain {int((~torch.isfinite(x)).sum())} non-finite values")
+    return x
+
+
+def check_row_target(y0: Any, classification: bool) -> None:
+    """One target (class label) per row: a row's ``y`` holds a single number."""
+    y0 = torch.as_tensor(y0)
+    if y0.numel() != 1:
+        kind = "class label" if classification else "target"
+        raise ValueError(
+            f"each row needs one {kind} (y of shape [N] or [N, 1]), got rows of "
+            f"shape {list(y0.shape)}"
+        )
