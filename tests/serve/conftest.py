@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bayesify.serve.process import ServerProcess
-from bayesify.serve.process import start_server as _start
+from bayesify.bench.process import ServerProcess
+from bayesify.bench.process import start_server as _start
 
 CLASSES = ["low", "mid", "high"]
 API_KEY = "test-key-123"

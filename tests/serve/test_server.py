@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import torch
 
+from bayesify.bench.process import cli_path
 from bayesify.predictor import Predictor
-from bayesify.serve.process import cli_path
 
 from .conftest import API_KEY, CLASSES, start_server, stop_server, toy_data
 

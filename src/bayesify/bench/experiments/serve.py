@@ -94,16 +94,20 @@ async def closed_loop(url: str, bodies: list[dict], clients: int, requests: int)
 
 
 def _bundle(opts: ServeBenchOptions, workdir: Path) -> Path:
+    """The bundle to serve: ``--bundle``, or one trained here with ``bayesify train``."""
     if opts.bundle:
         return Path(opts.bundle)
-    from bayesify.app.jobs import build_training
+    import subprocess
 
-    job = build_training(opts.method, "fashion-mnist", limit=opts.limit, seed=0)
-    job.method.fit(job.train, val=job.val, epochs=opts.epochs, batch_size=32, seed=0,
-                   progress=False)  # fmt: skip
-    job.method.metadata.update(job.metadata)
-    job.method.preprocessing = job.preprocessing
-    return job.method.save(workdir / "bundle")
+    from bayesify.bench.process import cli_path
+
+    out = workdir / "bundle"
+    cmd = [cli_path(), "train", "--method", opts.method, "--data", "fashion-mnist",
+           "--limit", str(opts.limit), "--epochs", str(opts.epochs), "--no-eval",
+           "--out", str(out)]  # fmt: skip
+    log.info("training the bundle: %s", " ".join(cmd))
+    subprocess.run(cmd, check=True, capture_output=True)
+    return out
 
 
 def _request_bodies(bundle: Path, n: int = 64) -> list[dict]:
@@ -193,7 +197,7 @@ def _offline(opts: ServeBenchOptions, bundle: Path) -> list[str]:
 
 def run(opts: ServeBenchOptions) -> str:
     """Train or take the bundle, load every configuration, write the report; returns it."""
-    from bayesify.serve.process import start_server
+    from bayesify.bench.process import start_server
 
     began = time.time()
     load_avg = os.getloadavg()

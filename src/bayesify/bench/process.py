@@ -1,6 +1,7 @@
 """A ``bayesify serve`` process on a free loopback port: started, waited for, stopped.
 
-Used by the server tests and by ``bayesify bench serve``, which both talk to a real process.
+Used by ``bayesify bench serve`` and the server tests, which both talk to a real process (it
+starts the CLI, so it imports nothing of the server).
 """
 
 from __future__ import annotations
