@@ -44,7 +44,7 @@ class ServeBenchOptions:
     clients: tuple[int, ...] = option((1, 8), "Concurrent clients, comma-separated.")
     requests: int = option(200, "Requests per configuration and client count.")
     samples: int = option(32, "Fixed T.")
-    tol: float = option(0.01, "Adaptive sampling: MC standard error tolerance.")
+    tol: float = option(0.03, "Adaptive sampling: MC standard error tolerance.")
     start: int = option(8, "Adaptive sampling: first T.")
     max_samples: int = option(32, "Adaptive sampling: most T.")
     batch_wait_ms: float = option(2.0, "Micro-batching wait.")
@@ -164,7 +164,7 @@ def _offline(opts: ServeBenchOptions, bundle: Path) -> list[str]:
         f"Tolerance {opts.tol} on the MC standard error of the class probabilities, "
         f"{opts.test_rows} test images. Adaptive ({opts.start} to {opts.max_samples}): "
         f"mean {used.mean():.1f} samples per row (median {used.median():.0f}); rows at each "
-        "T: " + ", ".join(f"{t}: {int((used == t).sum())}" for t in sorted(set(used.tolist())))
+        "T: " + ", ".join(f"{int(t)}: {int((used == t).sum())}" for t in sorted(set(used.tolist())))
         + ".", "",
         "| fixed T | rows within tolerance |", "|---:|---:|",
         *[f"| {t} | {100 * reach[t]:.1f} % |" for t in grid], "",
