@@ -35,8 +35,8 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
      "MCBN's uncertainty collapse with large batches (Mukhoti et al. 2020, Fig. 1), and its "
      "fix."),
     ("serve", f"{_X}.serve:ServeBenchOptions",
-     "Serving latency and throughput: a bounded closed-loop load on a real ``bayesify "
-     "serve``."),
+     "Serving latency and throughput: a bounded closed-loop load on a real bayesify serve "
+     "process."),
     ("speed", f"{_X}.speed:SpeedOptions",
      "One-pass prediction vs the loop of T passes (MCBN: also vs Teye et al.'s Algorithm 1), "
      "peak memory, and training time per epoch relative to the deterministic network -> "

@@ -1,4 +1,4 @@
-"""Serving latency and throughput: a bounded closed-loop load on a real ``bayesify serve``.
+"""Serving latency and throughput: a bounded closed-loop load on a real bayesify serve process.
 
 For each configuration (fixed T or adaptive sampling; micro-batching on or off; float32 or int8)
 a server process is started on loopback and C clients each send single-image ``/v1/predict``
