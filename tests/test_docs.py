@@ -53,3 +53,23 @@ def test_cli_help_has_no_rst_markup():
         assert result.exit_code == 0, (path, result.output)
         assert "``" not in result.output, f"bayesify {' '.join(path)} --help shows ``markup``"
         assert not re.search(r":(?:func|class|meth|mod):`", result.output)
+
+
+def _readme_examples() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## One example per method", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, flags=re.S)
+
+
+def test_readme_examples_run(tmp_path, monkeypatch):
+    """The README's per-method examples run as they are, in order, in one namespace."""
+    blocks = _readme_examples()
+    assert len(blocks) >= 8
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
+    for name in ("mcbn", "dropout", "bbb", "ensemble", "ibnn", "snorm"):
+        pred = namespace[name].predict(namespace["x"], samples=8, seed=0)
+        assert pred.mean.shape == (5,) and bool((pred.std > 0).all())
+    assert (tmp_path / "my-dropout-model" / "config.json").is_file()

@@ -184,3 +184,24 @@ def test_image_preprocessing_maps_raw_pixels_like_the_loader():
     torch.testing.assert_close(prep.inputs(pixels), norm.x, atol=1e-5, rtol=1e-5)
     flat = pixels.reshape(8, -1)  # rows of 784 pixels from a table
     torch.testing.assert_close(prep.inputs(flat), norm.x, atol=1e-5, rtol=1e-5)
+
+
+def test_image_bundle_predicts_an_npz_of_raw_pixels(tmp_path):
+    """An image bundle reads raw 0..255 pixels [N, 1, 28, 28] from .npz and names its classes."""
+    from bayesify.app.jobs import image_preprocessing
+    from bayesify.models import lenet
+
+    torch.manual_seed(0)
+    m = bayesify.MCDropout(lenet(dropout=0.2), task="classification")
+    m.preprocessing = image_preprocessing()
+    m.save(tmp_path / "img")
+    pixels = np.random.default_rng(0).integers(0, 256, size=(6, 1, 28, 28)).astype(np.uint8)
+    np.savez(tmp_path / "images.npz", x=pixels)
+    _run(["predict", tmp_path / "img", tmp_path / "images.npz", "--out", tmp_path / "p.npz",
+          "--samples", 8, "--seed", 0])  # fmt: skip
+    with np.load(tmp_path / "p.npz") as z:
+        labels, p0 = z["label"], z[f"p_{m.preprocessing.class_names[0]}"]
+    ref = bayesify.load(tmp_path / "img").predict(pixels, samples=8, seed=0)
+    names = np.array(m.preprocessing.class_names)
+    assert list(labels) == list(names[ref.mean.argmax(-1).numpy()])
+    np.testing.assert_allclose(p0, ref.mean[:, 0].double(), rtol=1e-5)

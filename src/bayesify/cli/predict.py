@@ -47,9 +47,9 @@ def predict(
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
 ) -> None:
     """Predict every row of a file with a bundle: the prediction and its uncertainty per row
-    (regression: mean, std, epistemic and aleatoric variance; classification: label, class
-    probabilities, entropy, mutual information), in the units of the data the bundle was
-    trained on."""
+    (regression: mean, std, epistemic and aleatoric variance, interval; classification: label,
+    class probabilities, entropy, mutual information, prediction set), in the units of the data
+    the bundle was trained on."""
     from rich.console import Console
 
     from bayesify.predictor import OnError, Predictor, predict_file

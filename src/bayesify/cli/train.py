@@ -60,8 +60,10 @@ def train(
         bool, typer.Option("--eval/--no-eval", help="Score the bundle on the test set.")
     ] = True,
 ) -> None:
-    """Train a method on a built-in dataset or your own table (seeded by --seed), save the
-    bundle, score it."""
+    """Train a method on a built-in dataset or on your own table (--data
+    FILE.csv|.parquet|.npz --target COLUMN), save a bundle (safetensors + JSON) that predicts in
+    your data's units, and score it on the test split, or the validation rows of a table
+    (--no-eval skips that)."""
     import bayesify.app.jobs as jobs
     from bayesify.data.tables import is_table_path
 

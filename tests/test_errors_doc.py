@@ -1,0 +1,141 @@
+"""Every row of docs/errors.md: the case runs and its error contains the documented message."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+import bayesify
+from bayesify.app.table_jobs import build_table_training, decide_task
+from bayesify.data.preprocessing import Preprocessing
+from bayesify.data.tables import table_format
+from bayesify.models import net_from_reference
+from bayesify.predictor import Predictor
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
+
+
+def _rows() -> list[tuple[str, str]]:
+    rows = []
+    for line in DOC.read_text().splitlines():
+        m = re.match(r"\| `([\w-]+)` \| .* \| `(.*)` \|$", line)
+        if m:
+            rows.append((m.group(1), m.group(2)))
+    return rows
+
+
+def _frame() -> pd.DataFrame:
+    rng = np.random.default_rng(0)
+    return pd.DataFrame({"x": rng.normal(size=250), "y": rng.normal(size=250)})
+
+
+def _train(tmp_path, frame, target="y", features=None, task="auto"):
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    build_table_training("mcbn", tmp_path / "t.csv", target, features=features, task=task)
+
+
+def _predictor() -> Predictor:
+    m = bayesify.MCDropout(nn.Sequential(nn.Linear(3, 4), nn.Dropout(0.1), nn.Linear(4, 1)))
+    m.noise_variance = 1.0
+    m.preprocessing = Preprocessing(features=["a", "b", "c"])
+    return Predictor(m)
+
+
+def _custom_bundle(tmp_path):
+    (tmp_path / "mynets.py").write_text(textwrap.dedent("""
+        from torch import nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.lin = nn.Linear(2, 1)
+
+            def forward(self, x):
+                return self.lin(x)
+    """))  # fmt: skip
+    import importlib
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        net = importlib.import_module("mynets").Net()
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("mynets", None)
+    m = bayesify.Deterministic(net)
+    m.noise_variance = 1.0
+    return m.save(tmp_path / "custom")
+
+
+CASES = {
+    "train-missing-values": lambda p: _train(p, _frame().assign(
+        x=lambda f: f["x"].mask(f.index.isin([3, 7])))),
+    "train-non-numeric": lambda p: _train(p, _frame().assign(
+        x=lambda f: f["x"].astype(object).where(f.index != 5, "abc"))),
+    "train-constant": lambda p: _train(p, _frame().assign(c=1.5)),
+    "train-no-target": lambda p: _train(p, _frame(), target="price"),
+    "train-unknown-feature": lambda p: _train(p, _frame(), features="x,size"),
+    "train-too-many-categories": lambda p: _train(p, _frame().assign(
+        name=[f"id{i}" for i in range(250)])),
+    "train-bad-task": lambda p: decide_task(_frame()["y"], "y", "maybe"),
+    "table-format": lambda p: table_format("book.xlsx"),
+    "predict-unknown-category": lambda p: Predictor(_categorical_method()).predict(
+        pd.DataFrame({"n": [1, 2, 3, 4], "band": ["high", "low", "low", "medium"]})),
+    "predict-missing-value": lambda p: _predictor().predict(
+        pd.DataFrame({"a": [1.0, 2, 3], "b": [1.0, 2, None], "c": [0.0, 0, 0]})),
+    "predict-missing-column": lambda p: _predictor().predict(pd.DataFrame({"a": [1], "b": [2]})),
+    "predict-shape": lambda p: Predictor(_plain_method()).predict(torch.randn(4, 3)),
+    "predict-level": lambda p: _predictor().predict([[1, 2, 3]], level=1.5),
+    "predict-samples": lambda p: _predictor().predict([[1, 2, 3]], samples=True),
+    "predict-on-error": lambda p: _predictor().predict([[1, 2, 3]], on_error="ignore"),
+    "load-custom-network": lambda p: bayesify.load(_custom_bundle(p)),
+    "load-bad-net-reference": lambda p: net_from_reference("mynets"),
+    "load-net-not-importable": lambda p: net_from_reference("nosuch_module:make"),
+    "fit-float-labels": lambda p: _classifier().fit(
+        (torch.randn(4, 2), torch.tensor([0.5, 1.5, 0.0, 1.0])), epochs=1, progress=False),
+    "fit-labels-out-of-range": lambda p: _classifier().fit(
+        (torch.randn(4, 2), torch.tensor([0, 1, 2, 7])), epochs=1, progress=False),
+    "save-overwrite": lambda p: [_plain_method().save(p / "b") for _ in range(2)],
+    "device-no-cuda": lambda p: bayesify.load(_plain_method().save(p / "b"), device="cuda"),
+}  # fmt: skip
+
+
+def _plain_method():
+    m = bayesify.Deterministic(nn.Sequential(nn.Linear(2, 1)))
+    m.noise_variance = 1.0
+    m.input_shape = (2,)
+    return m
+
+
+def _classifier():
+    return bayesify.Deterministic(nn.Sequential(nn.Linear(2, 3)), task="classification")
+
+
+def _categorical_method():
+    m = bayesify.Deterministic(nn.Sequential(nn.Linear(3, 1)))
+    m.noise_variance = 1.0
+    m.preprocessing = Preprocessing(features=["n", "band"], categories={"band": ["high", "low"]})
+    return m
+
+
+def test_every_documented_case_has_a_test():
+    assert {case for case, _ in _rows()} == set(CASES)
+
+
+@pytest.mark.parametrize("case, message", _rows())
+def test_documented_error(tmp_path, case, message):
+    if case == "device-no-cuda" and torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    with pytest.raises((ValueError, TypeError, FileExistsError, RuntimeError)) as info:
+        CASES[case](tmp_path)
+    text = str(info.value)
+    assert "\n" not in text, text
+    for part in message.split("…"):
+        assert part.strip() in text, f"{case}: {part.strip()!r} not in {text!r}"
