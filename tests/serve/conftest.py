@@ -3,18 +3,13 @@ small MC dropout classifier (trained in about a second) with a deferral policy."
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 import torch
+
+from bayesify.bench.process import ServerProcess
+from bayesify.bench.process import start_server as _start
 
 CLASSES = ["low", "mid", "high"]
 API_KEY = "test-key-123"
@@ -46,57 +41,13 @@ def make_bundle(path: Path) -> Path:
     return path
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@dataclass
-class Server:
-    url: str
-    process: subprocess.Popen
-    bundle: Path
-    name: str
-    log: Path
-
-    def output(self) -> str:
-        return self.log.read_text()
-
-
 def start_server(bundle: Path, log: Path, *args: str, env: dict | None = None,
-                 wait: bool = True) -> Server:  # fmt: skip
-    port = free_port()
-    cmd = [str(Path(sys.executable).parent / "bayesify"), "serve", str(bundle), "--name", "toy",
-           "--port", str(port), "--threads", "1", *args]  # fmt: skip
-    environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    proc = subprocess.Popen(cmd, stdout=log.open("w"), stderr=subprocess.STDOUT, env=environ)
-    server = Server(f"http://127.0.0.1:{port}", proc, bundle, "toy", log)
-    if wait:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited {proc.returncode}: {server.output()}")
-            try:
-                if httpx.get(f"{server.url}/v2/health/ready", timeout=1).status_code == 200:
-                    return server
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        stop_server(server)
-        raise RuntimeError(f"server did not become ready: {server.output()}")
-    return server
+                 wait: bool = True) -> ServerProcess:  # fmt: skip
+    return _start(bundle, log, "--threads", "1", *args, name="toy", env=env, wait=wait)
 
 
-def stop_server(server: Server) -> int:
-    if server.process.poll() is None:
-        server.process.send_signal(signal.SIGTERM)
-        try:
-            server.process.wait(30)
-        except subprocess.TimeoutExpired:
-            server.process.kill()
-            server.process.wait()
-    return server.process.returncode
+def stop_server(server: ServerProcess) -> int:
+    return server.stop()
 
 
 @pytest.fixture(scope="session")

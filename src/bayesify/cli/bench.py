@@ -43,6 +43,9 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
      "the homoscedastic likelihood (one τ⁻¹ fitted on validation data) and the heteroscedastic "
      "one (a variance output per input), several seeds, run job by job into a resumable "
      "results store."),
+    ("serve", f"{_X}.serve:ServeBenchOptions",
+     "Serving latency and throughput: a bounded closed-loop load on a real bayesify serve "
+     "process."),
     ("speed", f"{_X}.speed:SpeedOptions",
      "One-pass prediction vs the loop of T passes (MCBN: also vs Teye et al.'s Algorithm 1), "
      "peak memory, and training time per epoch relative to the deterministic network -> "

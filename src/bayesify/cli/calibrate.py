@@ -42,7 +42,8 @@ def calibrate(
     """Fit a deferral policy (a threshold on an uncertainty score) for a target coverage or a
     target error on accepted rows, store it in the bundle, and check it on the test split."""
     from bayesify.app.calibration import calibrate_bundle, dataset_seed_note
-    from bayesify.cli import _fail, console
+    from bayesify.cli.common import console
+    from bayesify.cli.common import fail as _fail
     from bayesify.io import read_bundle, write_bundle
     from bayesify.methods import load
 

@@ -49,7 +49,8 @@ def serve(
     import torch
     import uvicorn
 
-    from bayesify.cli import _fail, console
+    from bayesify.cli.common import console
+    from bayesify.cli.common import fail as _fail
     from bayesify.methods.adaptive import check_options
     from bayesify.serve.app import Settings, create_app
     from bayesify.serve.model import Adaptive, ServedModel

@@ -59,34 +59,38 @@ def field_error(loc: list[str | int], msg: str, status: int = 422) -> JSONRespon
     return JSONResponse({"detail": [{"loc": loc, "msg": msg, "type": "value_error"}]}, status)
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 def _body_limit(app: Any, limit: int) -> Any:
-    """ASGI middleware: a body over ``limit`` bytes is answered 413 before any parsing."""
+    """ASGI middleware: the body is read first (at most ``limit`` bytes, with or without a
+    Content-Length) and answered 413 when larger; otherwise it is handed on unchanged."""
 
     async def middleware(scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await app(scope, receive, send)
-        length = dict(scope.get("headers", [])).get(b"content-length")
         too_big = JSONResponse({"detail": f"request body over {limit} bytes"}, 413)
+        length = dict(scope.get("headers", [])).get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > limit):
             return await too_big(scope, receive, send)
-        seen = 0
-
-        async def counted() -> dict:
-            nonlocal seen
+        chunks, seen = [], 0
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
+            if message["type"] != "http.request":  # the client went away
+                return None
+            chunks.append(message.get("body", b""))
+            seen += len(chunks[-1])
             if seen > limit:
-                raise _BodyTooLarge
-            return message
+                return await too_big(scope, receive, send)
+            if not message.get("more_body", False):
+                break
+        body, sent = b"".join(chunks), False
 
-        try:
-            await app(scope, counted, send)
-        except _BodyTooLarge:
-            await too_big(scope, receive, send)
+        async def replay() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
+
+        return await app(scope, replay, send)
 
     return middleware
 
@@ -109,7 +113,8 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         yield
         await batcher.stop()
 
-    errors = {401: {"model": ErrorResponse}, 413: {"model": ErrorResponse}}
+    errors = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
+              413: {"model": ErrorResponse}}  # fmt: skip
     app = FastAPI(title="bayesify prediction server", version="1", lifespan=lifespan,
                   description=__doc__, responses=errors)  # fmt: skip
     app.state.model, app.state.monitor, app.state.metrics = model, monitor, metrics
@@ -133,8 +138,6 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
                 return response
         try:
             response = await call_next(request)
-        except _BodyTooLarge:
-            raise
         except Exception:  # noqa: BLE001 - logged; the client gets a JSON 500
             log.exception("unhandled error on %s", path)
             response = JSONResponse({"detail": "internal error"}, 500)

@@ -121,7 +121,10 @@ class ServedModel:
     def check_array(self, arr: np.ndarray, loc: list[str | int]) -> np.ndarray:
         """Shape and finiteness of a float array ``[N, ...]`` against the bundle's input shape."""
         if arr.ndim == 1:
-            arr = arr[:, None] if self.input_shape in ((1,), None) else arr[None]
+            if self.input_shape not in ((1,), None):
+                raise InputError(loc, f"each row must be a list of numbers{self._shape_hint()}, "
+                                 "got single numbers")  # fmt: skip
+            arr = arr[:, None]
         if self.input_shape is not None:
             want = self.input_shape
             flat = math.prod(want)

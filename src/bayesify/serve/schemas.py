@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 
 class PredictRequest(BaseModel):
@@ -33,7 +33,9 @@ class PredictResponse(BaseModel):
 class Outcome(BaseModel):
     model_config = ConfigDict(extra="forbid")
     request_id: str = Field(min_length=1, max_length=200)
-    outcome: int | float | str = Field(description="True class (index or name) or value.")
+    outcome: StrictInt | StrictFloat | StrictStr = Field(
+        description="True class (index or name) or value."
+    )
 
 
 class FeedbackRequest(BaseModel):
@@ -67,6 +69,17 @@ class V2Tensor(BaseModel):
     data: list[Any]
 
 
+class V2InputTensor(BaseModel):
+    """An input tensor: ``data`` (flat or nested, row-major), or with the binary tensor
+    extension ``parameters.binary_data_size`` bytes after the JSON header."""
+
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: dict[str, Any] | None = None
+    data: list[Any] | None = None
+
+
 class V2RequestedOutput(BaseModel):
     name: str
     parameters: dict[str, Any] | None = None
@@ -75,7 +88,7 @@ class V2RequestedOutput(BaseModel):
 class V2InferRequest(BaseModel):
     id: str | None = None
     parameters: dict[str, Any] | None = None
-    inputs: list[V2Tensor] = Field(min_length=1)
+    inputs: list[V2InputTensor] = Field(min_length=1)
     outputs: list[V2RequestedOutput] | None = None
 
 
@@ -103,3 +116,21 @@ class V2ModelMetadata(BaseModel):
     platform: str
     inputs: list[V2TensorMeta]
     outputs: list[V2TensorMeta]
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON schema with its ``$defs`` written in place (for ``openapi_extra``)."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref", "")
+            if ref.startswith("#/$defs/"):
+                return walk(defs[ref.removeprefix("#/$defs/")])
+            return {k: walk(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)

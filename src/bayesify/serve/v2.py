@@ -22,7 +22,13 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from bayesify.serve.model import InputError, ServedModel
-from bayesify.serve.schemas import V2Error, V2InferRequest, V2InferResponse, V2ModelMetadata
+from bayesify.serve.schemas import (
+    V2Error,
+    V2InferRequest,
+    V2InferResponse,
+    V2ModelMetadata,
+    inline_schema,
+)
 
 NUMERIC = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
            "UINT64": np.uint64, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
@@ -97,6 +103,8 @@ def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.n
             raise InputError([*loc, "shape"], f"{t.shape} needs {size * dtype.itemsize} bytes "
                              f"of {t.datatype}, got {n_bytes}")  # fmt: skip
         arr = np.frombuffer(binary, dtype=dtype).astype(np.float64)
+    elif t.data is None:
+        raise InputError([*loc, "data"], "missing (and no binary_data_size parameter)")
     else:
         try:
             arr = np.asarray(t.data, dtype=np.float64).reshape(-1)
@@ -160,7 +168,7 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
         response_model=V2InferResponse,
         responses=errors,
         openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": V2InferRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+            "schema": inline_schema(V2InferRequest)
         }}}},
     )  # fmt: skip
     async def infer(name: str, request: Request) -> Response:
