@@ -72,6 +72,12 @@ class RowKey:
         return "/".join(str(v) for v in (self.experiment, self.method, self.dataset,
                                           self.split, self.seed, self.config_hash))  # fmt: skip
 
+    @classmethod
+    def of(cls, row: dict[str, Any]) -> RowKey:
+        """The key of a row as :meth:`ResultsStore.records` returns it."""
+        return cls(row["experiment"], row["method"], row["dataset"], row["split"], row["seed"],
+                   row["config_hash"])  # fmt: skip
+
     def values(self) -> tuple[Any, ...]:
         return (self.experiment, self.method, self.dataset, self.split, self.seed,
                 self.config_hash)  # fmt: skip

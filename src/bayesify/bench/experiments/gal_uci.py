@@ -34,6 +34,7 @@ import torch
 
 from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.bench.runner import job_key, run_jobs
+from bayesify.bench.store import RowKey
 from bayesify.data.uci import UCI_DATASETS
 from bayesify.methods.likelihood import Likelihood
 
@@ -214,10 +215,10 @@ def run(opts: GalUCIOptions) -> str:
     wall = time.time() - t0
     keys = {job_key(EXPERIMENT, j): j for j in jobs}
     with ResultsStore(opts.store) as store:
-        rows = [r for r in store.records(EXPERIMENT) if _key(r) in keys]
+        rows = [r for r in store.records(EXPERIMENT) if RowKey.of(r) in keys]
     cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        cells.setdefault((r["dataset"], keys[_key(r)].likelihood), []).append(r)
+        cells.setdefault((r["dataset"], keys[RowKey.of(r)].likelihood), []).append(r)
     datasets = list(dict.fromkeys(j.dataset for j in jobs))
     pre = PRESETS[opts.preset]
     lines = [
@@ -269,13 +270,6 @@ def run(opts: GalUCIOptions) -> str:
     _plot(datasets, cells, figure)
     lines += ["", f"![test log-likelihood per dataset]({figure.name})", ""]
     return write_report(Path(opts.out) / "README.md", "\n".join(lines))
-
-
-def _key(row: dict[str, Any]) -> Any:
-    from bayesify.bench.store import RowKey
-
-    return RowKey(row["experiment"], row["method"], row["dataset"], row["split"], row["seed"],
-                  row["config_hash"])  # fmt: skip
 
 
 def _plot(datasets: list[str], cells: dict[tuple[str, str], list[dict]], path: Path) -> None:

@@ -27,6 +27,7 @@ import torch
 
 from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.bench.runner import run_jobs
+from bayesify.bench.store import RowKey
 from bayesify.options import Likelihood
 
 log = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ def run(opts: NoiseToyOptions) -> str:
     summary = run_jobs(EXPERIMENT, jobs, score_job, opts.store, workers=opts.workers)
     keys = {job_key(EXPERIMENT, j): j for j in jobs}
     with ResultsStore(opts.store) as store:
-        rows = [r for r in store.records(EXPERIMENT) if _key(r) in keys]
+        rows = [r for r in store.records(EXPERIMENT) if RowKey.of(r) in keys]
     job_seconds = sum(r["seconds"] or 0.0 for r in rows)
     lines = [
         "# Learned versus fitted noise on a toy whose noise grows with |x|",
@@ -192,7 +193,9 @@ def run(opts: NoiseToyOptions) -> str:
     for m in opts.methods:
         for lik in opts.likelihoods:
             cell = [
-                r["metrics"] for r in rows if r["method"] == m and keys[_key(r)].likelihood == lik
+                r["metrics"]
+                for r in rows
+                if r["method"] == m and keys[RowKey.of(r)].likelihood == lik
             ]
             vals = [_mean_se([c[k] for c in cell if c.get(k) is not None])
                     for k in ("rmse", "pll", "crps", "noise_corr", "noise_ratio")]  # fmt: skip
@@ -203,19 +206,12 @@ def run(opts: NoiseToyOptions) -> str:
     return write_report(Path(opts.out) / "README.md", "\n".join(lines))
 
 
-def _key(row: dict[str, Any]) -> Any:
-    from bayesify.bench.store import RowKey
-
-    return RowKey(row["experiment"], row["method"], row["dataset"], row["split"], row["seed"],
-                  row["config_hash"])  # fmt: skip
-
-
 def _plot(rows: list[dict[str, Any]], keys: dict[Any, NoiseToyJob], path: Path) -> None:
     """One panel per method: predicted aleatoric std on the grid, every run, against the truth."""
     from bayesify.plots import new_figure, save_figure
 
     grid = torch.linspace(*GRID)
-    methods = list(dict.fromkeys(keys[_key(r)].method for r in rows))
+    methods = list(dict.fromkeys(keys[RowKey.of(r)].method for r in rows))
     cols = min(4, len(methods)) or 1
     nrows = max(1, math.ceil(len(methods) / cols))
     fig, axes = new_figure(figsize=(2.6 * cols, 2.2 * nrows), nrows=nrows, ncols=cols,
@@ -226,7 +222,7 @@ def _plot(rows: list[dict[str, Any]], keys: dict[Any, NoiseToyJob], path: Path) 
         ax.plot(grid, true_std(grid), color="black", lw=2, label="truth")
         seen = set()
         for r in rows:
-            job = keys[_key(r)]
+            job = keys[RowKey.of(r)]
             if job.method != method:
                 continue
             colour, line = styles[job.likelihood]
