@@ -13,10 +13,7 @@ from __future__ import annotations
 import logging
 
 from bayesify.cli.bench import bench_app
-from bayesify.cli.common import console, fail
 from bayesify.cli.lazy import LazyTyper
-
-_fail = fail  # the name command modules used before cli/common.py; new code imports from there
 
 app = LazyTyper(help="Approximate Bayesian deep learning: train, evaluate, benchmark.",
                 no_args_is_help=True)  # fmt: skip
@@ -52,7 +49,7 @@ app.lazy_command("serve", "bayesify.cli.serve:serve",
                  "API key.")  # fmt: skip
 app.add_typer(bench_app, name="bench")
 
-__all__ = ["app", "console", "main"]
+__all__ = ["app", "main"]
 
 
 def main() -> None:  # pragma: no cover

@@ -42,13 +42,12 @@ def calibrate(
     """Fit a deferral policy (a threshold on an uncertainty score) for a target coverage or a
     target error on accepted rows, store it in the bundle, and check it on the test split."""
     from bayesify.app.calibration import calibrate_bundle, dataset_seed_note
-    from bayesify.cli.common import console
-    from bayesify.cli.common import fail as _fail
+    from bayesify.cli.common import console, fail
     from bayesify.io import read_bundle, write_bundle
     from bayesify.methods import load
 
     if (coverage is None) == (error is None):
-        raise _fail("give exactly one of --coverage and --error")
+        raise fail("give exactly one of --coverage and --error")
     try:
         method = load(bundle)
         if data is not None and data != method.metadata.get("data"):
@@ -65,7 +64,7 @@ def calibrate(
         cfg["metadata"] = method.metadata
         write_bundle(bundle, tensors, cfg)
     except (ValueError, TypeError, OSError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     p = res.policy
     console.print(f"deferral policy: defer when {p.score.value} > {p.threshold:.6g} "
                   f"(target {p.target})")  # fmt: skip

@@ -49,8 +49,7 @@ def serve(
     import torch
     import uvicorn
 
-    from bayesify.cli.common import console
-    from bayesify.cli.common import fail as _fail
+    from bayesify.cli.common import console, fail
     from bayesify.methods.adaptive import check_options
     from bayesify.serve.app import Settings, create_app
     from bayesify.serve.model import Adaptive, ServedModel
@@ -65,7 +64,7 @@ def serve(
         model = ServedModel.load(str(bundle), name, int8=int8, default_samples=samples,
                                  adaptive=adaptive)  # fmt: skip
     except (ValueError, TypeError, OSError) as e:
-        raise _fail(str(e)) from None
+        raise fail(str(e)) from None
     settings = Settings(max_body_bytes=max_body, max_rows=max_rows, max_samples=max_samples,
                         batch_wait_ms=batch_wait_ms, batch_rows=batch_rows)  # fmt: skip
     app = create_app(model, settings)
