@@ -8,6 +8,10 @@ split into chunks of ``max_rows // T``; beyond that the T groups are split too, 
 ``max_rows`` groups run alone (``select_groups``) over one data row at a time. Every stochastic
 layer draws per (group, data row), so chunked samples equal one-pass samples
 (:func:`forward_in_chunks`).
+
+The leading layers of an ``nn.Sequential`` that hold no stochastic layer compute the same for
+every sample group, so they run once over the N rows and only their output is repeated T times
+(:func:`deterministic_prefix`): MC dropout before the dense head samples the convolutions once.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from bayesify.nn.stochastic import select_groups
+from bayesify.nn.stochastic import StochasticModule, select_groups
 
 MaxRows = int | Literal["auto"] | None
 DEFAULT_MAX_ROWS: MaxRows = "auto"
@@ -56,6 +60,19 @@ def resolve_max_rows(max_rows: MaxRows, x: Tensor) -> int | None:
     return min(hi, max(lo, AUTO_CPU_INPUT_NUMBERS // max(1, x[0].numel() if len(x) else 1)))
 
 
+def deterministic_prefix(net: nn.Module) -> int:
+    """How many leading children of ``net`` (an ``nn.Sequential``) contain no stochastic layer:
+    they give every sample group the same output, so :func:`forward_in_chunks` runs them once
+    per data row. 0 for other modules and for a Sequential with forward hooks of its own (the
+    split would bypass them)."""
+    if not isinstance(net, nn.Sequential) or net._forward_hooks or net._forward_pre_hooks:
+        return 0
+    for i, child in enumerate(net):
+        if any(isinstance(m, StochasticModule) for m in child.modules()):
+            return i
+    return len(net)
+
+
 def chunk_plan(
     k: int, n: int, max_rows: int | None, factor: int = 1
 ) -> tuple[list[tuple[int, int]], int]:
@@ -81,13 +98,21 @@ def forward_in_chunks(
 ) -> Tensor:
     """``forward`` over every group range (``select_groups`` on ``net`` when there are several)
     and row chunk of ``x``, inside an open sampling block; outputs joined along the group axis
-    ``group_dim`` (0: ``[K, N, ...]``; 1: stacked members ``[M, K, N, ...]``)."""
+    ``group_dim`` (0: ``[K, N, ...]``; 1: stacked members ``[M, K, N, ...]``).
+
+    When ``forward`` is ``net`` itself, its :func:`deterministic_prefix` runs once per chunk of
+    data rows and the rest over the repeated rows."""
+    split = deterministic_prefix(net) if forward is net else 0
+    if split:
+        head, forward = net[:split], net[split:]
     parts = []
     for a, b in ranges:
         if len(ranges) > 1:
             select_groups(net, a, b)
         chunks = [  # [(M,) G, n, ...] each
-            fold_samples(forward(repeat_samples(chunk, b - a)), b - a, group_dim)
+            fold_samples(
+                forward(repeat_samples(head(chunk) if split else chunk, b - a)), b - a, group_dim
+            )  # fmt: skip
             for chunk in x.split(per_chunk)
         ]
         parts.append(torch.cat(chunks, dim=group_dim + 1))
