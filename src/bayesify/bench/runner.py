@@ -40,10 +40,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm.auto import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
 from bayesify.bench.store import DONE, FAILED, ResultsStore, RowDoneError, RowKey
+from bayesify.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +183,7 @@ def run_jobs(
             summary.skipped.append(key)
             log.info("skipped %s (done by another run)", key)
 
-    bar = tqdm(total=len(todo), desc=experiment, unit="job", disable=not progress)
+    bar = progress_bar(total=len(todo), desc=experiment, unit="job", progress=progress)
     with logging_redirect_tqdm(), bar:
         if workers == 1:
             with ResultsStore(path) as db:

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import ClassVar
 
 import torch
-from tqdm.auto import tqdm
 
 from bayesify.bench.machine import machine_description
 from bayesify.bench.options import check_choices, option
@@ -27,6 +26,7 @@ from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 from bayesify.options import NoiseProtocol
 from bayesify.plots.uncertainty import uncertainty_error_plot
 from bayesify.posthoc.noise import teye_tau_range
+from bayesify.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ def run_uci_benchmark(
     rows: list[dict] = []  # this run's cells only: the store also holds earlier runs'
     seed_rows: list[dict] = []  # one per (split, test seed): the t-test's sample
     start = time.time()
-    for name, split in tqdm(jobs, desc="UCI splits", disable=not progress):
+    for name, split in progress_bar(jobs, desc="UCI splits", progress=progress):
         run = run_mcbn_split(name, split, settings, seed=seed)
         for method, scores in run.scores.items():
             store.add(EXPERIMENT, name, split, method, scores, asdict(settings))

@@ -22,7 +22,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
-from tqdm.auto import tqdm
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.mcbn_tuning import tune_effective_batch_size
@@ -30,6 +29,7 @@ from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampli
 from bayesify.nn.mc_batchnorm import StatisticsPlan
 from bayesify.nn.modes import kept_modes
 from bayesify.options import Statistics
+from bayesify.progress import progress_bar
 from bayesify.train import Data, Strategy, as_dataset, as_loader, loader_batch_size
 
 log = logging.getLogger(__name__)
@@ -204,7 +204,7 @@ class MCBN(Method):
             self.net.eval()  # dropout and other layers stay deterministic while recording
             for layer in self.layers:
                 stack.enter_context(layer.recording())
-            bar = tqdm(total=bank_size, desc="MCBN bank", disable=not progress, leave=False)
+            bar = progress_bar(total=bank_size, desc="MCBN bank", progress=progress, leave=False)
             while done < bank_size:
                 for xb, _ in loader:
                     self.net(xb.to(dev))

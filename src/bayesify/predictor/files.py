@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 
 from bayesify.data.preprocessing import RowErrors
 from bayesify.data.tables import TableWriter, count_rows, iter_table, read_arrays, table_format
 from bayesify.predictor.core import OnError, Predictor
+from bayesify.progress import progress_bar
 
 #: rows read, predicted and written at a time
 DEFAULT_CHUNK_ROWS = 65536
@@ -85,7 +85,7 @@ def predict_file(
     first = 0
     with (
         TableWriter(output) as writer,
-        tqdm(total=total, unit="rows", disable=not progress, desc="predict") as bar,
+        progress_bar(total=total, unit="rows", progress=progress, desc="predict") as bar,
     ):
         for chunk in _chunks(predictor, input, chunk_rows):
             res = predictor.predict(

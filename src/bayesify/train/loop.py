@@ -18,9 +18,9 @@ from torch.utils.data import (
     SequentialSampler,
     TensorDataset,
 )
-from tqdm.auto import tqdm
 
 from bayesify.options import OptimizerName, parse_option
+from bayesify.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ def train_loop(
     history = History()
     best, best_state, stale = math.inf, None, 0
     steps = max(len(loader), 1)
-    bar = tqdm(range(epochs), desc=desc, disable=not progress, leave=False)
+    bar = progress_bar(range(epochs), desc=desc, progress=progress, leave=False)
     for epoch in bar:
         if on_epoch is not None:
             on_epoch(epoch)

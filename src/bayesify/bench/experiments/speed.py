@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from tqdm.auto import tqdm
 
 from bayesify.bench.experiments.speed_cases import (
     METHOD_CLASSES,
@@ -36,6 +35,7 @@ from bayesify.bench.experiments.speed_cases import (
 from bayesify.bench.machine import machine_description
 from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.methods import Method
+from bayesify.progress import progress_bar
 from bayesify.train import as_loader, make_optimizer, train_loop
 
 log = logging.getLogger(__name__)
@@ -197,7 +197,7 @@ def run_speed(
             names.append(reg)
     jobs = [(m, model, n, t) for m in names for model in s.models for n in s.n for t in s.t]
     jobs = jobs if s.predict else []
-    for name, model, n, t in tqdm(jobs, desc="bench speed", disable=not progress):
+    for name, model, n, t in progress_bar(jobs, desc="bench speed", progress=progress):
         if s.max_cell_rows and n * t > s.max_cell_rows:
             result.skipped.append(f"{name}/{model} N={n} T={t}: T·N above the cell limit")
             continue
@@ -221,7 +221,7 @@ def run_speed(
         runs = [(m, {}) for m in names]
         runs += [(m, dict(opts)) for m, opts in train_variants if m in names]
         pairs = [(m, opts, model) for m, opts in runs for model in s.train_models]
-        for name, opts, model in tqdm(pairs, desc="bench train", disable=not progress):
+        for name, opts, model in progress_bar(pairs, desc="bench train", progress=progress):
             try:
                 fns = {
                     "method": _epoch_fn(name, model, s, options=opts),
