@@ -55,7 +55,8 @@ def test_calibrate_stores_the_policy_fitted_on_validation(bundle):
         ([], "exactly one of --coverage and --error"),
         (["--coverage", "0.9", "--error", "0.1"], "exactly one"),
         (["--coverage", "0.9", "--score", "mi"], "score must be one of std, epistemic_variance"),
-        (["--coverage", "0.9", "--data", "fashion-mnist"], "only the bundle's own dataset"),
+        (["--coverage", "0.9", "--data", "fashion-mnist"], "nor the bundle's own dataset"),
+        (["--coverage", "0.9", "--target", "y"], "--target names the target column of"),
     ],
 )
 def test_calibrate_rejects_bad_options(bundle, args, message):

@@ -224,6 +224,32 @@ class Predictor:
             del cols["samples"]
         return PredictionResult(pred, cols, rows, bad, self.class_names)
 
+    def predictive(
+        self,
+        inputs: Any,
+        samples: int | None = None,
+        seed: int | None = None,
+        *,
+        generator: torch.Generator | None = None,
+    ) -> Predictive:
+        """The :class:`Predictive` of raw ``inputs`` in the units the records report
+        (regression: the user's target units), without the per-row fields: what a deferral
+        policy or a calibration is fitted on. Every row must be usable: a ``DataError`` names
+        the first that is not."""
+        samples = _check_samples(self.default_samples if samples is None else samples)
+        if seed is not None:
+            if generator is not None:
+                raise ValueError("give either generator or seed, not both")
+            generator = torch.Generator().manual_seed(seed)
+        arr, bad = self._prep.rows_to_array(inputs)
+        if bad:
+            first = min(bad)
+            more = f" (and {len(bad) - 1} more row(s))" if len(bad) > 1 else ""
+            raise DataError(f"row {first}: {bad[first]}{more}")
+        if len(arr) == 0:
+            raise DataError("no rows to predict")
+        return self._predictive(arr, samples, generator, {})
+
     def encode(self, inputs: Any, first_row: int = 0) -> tuple[np.ndarray, RowErrors]:
         """Raw inputs -> encoded, unscaled float64 array ``[N, ...]`` and the unusable rows."""
         return self._prep.rows_to_array(inputs, first_row)
@@ -233,6 +259,8 @@ class Predictor:
     ):
         m = self.method
         dtype = next((p.dtype for p in m.net.parameters()), torch.float32)
+        if not arr.flags.writeable:  # e.g. a pandas frame's view; torch warns on those
+            arr = arr.copy()
         x = self._prep.scale(torch.as_tensor(arr, dtype=dtype))
         if samples == "adaptive" or adaptive:
             from bayesify.methods.adaptive import predict_adaptive
