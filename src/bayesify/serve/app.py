@@ -174,6 +174,8 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         if samples is None and model.adaptive is None:
             samples = model.default_samples
         answer = await batcher.submit(PassKey(samples, level), arr)
+        if answer.error is not None:
+            raise ValueError(answer.error)
         recs = answer.records
         metrics.served([bool(r.get("defer", False)) for r in recs],
                        [int(r["samples_used"]) for r in recs])  # fmt: skip

@@ -112,12 +112,19 @@ class Monitor:
                 return float(self.class_names.index(outcome))
             if isinstance(outcome, bool) or not isinstance(outcome, int):
                 raise ValueError(f"a class index or name, got {outcome!r}")
-            return float(outcome)
-        if isinstance(outcome, bool) or not isinstance(outcome, int | float):
+            if outcome < 0 or (self.class_names and outcome >= len(self.class_names)):
+                valid = f"0..{len(self.class_names) - 1}" if self.class_names else ">= 0"
+                raise ValueError(f"class index must be in {valid}, got {outcome}")
+        elif isinstance(outcome, bool) or not isinstance(outcome, int | float):
             raise ValueError(f"a number, got {outcome!r}")
-        if not math.isfinite(outcome):
-            raise ValueError("not a finite number")
-        return float(outcome)
+        try:
+            value = float(outcome)  # JSON integers may be beyond float64
+        except OverflowError:
+            value = math.inf
+        if not math.isfinite(value):
+            raise ValueError("not a finite number" if self.task != "classification"
+                             else f"class index out of range, got {outcome}")  # fmt: skip
+        return value
 
     def feedback(self, request_id: str, outcome: float) -> bool:
         """Score the served row ``request_id`` (a row id, or the id of a one-row request)

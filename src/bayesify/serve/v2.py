@@ -10,6 +10,12 @@ One input tensor (any name; ``shape [N, *input_shape]`` or ``[N, F]``, numeric d
 asking for binary outputs gets JSON, which the protocol allows). Request parameter ``samples``
 sets T. Errors are ``{"error": message}``.
 
+The input tensor holds the rows as the network's encoded columns, unscaled: for a bundle
+trained on a table, one column per number feature and one 0/1 column per category
+(``name=category``), in the order the model metadata lists under ``parameters.input_columns``;
+for a table of numbers only these are the raw feature values in feature order. Named features,
+text categories included, go to ``/v1/predict``.
+
 Every inference is recorded for feedback as ``/v1/predict`` is: the response ``id`` is the
 request's ``id`` when the client gave one (at most :data:`MAX_ID_CHARS` characters), else a new
 one; ``POST /v1/feedback`` takes the rows' ``request_id`` outputs, or for a one-row request the
@@ -116,6 +122,8 @@ def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.n
     else:
         try:
             arr = np.asarray(t.data, dtype=np.float64).reshape(-1)
+        except OverflowError:
+            raise InputError([*loc, "data"], "number too large for a float64") from None
         except (ValueError, TypeError):
             raise InputError([*loc, "data"], "must be numbers (flat or nested)") from None
         if arr.size != size:
@@ -165,11 +173,15 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
                      {"name": "defer_threshold", "datatype": "FP64", "shape": [-1]}]  # fmt: skip
         outs += [{"name": "samples_used", "datatype": "INT64", "shape": [-1]},
                  {"name": "request_id", "datatype": "BYTES", "shape": [-1]}]  # fmt: skip
-        return JSONResponse({
+        meta = {
             "name": model.name, "versions": ["1"], "platform": "bayesify",
             "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, *shape]}],
             "outputs": outs,
-        })  # fmt: skip
+        }  # fmt: skip
+        prep = model.predictor.preprocessing
+        if prep is not None and prep.features is not None:
+            meta["parameters"] = {"input_columns": prep.encoded_names}
+        return JSONResponse(meta)
 
     @app.get("/v2/models/{name}/ready", responses=errors)
     async def model_ready(name: str) -> Response:
