@@ -109,3 +109,14 @@ def test_model_metadata_lists_exactly_the_outputs_served(server):
     body = httpx.post(f"{server.url}/v2/models/toy/infer", json={"inputs": [tensor]}).json()
     served = {o["name"]: o["datatype"] for o in body["outputs"]}
     assert listed == served
+
+
+def test_a_bad_outcome_leaves_the_figures_as_they_were(server):
+    x = toy_data(2, 14)[0].numpy()
+    _, ids, _ = _infer(server, x)
+    before = _monitor(server)["all"]
+    r = _feedback(server, [(ids[0], 1), (ids[1], "no-such-class")])
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "outcomes", 1,
+                                                                       "outcome"]  # fmt: skip
+    assert _monitor(server)["all"] == before  # the first, valid outcome was not used either
+    assert _feedback(server, [(ids[0], 1), (ids[1], 0)]).json()["accepted"] == 2

@@ -226,15 +226,23 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         or the ``request_id`` output of ``/v2/models/{name}/infer``; for a one-row request, the
         request's own id (v1 ``request_id``, the Open Inference Protocol response ``id``) also
         names its row. Updates the rolling accuracy, NLL and ECE in ``/metrics``,
-        ``/v1/model`` and the status page."""
-        accepted, unknown = 0, []
+        ``/v1/model`` and the status page. Every outcome is checked before any is used: a 422
+        leaves the figures as they were."""
+        values = []
         for i, item in enumerate(req.outcomes):
             try:
-                value = monitor.outcome_value(item.outcome)
-                ok = monitor.feedback(item.request_id, value)
+                monitor.check_id(item.request_id)
             except AmbiguousId as e:
                 return field_error(["body", "outcomes", i, "request_id"], str(e))
+            try:
+                values.append(monitor.outcome_value(item.outcome))
             except ValueError as e:
+                return field_error(["body", "outcomes", i, "outcome"], str(e))
+        accepted, unknown = 0, []
+        for i, (item, value) in enumerate(zip(req.outcomes, values, strict=True)):
+            try:
+                ok = monitor.feedback(item.request_id, value)
+            except ValueError as e:  # a class index beyond the row's classes (no class names)
                 return field_error(["body", "outcomes", i, "outcome"], str(e))
             if ok:
                 accepted += 1

@@ -131,12 +131,7 @@ class Monitor:
         against ``outcome``; False if unknown or expired. The id of a request of several rows
         is an :class:`AmbiguousId` error naming its row ids."""
         with self._lock:
-            if request_id not in self._pending and request_id in self._requests:
-                n = self._requests[request_id]
-                if n > 1:
-                    raise AmbiguousId(f"request {request_id!r} had {n} rows; give a row id "
-                                      f"({request_id}-0 .. {request_id}-{n - 1})")  # fmt: skip
-                request_id = f"{request_id}-0"
+            request_id = self._resolve(request_id)
             item = self._pending.pop(request_id, None)
             if item is None:
                 return False
@@ -147,6 +142,21 @@ class Monitor:
             self._scored.append((item, outcome))
         self._check_drift()
         return True
+
+    def check_id(self, request_id: str) -> None:
+        """An :class:`AmbiguousId` error if ``request_id`` names a request of several rows."""
+        with self._lock:
+            self._resolve(request_id)
+
+    def _resolve(self, request_id: str) -> str:
+        """The row id ``request_id`` names (the caller holds the lock)."""
+        if request_id not in self._pending and request_id in self._requests:
+            n = self._requests[request_id]
+            if n > 1:
+                raise AmbiguousId(f"request {request_id!r} had {n} rows; give a row id "
+                                  f"({request_id}-0 .. {request_id}-{n - 1})")  # fmt: skip
+            return f"{request_id}-0"
+        return request_id
 
     # ------------------------------------------------------------------ figures
     def figures(self) -> dict[str, Any]:
