@@ -211,7 +211,8 @@ def calibrate_bundle(
     policy = DeferralPolicy.fit(pred, y, score=score, target_coverage=coverage,
                                 target_error=error, error_metric=error_metric)  # fmt: skip
     policy.validation["samples"] = samples
-    policy.validation["data"] = str(data) if data is not None else "validation split"
+    where = f"{method.metadata.get('data')} validation split"
+    policy.validation["data"] = str(data) if data is not None else where
     policy.store(method.metadata)
     figures = None
     if test_limit != 0:
