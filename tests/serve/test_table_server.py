@@ -161,3 +161,24 @@ def test_a_request_the_model_cannot_answer_fails_alone(table_server):
 def _passes(srv) -> float:
     text = httpx.get(f"{srv.url}/metrics").text
     return float(re.search(r"bayesify_batch_rows_count (\S+)", text).group(1))
+
+
+def test_v2_regression_feedback_by_the_response_id(table_server):
+    from scipy.stats import norm
+
+    rows, y = _rows(1, 6)
+    r = rows[0]
+    data = [[r["a"], float(r["c"] == "north"), float(r["c"] == "south")]]
+    tensor = {"name": "x", "shape": [1, 3], "datatype": "FP64", "data": data}
+    body = {"id": "house-1", "inputs": [tensor], "parameters": {"samples": 32}}
+    answer = httpx.post(f"{table_server.url}/v2/models/toy/infer", json=body).json()
+    assert answer["id"] == "house-1"
+    out = {o["name"]: o["data"][0] for o in answer["outputs"]}
+    fb = {"outcomes": [{"request_id": "house-1", "outcome": float(y[0])}]}
+    before = httpx.get(f"{table_server.url}/v1/model").json()["monitor"]["all"]
+    assert httpx.post(f"{table_server.url}/v1/feedback", json=fb).json()["accepted"] == 1
+    mon = httpx.get(f"{table_server.url}/v1/model").json()["monitor"]["all"]
+    assert before["n"] == 0 and mon["n"] == 1
+    assert mon["error"] == pytest.approx(abs(out["mean"] - y[0]), rel=1e-6)  # RMSE of one row
+    nll = -norm.logpdf(y[0], out["mean"], out["std"])  # the served Gaussian, target units
+    assert mon["nll"] == pytest.approx(nll, rel=1e-6)
