@@ -55,7 +55,8 @@ def test_calibrate_stores_the_policy_fitted_on_validation(bundle):
         ([], "exactly one of --coverage and --error"),
         (["--coverage", "0.9", "--error", "0.1"], "exactly one"),
         (["--coverage", "0.9", "--score", "mi"], "score must be one of std, epistemic_variance"),
-        (["--coverage", "0.9", "--data", "fashion-mnist"], "only the bundle's own dataset"),
+        (["--coverage", "0.9", "--data", "fashion-mnist"], "nor the bundle's own dataset"),
+        (["--coverage", "0.9", "--target", "y"], "--target names the target column of"),
     ],
 )
 def test_calibrate_rejects_bad_options(bundle, args, message):
@@ -67,3 +68,27 @@ def test_calibrate_rejects_bad_options(bundle, args, message):
 def test_calibrate_missing_bundle(tmp_path):
     result = runner.invoke(app, ["calibrate", str(tmp_path / "nope"), "--coverage", "0.9"])
     assert result.exit_code == 2 and "no bundle folder" in result.output
+
+
+def test_a_test_table_of_the_split_rows_gives_the_built_in_test_figures(bundle, tmp_path):
+    """The yacht test rows written out in raw units (features, then the target) and passed as
+    --test FILE go through the bundle's preprocessing and give the figures of the built-in test
+    split: the table path and the dataset path agree."""
+    import pandas as pd
+
+    from bayesify.data import load_uci
+
+    s = load_uci("yacht", 0, protocol="teye")
+    x = s.x_test.double() * s.scaler.x_std + s.scaler.x_mean  # raw units
+    frame = pd.DataFrame(x.numpy(), columns=[f"f{j}" for j in range(x.shape[1])])
+    frame["resistance"] = s.original_targets("test").numpy()
+    frame.to_csv(tmp_path / "test.csv", index=False)
+    args = ["calibrate", str(bundle), "--score", "std", "--coverage", "0.8", "--samples", "16"]
+    built_in = runner.invoke(app, args)
+    table = runner.invoke(app, [*args, "--test", str(tmp_path / "test.csv"), "--target",
+                                "resistance"])  # fmt: skip
+    assert built_in.exit_code == 0 and table.exit_code == 0, table.output
+    line = [ln for ln in built_in.output.splitlines() if ln.startswith("test:")]
+    assert line and line == [ln for ln in table.output.splitlines() if ln.startswith("test:")]
+    stored = load(bundle).metadata["deferral"]["validation"]
+    assert stored["data"] == "yacht validation split"

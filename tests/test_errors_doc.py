@@ -95,6 +95,14 @@ CASES = {
     "predict-level": lambda p: _predictor().predict([[1, 2, 3]], level=1.5),
     "predict-samples": lambda p: _predictor().predict([[1, 2, 3]], samples=True),
     "predict-on-error": lambda p: _predictor().predict([[1, 2, 3]], on_error="ignore"),
+    "calibrate-no-target": lambda p: _calibrate(p, pd.DataFrame({"a": [1.0], "y": [2.0]}),
+                                                target="price"),
+    "calibrate-missing-column": lambda p: _calibrate(p, pd.DataFrame(
+        {"a": [1.0], "b": [2.0], "y": [3.0]}), target="y"),
+    "calibrate-unknown-class": lambda p: _calibrate(p, pd.DataFrame(
+        {"x0": [0.0, 1.0], "x1": [1.0, 0.0], "label": ["cat", "fox"]}), method=_named_classifier()),
+    "calibrate-width": lambda p: _calibrate(p, pd.DataFrame(
+        {"a": [1.0], "b": [2.0], "c": [3.0], "y": [4.0]}), target="y", method=_plain_method()),
     "load-custom-network": lambda p: bayesify.load(_custom_bundle(p)),
     "load-bad-net-reference": lambda p: net_from_reference("mynets"),
     "load-net-not-importable": lambda p: net_from_reference("nosuch_module:make"),
@@ -116,6 +124,23 @@ def _plain_method():
 
 def _classifier():
     return bayesify.Deterministic(nn.Sequential(nn.Linear(2, 3)), task="classification")
+
+
+def _named_classifier():
+    m = _classifier()
+    m.preprocessing = Preprocessing(input_shape=[2], class_names=["cat", "dog", "eel"],
+                                    target="label")  # fmt: skip
+    return m
+
+
+def _calibrate(tmp_path, frame, target=None, method=None):
+    from bayesify.app.calibration import calibrate_bundle
+
+    frame.to_csv(tmp_path / "rows.csv", index=False)
+    method = method or _predictor().method
+    score = "std" if method.config.task.value == "regression" else "mi"
+    calibrate_bundle(method, score=score, coverage=0.9, samples=2, data=tmp_path / "rows.csv",
+                     target=target)  # fmt: skip
 
 
 def _categorical_method():

@@ -105,3 +105,50 @@ def test_bad_adaptive_options(options, message):
 def test_adaptive_options_need_adaptive_samples():
     with pytest.raises(ValueError, match='go with samples="adaptive"'):
         _method().predict(_x(5), 8, tol=0.1)
+
+
+def _scaled(loc: float, scale: float) -> MCDropout:
+    """The same regression network behind a bundle preprocessing whose target is
+    ``loc + scale * network output`` (as a bundle trained on standardised targets)."""
+    from bayesify.data.preprocessing import Preprocessing
+
+    m = _method("regression", 1)
+    m.preprocessing = Preprocessing(input_shape=[4], y_mean=loc, y_std=scale)
+    return m
+
+
+def test_tol_is_read_in_the_target_units_the_predictive_reports():
+    x = _x()
+    unit = _scaled(0.0, 1.0).predict(x, "adaptive", tol=0.15, start=4, max_samples=32, seed=7)
+    milli = _scaled(5.0, 1000.0)
+    big = milli.predict(x, "adaptive", tol=150.0, start=4, max_samples=32, seed=7)
+    assert len(set(unit.samples_used.tolist())) > 1  # the tolerance matters row by row
+    # ×1000 target with ×1000 tolerance: the same draws, rows and figures ×1000
+    assert torch.equal(big.samples_used, unit.samples_used)
+    torch.testing.assert_close(big.mean, 5.0 + 1000.0 * unit.mean)
+    torch.testing.assert_close(big.std, 1000.0 * unit.std)
+    # the stopping rule holds in the reported units (numpy, float64)
+    s = big.samples.numpy().astype(np.float64)
+    for i, t_r in enumerate(big.samples_used.tolist()):
+        if t_r < 32:
+            assert _se(s[:t_r, i : i + 1])[0] <= 150.0 + 1e-6
+    # the unscaled tolerance is 1000 times tighter in these units: every row runs to the end
+    tight = milli.predict(x, "adaptive", tol=0.15, start=4, max_samples=32, seed=7)
+    assert torch.equal(tight.samples_used, torch.full((len(x),), 32))
+
+
+def test_heteroscedastic_regression_stops_on_the_sample_means():
+    torch.manual_seed(0)
+    m = MCDropout(mlp(4, 2, (32,), norm=None, dropout=0.3), task="regression",
+                  likelihood="heteroscedastic")  # fmt: skip
+    x = _x()
+    pred = m.predict(x, "adaptive", tol=0.05, start=4, max_samples=32, seed=1)
+    assert pred.samples_used.shape == (len(x),) and pred.samples.shape == (32, len(x))
+    assert len(set(pred.samples_used.tolist())) > 1
+    s = pred.samples.numpy().astype(np.float64)
+    for i, t_r in enumerate(pred.samples_used.tolist()):
+        own = s[:t_r, i : i + 1]
+        if t_r < 32:
+            assert _se(own)[0] <= 0.05 + 1e-6
+        if t_r > 4:
+            assert _se(own[: t_r // 2])[0] > 0.05 - 1e-6

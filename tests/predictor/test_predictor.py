@@ -178,3 +178,29 @@ def test_prediction_sets_name_the_top_classes(tmp_path):
     cols = p._columns(bayesify.Predictive.classification(probs), level=0.85)
     assert cols["prediction_set"].tolist() == [["x", "y"], ["x", "y", "z"]]
     assert cols["label"].tolist() == ["x", "x"]
+
+
+def test_adaptive_tolerance_is_in_the_bundles_target_units(tmp_path):
+    """The same network saved with its target in units and in thousandths: the ×1000 bundle
+    needs the ×1000 tolerance to draw the same samples, and then reports everything ×1000."""
+    m, path, x_raw, _ = _regression_bundle(tmp_path)
+    prep = m.preprocessing.to_dict()
+    prep.update(y_mean=1000 * prep["y_mean"], y_std=1000 * prep["y_std"])
+    m.preprocessing = Preprocessing.from_dict(prep)
+    milli = Predictor.load(m.save(tmp_path / "milli"))
+    unit = Predictor.load(path)
+    rows = x_raw[:80].numpy()
+    opts = dict(samples="adaptive", start=4, max_samples=64, seed=3)
+    a = unit.predict(rows, tol=0.2, **opts).columns
+    b = milli.predict(rows, tol=200.0, **opts).columns
+    assert 4 < a["samples_used"].mean() < 64  # the tolerance decides row by row
+    np.testing.assert_array_equal(a["samples_used"], b["samples_used"])
+    np.testing.assert_allclose(b["mean"], 1000 * a["mean"], rtol=1e-5)
+    np.testing.assert_allclose(b["std"], 1000 * a["std"], rtol=1e-5)
+    # the reported figures meet the tolerance: std of a row's distinct samples / sqrt(T) (numpy)
+    s = milli.predict(rows, tol=200.0, **opts).columns["samples"]  # [N, T_max]
+    for row, t_r in zip(s, b["samples_used"], strict=True):
+        if t_r < 64:
+            assert row[:t_r].std(ddof=1) / np.sqrt(t_r) <= 200.0 + 1e-9
+    tight = milli.predict(rows, tol=0.2, **opts).columns["samples_used"]
+    assert (tight == 64).all()  # 0.2 in thousandths is a thousand times tighter

@@ -89,6 +89,13 @@ def _post(server, body, path="/v1/predict"):
         ('{"inputs": [[1, 2, 3, Infinity]]}', ["body", "inputs", 0, 3], "infinite"),
         ('{"inputs": [[1, 2, 3, 1e999]]}', ["body", "inputs", 0, 3], "infinite"),
         ('{"inputs": [[1, "a", 3, 4]]}', ["body", "inputs"], "numbers"),
+        ('{"inputs": [[1, 2, 3, 1' + "0" * 400 + "]]}", ["body", "inputs", 0, 3], "float64"),
+        ('{"inputs": [[1e300, 2, 3, 4]]}', ["body", "inputs", 0, 0], "beyond the largest"),
+        (
+            '{"outcomes": [{"request_id": "a", "outcome": 1' + "0" * 400 + "}]}",
+            ["body", "outcomes", 0, "outcome"],
+            "class index must be in 0..2",
+        ),
         ('{"inputs": [[1, 2, 3, 4], [1, 2]]}', ["body", "inputs"], "numbers"),
         ('{"inputs": []}', ["body", "inputs"], "at least 1"),
         ('{"inputs": [[1, 2, 3, 4]], "samples": 0}', ["body", "samples"], "greater than"),
@@ -99,7 +106,7 @@ def _post(server, body, path="/v1/predict"):
     ],
 )
 def test_bad_input_is_a_422_naming_the_field(server, body, loc, msg):
-    r = _post(server, body)
+    r = _post(server, body, "/v1/feedback" if "outcomes" in body else "/v1/predict")
     assert r.status_code == 422, r.text
     detail = r.json()["detail"]
     assert any(d["loc"][: len(loc)] == loc and msg in d["msg"] for d in detail), detail
@@ -112,6 +119,10 @@ def test_bad_input_is_a_422_naming_the_field(server, body, loc, msg):
         ({"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3]}, "3 values"),
         ({"name": "x", "shape": [1, 4], "datatype": "BYTES", "data": ["a"] * 4}, "datatype"),
         ({"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, "NaN"]}, "NaN"),
+        (
+            {"name": "x", "shape": [1, 4], "datatype": "INT64", "data": [1, 2, 3, 10**400]},
+            "too large for a float64",
+        ),
     ],
 )
 def test_v2_bad_input_is_a_422_with_an_error_message(server, tensor, msg):
@@ -165,10 +176,17 @@ def test_feedback_updates_rolling_figures_and_metrics(server):
         assert name in text
     fresh = httpx.post(f"{server.url}/v1/predict", json={"inputs": ROWS[:1]}).json()
     bad = [{"request_id": fresh["predictions"][0]["request_id"], "outcome": 7}]
+    errors = _feedback_422s(server)
     r = httpx.post(f"{server.url}/v1/feedback", json={"outcomes": bad})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "outcome", r.text
+    assert _feedback_422s(server) == errors + 1
+
+
+def _feedback_422s(server) -> float:
     text = httpx.get(f"{server.url}/metrics").text
-    assert re.search(r'bayesify_request_errors_total\{code="422",endpoint="/v1/feedback"\} 1', text)
+    pattern = r'bayesify_request_errors_total\{code="422",endpoint="/v1/feedback"\} (\S+)'
+    m = re.search(pattern, text)
+    return float(m.group(1)) if m else 0.0
 
 
 def test_concurrent_requests_share_passes_and_each_gets_its_own_answer(server):

@@ -41,8 +41,9 @@ app.lazy_command("predict", "bayesify.cli.predict:predict",
                  "on.")  # fmt: skip
 app.lazy_command("calibrate", "bayesify.cli.calibrate:calibrate",
                  "Fit a deferral policy (a threshold on an uncertainty score) for a target "
-                 "coverage or a target error on accepted rows, store it in the bundle, and check "
-                 "it on the test split.")  # fmt: skip
+                 "coverage or a target error on accepted rows, on a table of your rows or the "
+                 "bundle's validation split, store it in the bundle, and check it on held-out "
+                 "rows.")  # fmt: skip
 app.lazy_command("serve", "bayesify.cli.serve:serve",
                  "Serve a bundle over HTTP: /v1/predict, the Open Inference Protocol (/v2/...), "
                  "/metrics, feedback and a status page at /. Set BAYESIFY_API_KEY to require an "

@@ -19,8 +19,9 @@ def serve(
     adaptive_tol: Annotated[
         float | None,
         typer.Option(
-            help="Adaptive sampling: largest MC standard error of the predictive mean "
-            "(default: fixed T)."
+            help="Adaptive sampling: largest MC standard error of the predictive mean, in "
+            "the units the server reports (class probabilities; regression: the original "
+            "target units of `mean` and `std`) (default: fixed T)."
         ),
     ] = None,
     adaptive_start: Annotated[int, typer.Option(help="Adaptive sampling: first T.", min=2)] = 8,

@@ -4,8 +4,11 @@
 samples for every row, then doubles the samples of each row whose Monte Carlo standard error is
 above ``tol``, until it is at most ``tol`` or the row has ``max_samples`` (``start · 2^k``). The
 standard error is that of the returned figures, the predictive mean: ``std_t / sqrt(T)`` of the
-class probabilities (largest over classes) or of the regression sample means, in the network's
-output units (probabilities, or the model's target units).
+class probabilities (largest over classes) or of the regression sample means, **in the units of
+the returned predictive**: probabilities, or the regression target in the units the caller sees
+(``outputs`` maps the network's outputs there: a bundle trained on standardised targets reports,
+and reads ``tol`` in, the user's original target units; ``std`` and ``mean`` of the result are in
+the same units, so ``tol`` is comparable with them).
 
 The result is one :class:`~bayesify.predictive.Predictive` ``[max_samples, N, ...]``: a row that
 stopped at ``T_r`` samples holds them tiled ``max_samples / T_r`` times. An equal-weight mixture
@@ -58,12 +61,13 @@ def check_options(tol: Any, start: Any, max_samples: Any) -> int:
     return int(rounds)
 
 
-def standard_error(out: Tensor, task: Task) -> Tensor:
-    """Monte Carlo standard error ``[N]`` of the predictive mean from raw outputs
-    ``[T, N, ...]``: logits ``[T, N, C]`` (largest over classes) or regression ``[T, N(, 1)]``."""
-    t = out.shape[0]
-    vals = torch.softmax(out.float(), -1) if task is Task.CLASSIFICATION else out.reshape(t, -1, 1)
-    return (vals.std(0, unbiased=True) / math.sqrt(t)).amax(-1)
+def standard_error(pred: Predictive) -> Tensor:
+    """Monte Carlo standard error ``[N]`` (float64) of the predictive mean, in ``pred``'s units:
+    ``std_t / sqrt(T)`` (unbiased) of the class probabilities ``[T, N, C]`` (largest over
+    classes) or of the regression sample means ``[T, N]``."""
+    s = pred.samples.detach().double()
+    vals = s if pred.task is Task.CLASSIFICATION else s.unsqueeze(-1)
+    return (vals.std(0, unbiased=True) / math.sqrt(s.shape[0])).amax(-1)
 
 
 def predict_adaptive(
@@ -79,7 +83,11 @@ def predict_adaptive(
     max_rows: Any = "auto",
     outputs: Callable[[Predictive], Predictive] | None = None,
 ) -> AdaptivePredictive:
-    """The predictive at ``x [N, ...]`` with per-row sample counts; see the module docstring."""
+    """The predictive at ``x [N, ...]`` with per-row sample counts; see the module docstring.
+
+    ``outputs`` maps the method's predictive to the units returned to the caller (a bundle's
+    :meth:`~bayesify.data.preprocessing.Preprocessing.outputs`); ``tol`` is read in those units.
+    """
     if samples != "adaptive":
         raise ValueError(f'tol, start and max_samples go with samples="adaptive", got {samples!r}')
     rounds = check_options(tol, start, max_samples)
@@ -87,14 +95,18 @@ def predict_adaptive(
         if generator is not None:
             raise ValueError("give either generator or seed, not both")
         generator = torch.Generator().manual_seed(seed)
-    task = method.config.task
+
+    def returned(draws: Tensor) -> Predictive:  # raw outputs [T, n, ...] -> the caller's units
+        pred = method.to_predictive(draws)
+        return outputs(pred) if outputs is not None else pred
+
     first = method.sample(x, start, generator=generator, max_rows=max_rows)  # [T0, N, ...]
     n = first.shape[1]
     draws = first.new_empty((max_samples, *first.shape[1:]))
     draws[:start] = first
     used = torch.full((n,), start, dtype=torch.long)
     x = torch.as_tensor(x)
-    active = torch.nonzero(standard_error(first, task).cpu() > tol).flatten()
+    active = torch.nonzero(standard_error(returned(first)).cpu() > tol).flatten()
     have = start
     for _ in range(rounds):
         if len(active) == 0:
@@ -104,7 +116,7 @@ def predict_adaptive(
         draws[have : 2 * have, idx] = more
         have *= 2
         used[active] = have
-        se = standard_error(draws[:have, idx], task).cpu()
+        se = standard_error(returned(draws[:have, idx])).cpu()
         active = active[se > tol]
     for t_r in used.unique().tolist():
         if t_r < max_samples:
@@ -112,9 +124,7 @@ def predict_adaptive(
             draws[:, rows] = draws[:t_r, rows].repeat(
                 max_samples // t_r, *([1] * (draws.dim() - 1))
             )
-    pred = method.to_predictive(draws)
-    if outputs is not None:  # e.g. a bundle's map back to the user's target units
-        pred = outputs(pred)
+    pred = returned(draws)  # e.g. a bundle's map back to the user's target units
     if pred.task is Task.CLASSIFICATION:
         out = AdaptivePredictive.classification(pred.samples)
     else:

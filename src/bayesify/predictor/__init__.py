@@ -17,6 +17,7 @@ res.columns      # dict[str, np.ndarray], one entry per output field, first axis
 res.records()    # list[dict], one JSON-able dict per kept row
 res.rows         # row numbers of the kept rows; res.skipped: {row: reason} (on_error="skip")
 res.frame()      # a pandas DataFrame for files (list fields expanded or JSON-encoded)
+p.predictive(inputs, samples=None, seed=None)  # just the Predictive (user units): for calibration
 
 predict_file(p, "rows.csv", "out.parquet", samples=100, on_error="skip")  # streamed in chunks
 ```

@@ -182,6 +182,7 @@ class Predictor:
         on_error: OnError | str = OnError.FAIL,
         first_row: int = 0,
         with_samples: bool = True,
+        encoded: bool = False,
         **adaptive: Any,
     ) -> PredictionResult:
         """Records for raw ``inputs``; rows numbered from ``first_row`` in errors and ``rows``.
@@ -190,6 +191,9 @@ class Predictor:
         reproducible. ``on_error="skip"`` leaves unusable rows out and lists them in
         ``skipped``; ``"fail"`` raises a ``DataError`` naming the first. ``with_samples=False``
         leaves the per-row samples out of ``columns`` (T times larger than the other fields).
+        ``encoded=True``: ``inputs`` are already what :meth:`encode` returns (a float array
+        ``[N, *input_shape]``: one column per number feature and one 0/1 column per category,
+        unscaled), e.g. rows checked and encoded once by a server.
         ``samples="adaptive"`` with ``tol``/``start``/``max_samples``: adaptive sampling
         (:mod:`bayesify.methods.adaptive`; a ``samples_used`` field per row).
         """
@@ -205,7 +209,7 @@ class Predictor:
             if generator is not None:
                 raise ValueError("give either generator or seed, not both")
             generator = torch.Generator().manual_seed(seed)
-        arr, bad = self._prep.rows_to_array(inputs, first_row)
+        arr, bad = self._encoded(inputs) if encoded else self.encode(inputs, first_row)
         if bad and on_error is OnError.FAIL:
             first = min(bad)
             more = f" (and {len(bad) - 1} more row(s))" if len(bad) > 1 else ""
@@ -224,15 +228,54 @@ class Predictor:
             del cols["samples"]
         return PredictionResult(pred, cols, rows, bad, self.class_names)
 
+    def predictive(
+        self,
+        inputs: Any,
+        samples: int | None = None,
+        seed: int | None = None,
+        *,
+        generator: torch.Generator | None = None,
+    ) -> Predictive:
+        """The :class:`Predictive` of raw ``inputs`` in the units the records report
+        (regression: the user's target units), without the per-row fields: what a deferral
+        policy or a calibration is fitted on. Every row must be usable: a ``DataError`` names
+        the first that is not."""
+        samples = _check_samples(self.default_samples if samples is None else samples)
+        if seed is not None:
+            if generator is not None:
+                raise ValueError("give either generator or seed, not both")
+            generator = torch.Generator().manual_seed(seed)
+        arr, bad = self._prep.rows_to_array(inputs)
+        if bad:
+            first = min(bad)
+            more = f" (and {len(bad) - 1} more row(s))" if len(bad) > 1 else ""
+            raise DataError(f"row {first}: {bad[first]}{more}")
+        if len(arr) == 0:
+            raise DataError("no rows to predict")
+        return self._predictive(arr, samples, generator, {})
+
     def encode(self, inputs: Any, first_row: int = 0) -> tuple[np.ndarray, RowErrors]:
         """Raw inputs -> encoded, unscaled float64 array ``[N, ...]`` and the unusable rows."""
         return self._prep.rows_to_array(inputs, first_row)
+
+    def _encoded(self, inputs: Any) -> tuple[np.ndarray, RowErrors]:
+        """Already encoded inputs, checked against the network's input shape."""
+        arr = np.asarray(inputs, dtype=np.float64)
+        shape = self.input_shape
+        if shape is not None and arr.shape[1:] != shape:
+            raise DataError(f"encoded inputs must have shape [N, {', '.join(map(str, shape))}], "
+                            f"got {list(arr.shape)}")  # fmt: skip
+        bad = {i: "missing or non-finite value" for i in
+               np.flatnonzero(~np.isfinite(arr.reshape(len(arr), -1)).all(1)).tolist()}  # fmt: skip
+        return (np.where(np.isfinite(arr), arr, 0.0) if bad else arr), bad
 
     def _predictive(
         self, arr: np.ndarray, samples: Any, generator: torch.Generator | None, adaptive: dict
     ):
         m = self.method
         dtype = next((p.dtype for p in m.net.parameters()), torch.float32)
+        if not arr.flags.writeable:  # e.g. a pandas frame's view; torch warns on those
+            arr = arr.copy()
         x = self._prep.scale(torch.as_tensor(arr, dtype=dtype))
         if samples == "adaptive" or adaptive:
             from bayesify.methods.adaptive import predict_adaptive

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from bayesify.serve.batching import MicroBatcher
 from bayesify.serve.metrics import ServerMetrics
 from bayesify.serve.model import InputError, PassKey, ServedModel
-from bayesify.serve.monitor import Monitor
+from bayesify.serve.monitor import AmbiguousId, Monitor
 from bayesify.serve.schemas import (
     ErrorResponse,
     FeedbackRequest,
@@ -174,6 +174,8 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         if samples is None and model.adaptive is None:
             samples = model.default_samples
         answer = await batcher.submit(PassKey(samples, level), arr)
+        if answer.error is not None:
+            raise ValueError(answer.error)
         recs = answer.records
         metrics.served([bool(r.get("defer", False)) for r in recs],
                        [int(r["samples_used"]) for r in recs])  # fmt: skip
@@ -209,25 +211,38 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
             return field_error(["body", "inputs"], str(e))
         rid = uuid.uuid4().hex
         out = []
-        for i, rec in enumerate(answer.records):
+        row_ids = monitor.record_request(rid, answer.records)
+        for i, (rec, row_id) in enumerate(zip(answer.records, row_ids, strict=True)):
             rec = dict(rec)
             if req.return_samples:
                 rec["samples"] = answer.columns["samples"][i].tolist()
-            rec["request_id"] = f"{rid}-{i}"
-            monitor.record(rec["request_id"], rec)
+            rec["request_id"] = row_id
             out.append(rec)
         return JSONResponse({"model": model.name, "request_id": rid, "predictions": out})
 
     @app.post("/v1/feedback", response_model=FeedbackResponse, responses=bad_input)
     async def feedback(req: FeedbackRequest) -> Response:
-        """True outcomes for rows served earlier (their ``request_id``): updates the rolling
-        accuracy, NLL and ECE in ``/metrics``, ``/v1/model`` and the status page."""
-        accepted, unknown = 0, []
+        """True outcomes for rows served earlier: each row's ``request_id`` from ``/v1/predict``
+        or the ``request_id`` output of ``/v2/models/{name}/infer``; for a one-row request, the
+        request's own id (v1 ``request_id``, the Open Inference Protocol response ``id``) also
+        names its row. Updates the rolling accuracy, NLL and ECE in ``/metrics``,
+        ``/v1/model`` and the status page. Every outcome is checked before any is used: a 422
+        leaves the figures as they were."""
+        values = []
         for i, item in enumerate(req.outcomes):
             try:
-                value = monitor.outcome_value(item.outcome)
-                ok = monitor.feedback(item.request_id, value)
+                monitor.check_id(item.request_id)
+            except AmbiguousId as e:
+                return field_error(["body", "outcomes", i, "request_id"], str(e))
+            try:
+                values.append(monitor.outcome_value(item.outcome))
             except ValueError as e:
+                return field_error(["body", "outcomes", i, "outcome"], str(e))
+        accepted, unknown = 0, []
+        for i, (item, value) in enumerate(zip(req.outcomes, values, strict=True)):
+            try:
+                ok = monitor.feedback(item.request_id, value)
+            except ValueError as e:  # a class index beyond the row's classes (no class names)
                 return field_error(["body", "outcomes", i, "outcome"], str(e))
             if ok:
                 accepted += 1

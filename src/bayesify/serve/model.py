@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import torch
 
 from bayesify.posthoc.deferral import DeferralPolicy
 
@@ -48,14 +49,41 @@ class PassKey:
 
 @dataclass
 class Answer:
-    """One request's part of a pass: records (JSON-able) and columns (numpy, first axis N)."""
+    """One request's part of a pass: records (JSON-able) and columns (numpy, first axis N),
+    or the ``error`` that kept its rows from being answered."""
 
     records: list[dict[str, Any]]
     columns: dict[str, np.ndarray]
+    error: str | None = None
+
+
+def _finite_rows(columns: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """``[N]`` bool: every float figure of the row is finite (JSON has no NaN or infinity)."""
+    ok = np.ones(n, dtype=bool)
+    for v in columns.values():
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            ok &= np.isfinite(v.reshape(n, -1)).all(axis=1)
+    return ok
 
 
 def _first_bad(arr: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
+
+
+def _too_large(value: Any) -> tuple[list[int], bool]:
+    """Where in nested lists the first integer beyond float64 is (JSON allows any integer)."""
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            where, found = _too_large(v)
+            if found:
+                return [i, *where], True
+        return [], False
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            float(value)
+        except OverflowError:
+            return [], True
+    return [], False
 
 
 class ServedModel:
@@ -78,6 +106,9 @@ class ServedModel:
         self.policy = DeferralPolicy.from_metadata(predictor.method.metadata)
         shape = predictor.input_shape
         self.input_shape: tuple[int, ...] | None = tuple(shape) if shape else None
+        dtype = next((q.dtype for q in predictor.method.net.parameters()), torch.float32)
+        #: inputs beyond this overflow the network's floating type
+        self._largest = float(torch.finfo(dtype if dtype.is_floating_point else torch.float32).max)
 
     @classmethod
     def load(cls, bundle: str, name: str | None = None, *, int8: bool = False,
@@ -105,14 +136,23 @@ class ServedModel:
 
     # ------------------------------------------------------------------ inputs
     def encode(self, inputs: Any, field: str = "inputs") -> np.ndarray:
-        """JSON rows -> float64 array ``[N, ...]`` in raw units, or an ``InputError``."""
+        """JSON rows -> the encoded float64 array ``[N, *input_shape]`` (raw units; table
+        bundles: one column per number feature, one 0/1 column per category), or an
+        ``InputError`` naming the field. Table bundles take ``{feature: value}`` objects or
+        lists of values in feature order; other bundles lists of numbers."""
         loc: list[str | int] = ["body", field]
         if not isinstance(inputs, list) or not inputs:
             raise InputError(loc, "must be a non-empty list of rows")
+        if self.predictor.feature_names:
+            return self._encode_table(inputs, loc)
         if any(isinstance(row, dict) for row in inputs):
-            return self._encode_named(inputs, loc)
+            raise InputError(loc, "this model reads unnamed rows (lists of numbers), not "
+                             "{feature: value} objects")  # fmt: skip
         try:
             arr = np.asarray(inputs, dtype=np.float64)
+        except OverflowError:
+            where, _ = _too_large(inputs)
+            raise InputError([*loc, *where], "number too large for a float64") from None
         except (ValueError, TypeError):
             raise InputError(loc, "rows must be numbers, or nested lists of numbers of one "
                              "shape" + self._shape_hint()) from None  # fmt: skip
@@ -137,23 +177,41 @@ class ServedModel:
             bad = _first_bad(arr)
             what = "NaN" if np.isnan(arr[bad]) else "infinite"
             raise InputError([*loc, *bad], f"{what} value; inputs must be finite numbers")
+        big = np.abs(arr) > self._largest
+        if big.any():
+            where = [int(i) for i in np.argwhere(big)[0]]
+            raise InputError([*loc, *where], f"{arr[tuple(where)]:g} is beyond the largest "
+                             f"number the model reads ({self._largest:.4g})")  # fmt: skip
         return arr
 
-    def _encode_named(self, inputs: list, loc: list[str | int]) -> np.ndarray:
+    def _encode_table(self, inputs: list, loc: list[str | int]) -> np.ndarray:
         names = self.predictor.feature_names
-        if not names:
-            raise InputError(loc, "this model reads unnamed rows (lists of numbers), not "
-                             "{feature: value} objects")  # fmt: skip
+        named = isinstance(inputs[0], dict)
         for i, row in enumerate(inputs):
-            if not isinstance(row, dict):
+            if isinstance(row, dict) != named:
                 raise InputError([*loc, i], "mix of objects and lists; give every row as an "
-                                 "object {feature: value}")  # fmt: skip
-            missing = [n for n in names if n not in row]
-            if missing:
-                raise InputError([*loc, i], f"missing feature(s) {missing[:5]}")
-            for k, v in row.items():
+                                 "object {feature: value} or every row as a list")  # fmt: skip
+            if named:
+                missing = [n for n in names if n not in row]
+                if missing:
+                    raise InputError([*loc, i], f"missing feature(s) {missing[:5]}")
+                values = [(n, row[n]) for n in names]
+            else:
+                if not isinstance(row, list) or len(row) != len(names):
+                    raise InputError([*loc, i], f"a row is {len(names)} values in the order "
+                                     f"{names}, or an object {{feature: value}}")  # fmt: skip
+                values = list(enumerate(row))
+            for k, v in values:
+                if isinstance(v, list | dict):
+                    raise InputError([*loc, i, k], "a number or a category name, not a list "
+                                     "or an object")  # fmt: skip
                 if isinstance(v, float) and not math.isfinite(v):
                     raise InputError([*loc, i, k], "not a finite number")
+                if isinstance(v, int) and _too_large(v)[1]:
+                    raise InputError([*loc, i, k], "number too large for a float64")
+                if isinstance(v, int | float) and abs(v) > self._largest:
+                    raise InputError([*loc, i, k], f"{v:g} is beyond the largest number the "
+                                     f"model reads ({self._largest:.4g})")  # fmt: skip
         try:
             arr, bad = self.predictor.encode(inputs)
         except ValueError as e:
@@ -168,27 +226,53 @@ class ServedModel:
 
     # ------------------------------------------------------------------ the pass
     def run(self, key: Hashable, arrays: Sequence[np.ndarray]) -> list[Answer]:
-        """One vectorised pass over the rows of several requests; an answer per request."""
+        """One vectorised pass over the rows of several requests; an answer per request.
+
+        A request whose rows the model cannot answer (inputs it refuses, outputs that are not
+        finite numbers) gets an answer with ``error`` set, and the others their predictions:
+        when the shared pass fails, each request is run on its own."""
         assert isinstance(key, PassKey)
+        try:
+            return self._run(key, arrays)
+        except ValueError as e:
+            if len(arrays) == 1:
+                return [Answer([], {}, error=str(e))]
+        out = []
+        for arr in arrays:
+            try:
+                out.extend(self._run(key, [arr]))
+            except ValueError as e:
+                out.append(Answer([], {}, error=str(e)))
+        return out
+
+    def _run(self, key: PassKey, arrays: Sequence[np.ndarray]) -> list[Answer]:
         x = np.concatenate(list(arrays)) if len(arrays) > 1 else arrays[0]
         if key.samples is None and self.adaptive is not None:
             a = self.adaptive
             res = self.predictor.predict(x, samples="adaptive", level=key.level, tol=a.tol,
-                                         start=a.start, max_samples=a.max_samples)  # fmt: skip
+                                         start=a.start, max_samples=a.max_samples,
+                                         encoded=True)  # fmt: skip
         else:
             res = self.predictor.predict(x, samples=key.samples or self.default_samples,
-                                         level=key.level)  # fmt: skip
+                                         level=key.level, encoded=True)  # fmt: skip
         columns = dict(res.columns)
         if "samples_used" not in columns:
             columns["samples_used"] = np.full(len(x), res.predictive.num_samples)
+        finite = _finite_rows(columns, len(x))
         records = res.records(samples=False)
         for r, u in zip(records, columns["samples_used"].tolist(), strict=True):
             r["samples_used"] = int(u)
         answers, start = [], 0
         for arr in arrays:
             stop = start + len(arr)
-            answers.append(Answer(records[start:stop],
-                                  {k: v[start:stop] for k, v in columns.items()}))  # fmt: skip
+            bad = np.flatnonzero(~finite[start:stop])
+            if len(bad):
+                answers.append(Answer([], {}, error=f"row {int(bad[0])}: the model's output is "
+                                      "not a finite number (an input far outside the range it "
+                                      "was trained on?)"))  # fmt: skip
+            else:
+                answers.append(Answer(records[start:stop],
+                                      {k: v[start:stop] for k, v in columns.items()}))  # fmt: skip
             start = stop
         return answers
 

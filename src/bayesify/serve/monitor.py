@@ -1,7 +1,10 @@
 """Calibration in production: what was served, scored against outcomes reported later.
 
-Every served row is remembered by its request id (the most recent ``max_pending``); feedback
-with the true outcome moves it into a rolling window of the last ``window`` scored rows. Over
+Every served row is remembered by its row id (the most recent ``max_pending``): row ``i`` of the
+request with id ``R`` is ``R-i`` (:meth:`Monitor.record_request`), and a one-row request can also
+be named by ``R`` itself, so the id an Open Inference Protocol client gets back in the response
+(or gave in its request) is enough for feedback. Feedback with the true outcome moves the row
+into a rolling window of the last ``window`` scored rows. Over
 the window: accuracy, NLL and ECE (classification) or RMSE and Gaussian NLL (regression), for
 all rows and for the accepted (not deferred) rows, plus a reliability curve. When a figure
 drifts past the deferral policy's validation figure (by ``tolerance``, relative, and with at
@@ -24,6 +27,10 @@ import torch
 from bayesify import metrics
 
 log = logging.getLogger(__name__)
+
+
+class AmbiguousId(ValueError):
+    """Feedback named a request of several rows rather than one row."""
 
 
 @dataclass
@@ -54,6 +61,7 @@ class Monitor:
         self.validation = validation or {}
         self.min_count, self.tolerance = min_count, tolerance
         self._pending: OrderedDict[str, _Served] = OrderedDict()
+        self._requests: OrderedDict[str, int] = OrderedDict()  # request id -> its rows
         self._max_pending = max_pending
         self._scored: deque[tuple[_Served, float]] = deque(maxlen=window)
         self._latency: deque[float] = deque(maxlen=latency_window)
@@ -63,7 +71,8 @@ class Monitor:
 
     # ------------------------------------------------------------------ recording
     def record(self, request_id: str, record: dict[str, Any]) -> None:
-        """Remember a served record (the predictor's fields) under its request id."""
+        """Remember a served record (the predictor's fields) under its row id (a row id
+        served again is replaced and counts as the newest)."""
         defer = bool(record.get("defer", False))
         if self.task == "classification":
             item = _Served(np.asarray(record["probabilities"], dtype=np.float64), None, None, defer)
@@ -72,9 +81,23 @@ class Monitor:
         with self._lock:
             self.served += 1
             self.deferred += defer
+            self._pending.pop(request_id, None)
             self._pending[request_id] = item
             while len(self._pending) > self._max_pending:
                 self._pending.popitem(last=False)
+
+    def record_request(self, request_id: str, records: list[dict[str, Any]]) -> list[str]:
+        """Remember the rows of one request as ``request_id-i``; returns the row ids. A one-row
+        request is also found by ``request_id`` alone."""
+        ids = [f"{request_id}-{i}" for i in range(len(records))]
+        for row_id, rec in zip(ids, records, strict=True):
+            self.record(row_id, rec)
+        with self._lock:
+            self._requests.pop(request_id, None)
+            self._requests[request_id] = len(ids)
+            while len(self._requests) > self._max_pending:
+                self._requests.popitem(last=False)
+        return ids
 
     def latency(self, seconds: float) -> None:
         with self._lock:
@@ -89,16 +112,26 @@ class Monitor:
                 return float(self.class_names.index(outcome))
             if isinstance(outcome, bool) or not isinstance(outcome, int):
                 raise ValueError(f"a class index or name, got {outcome!r}")
-            return float(outcome)
-        if isinstance(outcome, bool) or not isinstance(outcome, int | float):
+            if outcome < 0 or (self.class_names and outcome >= len(self.class_names)):
+                valid = f"0..{len(self.class_names) - 1}" if self.class_names else ">= 0"
+                raise ValueError(f"class index must be in {valid}, got {outcome}")
+        elif isinstance(outcome, bool) or not isinstance(outcome, int | float):
             raise ValueError(f"a number, got {outcome!r}")
-        if not math.isfinite(outcome):
-            raise ValueError("not a finite number")
-        return float(outcome)
+        try:
+            value = float(outcome)  # JSON integers may be beyond float64
+        except OverflowError:
+            value = math.inf
+        if not math.isfinite(value):
+            raise ValueError("not a finite number" if self.task != "classification"
+                             else f"class index out of range, got {outcome}")  # fmt: skip
+        return value
 
     def feedback(self, request_id: str, outcome: float) -> bool:
-        """Score the served row ``request_id`` against ``outcome``; False if unknown/expired."""
+        """Score the served row ``request_id`` (a row id, or the id of a one-row request)
+        against ``outcome``; False if unknown or expired. The id of a request of several rows
+        is an :class:`AmbiguousId` error naming its row ids."""
         with self._lock:
+            request_id = self._resolve(request_id)
             item = self._pending.pop(request_id, None)
             if item is None:
                 return False
@@ -109,6 +142,21 @@ class Monitor:
             self._scored.append((item, outcome))
         self._check_drift()
         return True
+
+    def check_id(self, request_id: str) -> None:
+        """An :class:`AmbiguousId` error if ``request_id`` names a request of several rows."""
+        with self._lock:
+            self._resolve(request_id)
+
+    def _resolve(self, request_id: str) -> str:
+        """The row id ``request_id`` names (the caller holds the lock)."""
+        if request_id not in self._pending and request_id in self._requests:
+            n = self._requests[request_id]
+            if n > 1:
+                raise AmbiguousId(f"request {request_id!r} had {n} rows; give a row id "
+                                  f"({request_id}-0 .. {request_id}-{n - 1})")  # fmt: skip
+            return f"{request_id}-0"
+        return request_id
 
     # ------------------------------------------------------------------ figures
     def figures(self) -> dict[str, Any]:

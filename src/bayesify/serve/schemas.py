@@ -116,6 +116,10 @@ class V2ModelMetadata(BaseModel):
     platform: str
     inputs: list[V2TensorMeta]
     outputs: list[V2TensorMeta]
+    parameters: dict[str, Any] | None = Field(
+        default=None,
+        description="Table bundles: input_columns, the input tensor's columns in order.",
+    )
 
 
 def inline_schema(model: type[BaseModel]) -> dict[str, Any]:

@@ -5,9 +5,21 @@ One input tensor (any name; ``shape [N, *input_shape]`` or ``[N, F]``, numeric d
 (``mean`` / ``probabilities``, ``label`` and ``class_index``), the uncertainty figures
 (``std``, ``epistemic_variance``, ``aleatoric_variance``, ``entropy``, ``mutual_information``,
 ``expected_entropy``), intervals or prediction sets where the predictor gives them, ``defer``,
-``defer_score``, ``defer_threshold`` with a deferral policy, and ``samples_used``. Outputs are
-returned as JSON data (a client asking for binary outputs gets JSON, which the protocol allows).
-Request parameter ``samples`` sets T. Errors are ``{"error": message}``.
+``defer_score``, ``defer_threshold`` with a deferral policy, ``samples_used``, and
+``request_id`` (BYTES, one per row: ``<id>-<row>``). Outputs are returned as JSON data (a client
+asking for binary outputs gets JSON, which the protocol allows). Request parameter ``samples``
+sets T. Errors are ``{"error": message}``.
+
+The input tensor holds the rows as the network's encoded columns, unscaled: for a bundle
+trained on a table, one column per number feature and one 0/1 column per category
+(``name=category``), in the order the model metadata lists under ``parameters.input_columns``;
+for a table of numbers only these are the raw feature values in feature order. Named features,
+text categories included, go to ``/v1/predict``.
+
+Every inference is recorded for feedback as ``/v1/predict`` is: the response ``id`` is the
+request's ``id`` when the client gave one (at most :data:`MAX_ID_CHARS` characters), else a new
+one; ``POST /v1/feedback`` takes the rows' ``request_id`` outputs, or for a one-row request the
+response ``id`` itself.
 """
 
 from __future__ import annotations
@@ -35,6 +47,8 @@ NUMERIC = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": n
            "INT64": np.int64, "FP16": np.float16, "FP32": np.float32,
            "FP64": np.float64}  # fmt: skip
 HEADER_LENGTH = "inference-header-content-length"
+#: longest request ``id`` taken (ids name rows in ``/v1/feedback``)
+MAX_ID_CHARS = 128
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -108,6 +122,8 @@ def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.n
     else:
         try:
             arr = np.asarray(t.data, dtype=np.float64).reshape(-1)
+        except OverflowError:
+            raise InputError([*loc, "data"], "number too large for a float64") from None
         except (ValueError, TypeError):
             raise InputError([*loc, "data"], "must be numbers (flat or nested)") from None
         if arr.size != size:
@@ -145,17 +161,27 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
         fields = model.card().get("fields", [])
         outs = [{"name": f, "datatype": "FP64", "shape": [-1]} for f in fields if f != "samples"]
         for o in outs:
-            if o["name"] == "label":
+            if o["name"] in ("label", "prediction_set"):  # a name; a JSON list of names per row
                 o["datatype"] = "BYTES"
             if o["name"] == "probabilities":
                 o["shape"] = [-1, len(model.class_names or []) or -1]
-        outs += [{"name": "defer", "datatype": "BOOL", "shape": [-1]},
-                 {"name": "samples_used", "datatype": "INT64", "shape": [-1]}]  # fmt: skip
-        return JSONResponse({
+        if model.class_names and "label" in fields:
+            outs.append({"name": "class_index", "datatype": "INT64", "shape": [-1]})
+        if model.policy is not None:
+            outs += [{"name": "defer", "datatype": "BOOL", "shape": [-1]},
+                     {"name": "defer_score", "datatype": "FP64", "shape": [-1]},
+                     {"name": "defer_threshold", "datatype": "FP64", "shape": [-1]}]  # fmt: skip
+        outs += [{"name": "samples_used", "datatype": "INT64", "shape": [-1]},
+                 {"name": "request_id", "datatype": "BYTES", "shape": [-1]}]  # fmt: skip
+        meta = {
             "name": model.name, "versions": ["1"], "platform": "bayesify",
             "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, *shape]}],
             "outputs": outs,
-        })  # fmt: skip
+        }  # fmt: skip
+        prep = model.predictor.preprocessing
+        if prep is not None and prep.features is not None:
+            meta["parameters"] = {"input_columns": prep.encoded_names}
+        return JSONResponse(meta)
 
     @app.get("/v2/models/{name}/ready", responses=errors)
     async def model_ready(name: str) -> Response:
@@ -189,6 +215,9 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
         except ValidationError as e:
             text = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in e.errors())
             return _error(text, 422)
+        rid = req.id or uuid.uuid4().hex
+        if len(rid) > MAX_ID_CHARS:
+            return _error(f"id: at most {MAX_ID_CHARS} characters, got {len(rid)}", 422)
         samples = (req.parameters or {}).get("samples")
         if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)
                                     or samples < 1):  # fmt: skip
@@ -205,12 +234,16 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
             answer = await app.state.run_rows(arr, samples)
         except ValueError as e:
             return _error(f"inputs.0: {e}", 422)
-        outputs = output_tensors(model, answer.columns)
+        columns = dict(answer.columns)
+        row_ids = [f"{rid}-{i}" for i in range(len(arr))]
+        columns["request_id"] = np.asarray(row_ids, dtype=object)
+        outputs = output_tensors(model, columns)
         if req.outputs:
             have = {o["name"]: o for o in outputs}
             missing = [o.name for o in req.outputs if o.name not in have]
             if missing:
                 return _error(f"outputs: unknown output(s) {missing}; valid: {sorted(have)}", 400)
             outputs = [have[o.name] for o in req.outputs]
-        return JSONResponse({"model_name": model.name, "model_version": "1",
-                             "id": req.id or uuid.uuid4().hex, "outputs": outputs})  # fmt: skip
+        app.state.monitor.record_request(rid, answer.records)  # feedback by id, as /v1/predict
+        return JSONResponse({"model_name": model.name, "model_version": "1", "id": rid,
+                             "outputs": outputs})  # fmt: skip
