@@ -35,6 +35,11 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
      "Gal & Ghahramani's UCI protocol for MC dropout, homoscedastic and heteroscedastic, run "
      "job by job (one per dataset, split and likelihood) into a resumable results store, with "
      "their published figures beside ours."),
+    ("images", f"{_X}.images:ImagesOptions",
+     "Fashion-MNIST at full size with MNIST as the out-of-distribution set: accuracy, "
+     "calibration, OOD detection, corruption sweeps, error–coverage curves and MCBN's "
+     "batch-size sweep per method, run job by job (one per method, model and seed) into a "
+     "resumable results store."),
     ("mcbn-collapse", f"{_X}.mcbn_collapse:MCBNCollapseOptions",
      "MCBN's uncertainty collapse with large batches (Mukhoti et al. 2020, Fig. 1), and its "
      "fix."),
