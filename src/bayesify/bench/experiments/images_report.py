@@ -62,11 +62,12 @@ def _group(rows: list[dict[str, Any]], jobs: dict[RowKey, Any]) -> dict[str, dic
 
 def _accuracy_table(methods: dict[str, list]) -> list[str]:
     keys = ("error", "nll", "ece", "brier")
-    lines = ["| method | seeds | error | NLL | ECE | Brier | NLL (TS) | ECE (TS) | T | epochs "
-             "| train s |", "| --- | ---: |" + " ---: |" * 9]  # fmt: skip
+    lines = ["| method | seeds | error | NLL | ECE | Brier | NLL (TS) | ECE (TS) | temperature "
+             "| T | epochs | train s |", "| --- | ---: |" + " ---: |" * 10]  # fmt: skip
     for method, ms in methods.items():
         cells = [_cell([m[k] for m in ms]) for k in keys]
         cells += [_cell([m["scaled"][k] for m in ms]) for k in ("nll", "ece")]
+        cells.append(_cell([m["temperature"] for m in ms], 3))
         epochs = "/".join(str(m["training"].get("epochs_run", "?")) for m in ms)
         secs = _cell([m["training"].get("train_seconds") for m in ms], 0)
         lines.append(f"| {method} | {len(ms)} | {' | '.join(cells)} | {ms[0]['samples_drawn']} "
@@ -186,8 +187,11 @@ def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -
         SECTIONS[0],
         "",
         "Test error, NLL, ECE (15 bins), Brier score of the mean prediction; (TS): after "
-        "temperature scaling fitted on validation images. T: samples drawn (ensembles round T "
-        "up to a multiple of the members; the deterministic net is one sample).",
+        "temperature scaling, the temperature fitted on validation images. T: samples drawn "
+        "(ensembles round T up to a multiple of the members; the deterministic net is one "
+        "sample). epochs: epochs run (early stopping keeps the best); train s: training time of "
+        "the network(s) behind the row (MCBN's is the deterministic network's, the ensemble's "
+        "the sum over its members).",
         "",
     ]
     for model, methods in grouped.items():
