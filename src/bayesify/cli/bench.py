@@ -28,9 +28,6 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
     ("fashion-nodes", f"{_X}.fashion_nodes:FashionNodesOptions",
      "Fashion-MNIST with a LeNet-style CNN on CPU: IBNN, IBNN from a pretrained net, "
      "StochasticNorm, weight normalisation without noise, a deterministic net and MCBN."),
-    ("fmnist-calibration", f"{_X}.fmnist_calibration:FMNISTCalibrationOptions",
-     "Fashion-MNIST calibration: error, NLL and ECE per method, before and after temperature "
-     "scaling."),
     ("gal-uci", f"{_X}.gal_uci:GalUCIOptions",
      "Gal & Ghahramani's UCI protocol for MC dropout, homoscedastic and heteroscedastic, run "
      "job by job (one per dataset, split and likelihood) into a resumable results store, with "

@@ -165,7 +165,7 @@ def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -
     lines = [
         "# Fashion-MNIST: accuracy, calibration and out-of-distribution detection per method",
         "",
-        f"Command: `{command_line(opts)}` (then `nice -n 10`; the CPU was shared).  ",
+        f"Command: `{command_line(opts)}` (run under `nice -n 10` on a shared CPU).  ",
         f"Machine: {machine_description()}.  ",
         f"This call: {summary}, {wall / 60:.1f} min wall; job time in the store (sum over "
         f"these {len(rows)} rows): {job_seconds / 60:.1f} min.  ",
