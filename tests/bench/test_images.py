@@ -125,3 +125,20 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
 
     again = images.run(opts)  # every row is done: nothing is recomputed
     assert "0 finished, 4 skipped" in again
+
+
+@pytest.mark.parametrize("model", images.MODELS)
+def test_every_paper_method_trains_and_samples_on_both_models(model):
+    """The paper preset is too long to run in tests: each of its methods builds on each model,
+    takes a training step and draws samples ``[T, N, C]`` that differ across T."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(16, 1, 28, 28, generator=g), torch.randint(0, 10, (16,), generator=g)
+    for method in images.METHODS:
+        if method in ("mcbn", "ensemble"):  # built from the deterministic network (tiny run)
+            continue
+        job = images.ImagesJob(method, images.DATASET, 0, 0, model=model)
+        m = images._build(method, job)
+        m.fit((x, y), epochs=1, batch_size=16, progress=False)
+        samples = m.predict(x[:4], samples=4, seed=0).samples
+        assert samples.shape == (4, 4, 10), method
+        assert (method == "deterministic") == bool((samples == samples[0]).all()), method
