@@ -28,13 +28,15 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
     ("fashion-nodes", f"{_X}.fashion_nodes:FashionNodesOptions",
      "Fashion-MNIST with a LeNet-style CNN on CPU: IBNN, IBNN from a pretrained net, "
      "StochasticNorm, weight normalisation without noise, a deterministic net and MCBN."),
-    ("fmnist-calibration", f"{_X}.fmnist_calibration:FMNISTCalibrationOptions",
-     "Fashion-MNIST calibration: error, NLL and ECE per method, before and after temperature "
-     "scaling."),
     ("gal-uci", f"{_X}.gal_uci:GalUCIOptions",
      "Gal & Ghahramani's UCI protocol for MC dropout, homoscedastic and heteroscedastic, run "
      "job by job (one per dataset, split and likelihood) into a resumable results store, with "
      "their published figures beside ours."),
+    ("images", f"{_X}.images:ImagesOptions",
+     "Fashion-MNIST at full size with MNIST as the out-of-distribution set: accuracy, "
+     "calibration, OOD detection, corruption sweeps, error–coverage curves and MCBN's "
+     "batch-size sweep per method, run job by job (one per method, model and seed) into a "
+     "resumable results store."),
     ("mcbn-collapse", f"{_X}.mcbn_collapse:MCBNCollapseOptions",
      "MCBN's uncertainty collapse with large batches (Mukhoti et al. 2020, Fig. 1), and its "
      "fix."),

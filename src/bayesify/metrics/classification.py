@@ -28,6 +28,7 @@ __all__ = [
     "PROB_FLOOR",
     "ReliabilityCurve",
     "brier_score",
+    "calibration_error_of_curve",
     "entropy",
     "error_rate",
     "expected_calibration_error",
@@ -183,6 +184,16 @@ def expected_calibration_error(probs: Any, labels: Any, n_bins: int = 15) -> Ten
     _, conf_sum, correct_sum, _ = _binned(p, lab, n_bins)
     # (n_b / N) |acc_b - conf_b| = |correct_b - conf_sum_b| / N
     return ((correct_sum - conf_sum).abs().sum() / p.shape[0]).to(p.dtype)
+
+
+def calibration_error_of_curve(curve: ReliabilityCurve) -> Tensor:
+    """The ECE of a :class:`ReliabilityCurve` (e.g. one read back from a results store): the
+    count-weighted mean of ``|acc_b - conf_b|`` over the non-empty bins, 0-dim float64. Equals
+    :func:`expected_calibration_error` on the data the curve was made from."""
+    counts = curve.counts.to(torch.float64)
+    full = counts > 0
+    gap = (curve.accuracy.to(torch.float64) - curve.confidence.to(torch.float64)).abs()
+    return (counts[full] * gap[full]).sum() / counts.sum()
 
 
 def _entropy64(p: Tensor) -> Tensor:

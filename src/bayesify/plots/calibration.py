@@ -13,7 +13,8 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from bayesify.metrics import (
-    expected_calibration_error,
+    ReliabilityCurve,
+    calibration_error_of_curve,
     miscalibration_area,
     regression_calibration_curve,
     reliability_curve,
@@ -34,19 +35,29 @@ def reliability_diagram(
     ECE in the title and per-bin counts (bar labels and a histogram below)."""
     if isinstance(preds, Predictive):
         preds = {"": preds}
+    curves = {}
+    for name, pred in preds.items():
+        if pred.task is not Task.CLASSIFICATION:
+            raise ValueError(f"reliability_diagram needs classification predictives ({name!r})")
+        curves[name] = reliability_curve(pred.mean, labels, n_bins=n_bins)
+    return reliability_curves_diagram(curves, path=path, dpi=dpi)
+
+
+def reliability_curves_diagram(
+    curves: dict[str, ReliabilityCurve], *, path: str | Path | None = None, dpi: int = 80
+) -> Figure:
+    """:func:`reliability_diagram` from curves already computed (e.g. read back from a results
+    store): one panel per curve."""
     fig, axes = new_figure(
         nrows=2,
-        ncols=len(preds),
-        figsize=(3.2 * len(preds), 4.2),
+        ncols=len(curves),
+        figsize=(3.2 * len(curves), 4.2),
         gridspec_kw={"height_ratios": [3, 1]},
         squeeze=False,
         sharex=True,
     )
-    for col, (name, pred) in enumerate(preds.items()):
-        if pred.task is not Task.CLASSIFICATION:
-            raise ValueError(f"reliability_diagram needs classification predictives ({name!r})")
-        curve = reliability_curve(pred.mean, labels, n_bins=n_bins)
-        ece = float(expected_calibration_error(pred.mean, labels, n_bins=n_bins))
+    for col, (name, curve) in enumerate(curves.items()):
+        ece = float(calibration_error_of_curve(curve))
         edges = curve.bin_edges.double()
         centres, width = ((edges[1:] + edges[:-1]) / 2).numpy(), float(edges[1] - edges[0])
         acc = torch.nan_to_num(curve.accuracy.double(), nan=0.0).numpy()

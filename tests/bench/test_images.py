@@ -1,0 +1,144 @@
+"""`bench images`: corruptions, the scores of one job, and a tiny end-to-end run into a store
+(real Fashion-MNIST / MNIST files; skipped without the shared data)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from bayesify.bench.experiments import images
+from bayesify.bench.experiments.images_report import SECTIONS
+from bayesify.bench.experiments.images_scores import COVERAGE_GRID, coverage_scores
+from bayesify.data import DataError, data_root
+from bayesify.data.corruptions import gaussian_mix, salt_and_pepper
+from bayesify.metrics import calibration_error_of_curve, expected_calibration_error
+from bayesify.metrics import reliability_curve as curve_of
+from bayesify.predictive import Predictive
+
+
+def test_gaussian_mix_is_the_convex_combination_with_standard_noise():
+    x = torch.rand(50, 1, 4, 4)
+    before = x.clone()
+    eps = torch.randn(x.shape, generator=torch.Generator().manual_seed(3))
+    for gamma in (0.0, 0.3, 1.0):
+        out = gaussian_mix(x, gamma, generator=torch.Generator().manual_seed(3))
+        torch.testing.assert_close(out, (1 - gamma) * x + gamma * eps)
+    assert torch.equal(x, before)
+    with pytest.raises(ValueError, match=r"gamma must be in \[0, 1\], got 1.5"):
+        gaussian_mix(x, 1.5)
+
+
+def test_salt_and_pepper_replaces_a_fraction_p_half_black_half_white():
+    x = torch.full((200, 1, 28, 28), 0.5)
+    g = torch.Generator().manual_seed(0)
+    assert torch.equal(salt_and_pepper(x, 0.0, generator=g), x)
+    everything = salt_and_pepper(x, 1.0, low=-1.0, high=2.0, generator=g)
+    assert set(everything.unique().tolist()) == {-1.0, 2.0}
+    out = salt_and_pepper(x, 0.2, generator=g)
+    changed = out != 0.5
+    n = changed.numel()
+    # binomial: 0.2 ± 5 standard errors
+    assert abs(changed.float().mean().item() - 0.2) < 5 * math.sqrt(0.2 * 0.8 / n)
+    white = (out[changed] == 1.0).float().mean().item()
+    k = changed.sum().item()
+    assert abs(white - 0.5) < 5 * math.sqrt(0.25 / k)
+    assert set(out[changed].unique().tolist()) == {0.0, 1.0}
+
+
+def test_calibration_error_of_a_curve_equals_the_ece():
+    g = torch.Generator().manual_seed(1)
+    probs = torch.softmax(3 * torch.randn(500, 10, generator=g), -1)
+    labels = torch.randint(0, 10, (500,), generator=g)
+    for bins in (1, 7, 15):
+        curve = curve_of(probs, labels, n_bins=bins)
+        want = expected_calibration_error(probs, labels, n_bins=bins).item()
+        assert calibration_error_of_curve(curve).item() == pytest.approx(want, rel=1e-5)
+
+
+def test_coverage_scores_match_a_sorted_reference():
+    g = torch.Generator().manual_seed(2)
+    probs = torch.softmax(2 * torch.randn(4, 300, 5, generator=g), -1)  # [T, N, C]
+    y = torch.randint(0, 5, (300,), generator=g)
+    pred = Predictive.classification(probs)
+    got = coverage_scores(pred, y)
+    wrong = (pred.mean.argmax(-1) != y).numpy().astype(float)
+    for name, u in (("entropy", pred.entropy), ("mi", pred.mutual_information)):
+        order = np.argsort(u.numpy(), kind="stable")  # scores are continuous: no ties
+        ref = [wrong[order[: round(c * 300)]].mean() for c in COVERAGE_GRID]
+        np.testing.assert_allclose(got[name]["error"], ref, rtol=1e-12)
+        assert got[name]["error"][-1] == pytest.approx(wrong.mean())
+
+
+def _tiny_preset() -> images.Preset:
+    return replace(images.PRESETS["quick"], epochs=1, samples=3, n_calib=60, n_ood=80,
+                   n_corrupt=40, gammas=(0.0, 1.0), ps=(0.0, 0.5), bank_batches=(16, 32),
+                   members=2, bank_size=8)  # fmt: skip
+
+
+def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
+    try:
+        data_root()
+    except DataError as e:
+        pytest.skip(f"shared data not found: {e}")
+    monkeypatch.setitem(images.PRESETS, "quick", _tiny_preset())
+    opts = images.ImagesOptions(store=str(tmp_path / "r.db"), out=str(tmp_path / "images.md"),
+                                checkpoints=str(tmp_path / "nets"), n_val=200,
+                                n_train=200, n_test=100)  # fmt: skip
+    text = images.run(opts)
+    assert (tmp_path / "images.md").read_text() == text
+    positions = [text.index(s) for s in SECTIONS]
+    assert positions == sorted(positions)
+    for name in ("corruption", "coverage", "reliability", "mcbn_sweep"):
+        png = tmp_path / "images" / f"{name}_lenet.png"
+        assert png.stat().st_size > 5_000
+        assert f"(images/{name}_lenet.png)" in text
+    assert "deterministic (baseline) | 1 − max prob" in text
+    assert "4 finished" in text
+    # every job trained: deterministic and ensemble member 0 are one cached network
+    assert sorted(p.name.split("-s")[0] for p in (tmp_path / "nets").iterdir()) == [
+        "lenet-deterministic", "lenet-deterministic"]  # fmt: skip
+
+    # the stored error of the deterministic row is the cached network's test error
+    from bayesify.bench.store import ResultsStore
+    from bayesify.io import read_bundle
+    from bayesify.models import lenet
+
+    with ResultsStore(opts.store) as db:
+        rows = {r["method"]: r["metrics"] for r in db.records("images")}
+    assert set(rows) == {"deterministic", "mc-dropout", "mcbn", "ensemble"}
+    job = opts.jobs()[0]
+    data = images._data(job.split, job.n_val, job.n_train, job.n_test, job.n_ood)
+    folder = next(p for p in (tmp_path / "nets").iterdir() if "-s0-" in p.name)
+    net = lenet(norm="batch")
+    net.load_state_dict(read_bundle(folder)[0])
+    with torch.no_grad():
+        wrong = (net.eval()(data["test"][0]).argmax(-1) != data["test"][1]).float().mean()
+    assert rows["deterministic"]["error"] == pytest.approx(wrong.item())
+    assert rows["deterministic"]["n"] == {"train": 200, "val": 200, "test": 100, "ood": 80,
+                                          "corrupt": 40}  # fmt: skip
+    assert [s["b"] for s in rows["mcbn"]["mcbn_sweep"]] == [16, 32]
+    assert len(rows["mc-dropout"]["corruption"]["gaussian"]) == 2
+
+    again = images.run(opts)  # every row is done: nothing is recomputed
+    assert "0 finished, 4 skipped" in again
+
+
+@pytest.mark.parametrize("model", images.MODELS)
+def test_every_paper_method_trains_and_samples_on_both_models(model):
+    """The paper preset is too long to run in tests: each of its methods builds on each model,
+    takes a training step and draws samples ``[T, N, C]`` that differ across T."""
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(16, 1, 28, 28, generator=g), torch.randint(0, 10, (16,), generator=g)
+    for method in images.METHODS:
+        if method in ("mcbn", "ensemble"):  # built from the deterministic network (tiny run)
+            continue
+        job = images.ImagesJob(method, images.DATASET, 0, 0, model=model)
+        m = images._build(method, job)
+        m.fit((x, y), epochs=1, batch_size=16, progress=False)
+        samples = m.predict(x[:4], samples=4, seed=0).samples
+        assert samples.shape == (4, 4, 10), method
+        assert (method == "deterministic") == bool((samples == samples[0]).all()), method
