@@ -10,6 +10,7 @@ Every error is JSON: ``{"detail": ...}`` (v1; field errors as FastAPI lists them
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import secrets
@@ -109,6 +110,11 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         await batcher.start()
+        # Everything loaded so far (torch, the model, the app) lives as long as the server: a
+        # full garbage collection would re-scan it all (a pause of about 100 ms, seen as a p99
+        # spike); frozen, collections scan only what requests allocate.
+        gc.collect()
+        gc.freeze()
         log.info("serving %s (%s, %s)", model.name, model.predictor.method.name, model.task)
         yield
         await batcher.stop()
