@@ -72,6 +72,19 @@ def test_options_make_the_protocols_jobs_and_reject_bad_values():
         UCIMethodJob("bbb", "yacht", 0)
 
 
+def test_teye_options_pick_the_preset_and_override_it():
+    from bayesify.bench.uci import UCISettings
+
+    opts = UCIBenchOptions(protocol="teye", preset="paper", epochs=100, weight_decays=(1e-3,),
+                           samples=50, datasets=("yacht",))  # fmt: skip
+    s = opts.jobs()[0][1].settings()
+    assert (s.preset, s.epochs, s.weight_decays, s.samples, s.bank_size) == (
+        "paper", 100, (1e-3,), 50, 50,
+    )  # fmt: skip
+    assert s.batch_sizes == (32, 64, 128, 256, 512, 1024) and s.cv_folds == 5
+    assert UCIBenchOptions(protocol="teye").jobs()[0][1].settings() == UCISettings()
+
+
 def test_scores_match_scipy_mixture_and_constant_baseline():
     _need_data()
     from bayesify.data import load_uci

@@ -60,8 +60,14 @@ class UCIBenchOptions:
     )
     epochs: int = option(0, "Training epochs of every job (0: the preset's).")
     noise_protocol: str = option(
-        "teye", "teye protocol only: teye (Teye's CRPS-fitted τ) or bayesify (τ per metric)."
+        "teye", "teye protocol: teye (Teye's CRPS-fitted τ) or bayesify (τ per metric)."
     )
+    batch_sizes: tuple[int, ...] = option((), "teye protocol: MCBN batch-size grid.")
+    weight_decays: tuple[float, ...] = option((), "teye protocol: weight-decay grid (Teye's λ).")
+    dropout_rates: tuple[float, ...] = option((), "teye protocol: MC dropout rate grid.")
+    cv_samples: int = option(-1, "teye protocol: T of the CV RMSE checks (0: deterministic).")
+    samples: int = option(0, "teye protocol: MC samples T (quick 200, paper 500).")
+    test_seeds: int = option(0, "teye protocol: trainings per split (quick 1, paper 5).")
     store: str = option("benchmarks/uci/results.db", "The results store written (sqlite).")
     read: tuple[str, ...] = option((), "More stores read for the page (never written).")
     out: str = option("benchmarks/uci.md", "The markdown page; CSV and figures beside it.")
@@ -82,6 +88,10 @@ class UCIBenchOptions:
             raise ValueError(
                 f"Teye et al.'s protocol has {TEYE_N_SPLITS} splits, got {self.splits}"
             )
+        if self.batch_sizes and min(self.batch_sizes) < 2:
+            raise ValueError(f"batch sizes must be >= 2, got {self.batch_sizes}")
+        if min(self.samples, self.test_seeds) < 0:
+            raise ValueError("samples and test seeds must be >= 0 (0: the preset's)")
         if self.splits < -1 or self.epochs < 0 or self.workers < 1:
             raise ValueError(
                 f"need splits >= -1, epochs >= 0 and workers >= 1, got splits={self.splits}, "
@@ -109,8 +119,12 @@ class UCIBenchOptions:
         """(experiment, job) of every row this command describes."""
         methods, datasets = self.method_list(), self.dataset_list()
         if self.protocol == "teye":
-            return teye_jobs(methods, datasets, self.split_count(), self.preset, self.epochs,
-                             self.noise_protocol)  # fmt: skip
+            return teye_jobs(
+                methods, datasets, self.split_count(), self.preset, epochs=self.epochs,
+                noise_protocol=self.noise_protocol, batch_sizes=self.batch_sizes,
+                weight_decays=self.weight_decays, dropout_rates=self.dropout_rates,
+                cv_samples=self.cv_samples, samples=self.samples, test_seeds=self.test_seeds,
+            )  # fmt: skip
         liks = None if self.likelihoods == ("default",) else self.likelihoods
         return gal_jobs(methods, datasets, self.split_count(), liks, self.preset, self.epochs)
 

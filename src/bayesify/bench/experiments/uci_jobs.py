@@ -9,8 +9,9 @@ protocol (5 seeded 80/20 splits): MCBN (+CUBN) and MC dropout (+CUDO) as a :clas
 in ``uci-teye``, scored with :mod:`bayesify.bench.uci`'s search and τ protocol.
 
 Quick grids are sized so that one method over all nine datasets and all splits runs in about
-half an hour on one CPU core (measured in ``benchmarks/uci.md``): the five small datasets train
-100 epochs at batch size 32, kin8nm, naval, power and protein 40 epochs at batch size 100.
+half an hour on one CPU core (times per job in ``benchmarks/uci.md``): the five small datasets
+train 100 epochs at batch size 32, kin8nm, naval, power and protein 20 epochs at batch size 256
+(the deep ensemble, which has no grid: 40 epochs at batch size 100, Lakshminarayanan et al.'s).
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ def method_job(method: str, dataset: str, split: int, likelihood: str, preset: s
     quick = preset == "quick"
     if method == "ensemble":  # Lakshminarayanan et al.: 40 epochs at batch 100 (paper preset)
         n_epochs, batch = (40, 100) if big or not quick else (100, 32)
-    elif quick:
-        n_epochs, batch = (40, 100) if big else (100, 32)
+    elif quick:  # sized for ~30 min per method over all nine datasets on one core
+        n_epochs, batch = (20, 256) if big else (100, 32)
     else:  # Gal's budget
         n_epochs, batch = 400, 128
     return UCIMethodJob(method, dataset, split, likelihood=likelihood,
@@ -85,8 +86,29 @@ class TeyeUCIJob:
     split: int
     seed: int = 0
     preset: str = "quick"
-    epochs: int = 0  # 0: the preset's
+    epochs: int = 0  # 0, () or -1 below: the preset's
     noise_protocol: str = "teye"
+    batch_sizes: tuple[int, ...] = ()
+    weight_decays: tuple[float, ...] = ()
+    dropout_rates: tuple[float, ...] = ()
+    cv_samples: int = -1
+    samples: int = 0
+    test_seeds: int = 0
+
+    def settings(self) -> Any:
+        """The :class:`~bayesify.bench.uci.UCISettings` of the preset with this job's values."""
+        from bayesify.bench.uci import UCISettings
+
+        given = {"epochs": self.epochs, "batch_sizes": self.batch_sizes,
+                 "weight_decays": self.weight_decays, "dropout_rates": self.dropout_rates,
+                 "samples": self.samples, "test_seeds": self.test_seeds}  # fmt: skip
+        overrides = {k: v for k, v in given.items() if v}
+        if self.cv_samples >= 0:
+            overrides["cv_samples"] = self.cv_samples
+        if self.samples and self.preset == "paper":
+            overrides["bank_size"] = self.samples  # one bank batch per sample
+        return UCISettings.from_preset(self.preset, noise_protocol=self.noise_protocol,
+                                       **overrides)  # fmt: skip
 
 
 def gal_jobs(methods: tuple[str, ...], datasets: tuple[str, ...], splits: int,
@@ -115,14 +137,12 @@ def gal_jobs(methods: tuple[str, ...], datasets: tuple[str, ...], splits: int,
 
 
 def teye_jobs(methods: tuple[str, ...], datasets: tuple[str, ...], splits: int, preset: str,
-              epochs: int = 0, noise_protocol: str = "teye") -> list[tuple[str, Any]]:  # fmt: skip
-    """(experiment, job) for every method × dataset × Teye split (0: all 5)."""
+              **settings: Any) -> list[tuple[str, Any]]:  # fmt: skip
+    """(experiment, job) for every method × dataset × Teye split (0: all 5); ``settings``:
+    :class:`TeyeUCIJob`'s fields after ``preset``."""
     n = min(TEYE_N_SPLITS, splits or TEYE_N_SPLITS)
     return [
-        (
-            TEYE_EXPERIMENT,
-            TeyeUCIJob(m, d, s, preset=preset, epochs=epochs, noise_protocol=noise_protocol),
-        )
+        (TEYE_EXPERIMENT, TeyeUCIJob(m, d, s, preset=preset, **settings))
         for m in methods
         for d in datasets
         for s in range(n)
@@ -133,16 +153,13 @@ def score_teye_job(job: TeyeUCIJob) -> dict[str, Any]:
     """Search, fit τ on validation, score on test (mean over the preset's test seeds); the
     constant baseline's scores as ``cu_*``, each seed's normalised scores for the t-test."""
     from bayesify.bench.experiments.uci_gal_methods import uncertainty_error_bins
-    from bayesify.bench.uci import UCISettings, evaluate_kind
+    from bayesify.bench.uci import evaluate_kind
     from bayesify.data import load_uci
 
     kind = {"mcbn": "mcbn", "mc-dropout": "mcdo"}.get(job.method)
     if kind is None:
         raise ValueError(f"unknown Teye-protocol method {job.method!r}; valid: mcbn, mc-dropout")
-    overrides: dict[str, Any] = {"noise_protocol": job.noise_protocol}
-    if job.epochs:
-        overrides["epochs"] = job.epochs
-    s = UCISettings.from_preset(job.preset, **overrides)
+    s = job.settings()
     data = load_uci(job.dataset, job.split, protocol=s.protocol,
                     val_fraction=0.0 if s.cv_folds else 0.2)  # fmt: skip
     models, _, per_seed, info = evaluate_kind(kind, data, s, job.seed + job.split)
