@@ -133,14 +133,6 @@ COMMANDS = {
         "--workers": "1",
         "--report-only": "no-report-only",
     },
-    "uci-methods": {
-        "--splits": "5",
-        "--epochs": "20",
-        "--lr": "0.01",
-        "--datasets": "bostonHousing,concrete,energy,wine-quality-red,yacht",
-        "--methods": "mc-dropout,bbb,ensemble,mcbn",
-        "--out": "benchmarks/uci_methods.md",
-    },
 }
 
 
@@ -190,7 +182,6 @@ def test_unknown_option_exits_nonzero(name):
     ("args", "message"),
     [
         (["bn-noise", "--batch-sizes", "8,x"], "comma-separated int"),
-        (["uci-methods", "--methods", "mcbn,nope"], "unknown methods ['nope']"),
         (["coverage", "--methods", "bbb"], "unknown methods ['bbb']"),
         (["coverage", "--level", "1.5"], "level must be strictly between 0 and 1"),
         (["fmnist-calibration", "--methods", ""], "no methods given"),

@@ -54,8 +54,6 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
      "UCI regression under Gal's or Teye et al.'s protocol, every method, job by job into a "
      "resumable results store -> benchmarks/uci.md with the published figures beside ours, a "
      "CSV of every row and uncertainty–error plots."),
-    ("uci-methods", f"{_X}.uci_methods:UCIMethodsOptions",
-     "MC dropout, Bayes by Backprop, deep ensembles and MCBN on UCI regression (Gal's splits)."),
 )  # fmt: skip
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from bayesify.bench.experiments.uci_jobs import (
@@ -73,6 +74,7 @@ class UCIBenchOptions:
     out: str = option("benchmarks/uci.md", "The markdown page; CSV and figures beside it.")
     workers: int = option(1, "Parallel worker processes.")
     report_only: bool = option(False, "Write the page from the stores; train nothing.")
+    preamble: str = option("", "A markdown file put under the page's title (e.g. the runs).")
 
     def __post_init__(self) -> None:
         check_choices("protocol", (self.protocol,), PROTOCOLS)
@@ -88,6 +90,8 @@ class UCIBenchOptions:
             raise ValueError(
                 f"Teye et al.'s protocol has {TEYE_N_SPLITS} splits, got {self.splits}"
             )
+        if self.preamble and not Path(self.preamble).is_file():
+            raise ValueError(f"preamble file {self.preamble!r} does not exist")
         if self.batch_sizes and min(self.batch_sizes) < 2:
             raise ValueError(f"batch sizes must be >= 2, got {self.batch_sizes}")
         if min(self.samples, self.test_seeds) < 0:
@@ -167,4 +171,5 @@ def run(opts: UCIBenchOptions) -> str:
         stores=(opts.store, *opts.read),
         command=command_line(opts),
         run_note=f"{note}, {time.time() - t0:.0f} s wall",
+        preamble=Path(opts.preamble).read_text() if opts.preamble else "",
     )

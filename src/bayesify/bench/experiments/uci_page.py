@@ -239,9 +239,9 @@ def _figure_lines(table: dict[Cell, list], protocol: str, variants: Sequence, fi
 
 
 def write_page(out: str | Path, *, stores: Sequence[str | Path], command: str,
-               run_note: str) -> str:  # fmt: skip
+               run_note: str, preamble: str = "") -> str:  # fmt: skip
     """Write ``out`` (markdown), ``<stem>/rows.csv`` and the figures from every finished row in
-    ``stores``; returns the markdown."""
+    ``stores`` (``preamble``: markdown put under the title); returns the markdown."""
     out = Path(out)
     figures = out.parent / out.stem
     records = load_records(stores)
@@ -251,7 +251,8 @@ def write_page(out: str | Path, *, stores: Sequence[str | Path], command: str,
     lines = [
         "# UCI regression: every method under Gal's and Teye et al.'s protocols",
         "",
-        f"Command: `{command}`  ",
+        *([preamble.strip(), ""] if preamble.strip() else []),
+        f"Page written by: `{command}`  ",
         f"Stores read: {', '.join(f'`{s}`' for s in stores)}; this call: {run_note}; job time "
         f"of the rows shown: {secs / 60:.0f} min.  ",
         f"Machine: {machine_description()}, 1 torch thread per job.  ",
