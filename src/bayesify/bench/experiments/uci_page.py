@@ -38,7 +38,7 @@ def _variants(table: dict[Cell, list], protocol: str) -> list[tuple[str, str]]:
     """(method, likelihood) pairs that have rows under ``protocol``, in a fixed order."""
     found = {(m, lik) for (p, m, lik, _) in table if p == protocol}
     order = {m: i for i, m in enumerate(METHOD_ORDER)}
-    return sorted(found, key=lambda v: (order.get(v[0], 99), v[1]))
+    return sorted(found, key=lambda v: (order.get(v[0], 99), v[1] != "homoscedastic"))
 
 
 def summary_counts(table: dict[Cell, list]) -> dict[str, Any]:
