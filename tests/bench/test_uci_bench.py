@@ -61,8 +61,11 @@ def test_options_make_the_protocols_jobs_and_reject_bad_values():
     big = [j for _, j in full if j.dataset == "protein-tertiary-structure"]
     assert {(j.hidden, j.epochs, j.batch_size) for j in big} == {(100, 40, 100)}
     teye = UCIBenchOptions(protocol="teye", datasets=("yacht",), splits=0).jobs()
-    assert [(e, j.method, j.split) for e, j in teye][:2] == [("uci-teye", "mcbn", 0),
-                                                             ("uci-teye", "mcbn", 1)]  # fmt: skip
+    assert [(e, j.method, j.split) for e, j in teye][:3] == [
+        ("uci-teye", "mcbn", 0),
+        ("uci-teye", "mc-dropout", 0),
+        ("uci-teye", "mcbn", 1),
+    ]
     assert len(teye) == 2 * 5
     with pytest.raises(ValueError, match="unknown methods"):
         UCIBenchOptions(protocol="teye", methods=("ensemble",))

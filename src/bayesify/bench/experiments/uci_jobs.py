@@ -143,9 +143,9 @@ def teye_jobs(methods: tuple[str, ...], datasets: tuple[str, ...], splits: int, 
     n = min(TEYE_N_SPLITS, splits or TEYE_N_SPLITS)
     return [
         (TEYE_EXPERIMENT, TeyeUCIJob(m, d, s, preset=preset, **settings))
-        for m in methods
-        for d in datasets
+        for d in datasets  # every method of a split before the next: partial runs stay paired
         for s in range(n)
+        for m in methods
     ]
 
 
