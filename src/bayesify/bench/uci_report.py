@@ -69,7 +69,7 @@ TEYE_STARS = {
 }  # fmt: skip
 
 
-DEMO_DATASETS = ("bostonHousing", "concrete", "energy")  # small: `bayesify demo` and bench uci
+DEMO_DATASETS = ("bostonHousing", "concrete", "energy")  # small: `bayesify demo`'s
 
 
 def machine() -> str:
