@@ -19,7 +19,7 @@ from bayesify.bench.uci_cv import (
     mc_samples,
     teye_weight_decay,
 )
-from bayesify.bench.uci_report import UCIOptions, render_markdown
+from bayesify.bench.uci_report import render_markdown
 from bayesify.methods import MCBN
 from bayesify.models import teye_regression_net
 
@@ -46,17 +46,6 @@ def test_paper_preset_is_the_papers_grid():
         UCISettings.from_preset("fast")
     with pytest.raises(ValueError, match="unknown UCI setting"):
         UCISettings.from_preset("paper", folds=3)
-
-
-def test_cli_options_pick_the_preset_and_override_it():
-    s = UCIOptions(preset="paper", epochs=100, weight_decays=(1e-3,), samples=50).settings()
-    assert (s.preset, s.epochs, s.weight_decays, s.samples, s.bank_size) == (
-        "paper", 100, (1e-3,), 50, 50,
-    )  # fmt: skip
-    assert s.batch_sizes == (32, 64, 128, 256, 512, 1024)
-    assert UCIOptions().settings() == UCISettings()
-    with pytest.raises(ValueError, match="unknown preset"):
-        UCIOptions(preset="fast")
 
 
 def test_significance_is_scipys_one_sided_one_sample_t_test():

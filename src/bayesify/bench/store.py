@@ -107,8 +107,19 @@ class ResultsStore:
     Each process opens its own store (sqlite connections are not shared across processes).
     """
 
-    def __init__(self, path: str | Path = ":memory:", *, timeout: float = 60.0) -> None:
+    def __init__(
+        self, path: str | Path = ":memory:", *, timeout: float = 60.0, readonly: bool = False
+    ) -> None:
+        """Open (or create) the store at ``path``; ``readonly=True`` opens an existing file
+        for reading only (sqlite's ``mode=ro``: nothing is created, migrated or written)."""
         self.path = str(path)
+        if readonly:
+            if not Path(path).is_file():
+                raise FileNotFoundError(f"no results store at {path}")
+            uri = f"{Path(path).resolve().as_uri()}?mode=ro"
+            self.conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
+            self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+            return
         if self.path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         # autocommit mode (isolation_level=None): transactions are the explicit BEGINs below

@@ -176,7 +176,7 @@ def _search(kind: str, data: RegressionSplit, folds: list[Fold], s: UCISettings,
     return best
 
 
-def _evaluate(kind: str, data: RegressionSplit, s: UCISettings, seed: int):
+def evaluate_kind(kind: str, data: RegressionSplit, s: UCISettings, seed: int):
     """Search, fit τ on the validation rows, test every seed; (models, fit, per-seed scores)."""
     folds = _folds(data, s, seed)
     res, spec, build, chosen = _search(kind, data, folds, s, seed)
@@ -232,7 +232,7 @@ def run_mcbn_split(name: str, split: int, settings: UCISettings, *, seed: int = 
     scores: dict[str, dict[str, float]] = {}
     first = None
     for kind, (mc, cu) in kinds.items():
-        models, fit, per_seed, info = _evaluate(kind, data, s, seed + split)
+        models, fit, per_seed, info = evaluate_kind(kind, data, s, seed + split)
         for t, sc in enumerate(per_seed):
             seed_scores[t][mc], seed_scores[t][cu] = sc["MC"], sc["CU"]
         scores[mc] = {**_mean_scores([p["MC"] for p in per_seed]), **info}

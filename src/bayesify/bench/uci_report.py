@@ -1,7 +1,6 @@
 """MCBN vs CUBN over UCI datasets and Teye et al.'s splits -> markdown table, uncertainty–error
-figures and a results store.
-
-``bayesify bench uci`` (and the demo) run :func:`run_uci_benchmark`.
+figures and a results store (``bayesify demo`` runs :func:`run_uci_benchmark`), and Teye et al.'s
+Table 1 figures that ``bayesify bench uci --protocol teye`` puts beside ours.
 """
 
 from __future__ import annotations
@@ -11,18 +10,13 @@ import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import ClassVar
-
-import torch
 
 from bayesify.bench.machine import machine_description
-from bayesify.bench.options import check_choices, option
 from bayesify.bench.store import ResultsStore
 from bayesify.bench.summary import markdown_table, significance
-from bayesify.bench.uci import PRESETS, UCISettings, run_mcbn_split
-from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
+from bayesify.bench.uci import UCISettings, run_mcbn_split
 from bayesify.options import NoiseProtocol
 from bayesify.plots.uncertainty import uncertainty_error_plot
 from bayesify.posthoc.noise import teye_tau_range
@@ -74,74 +68,7 @@ TEYE_STARS = {
 }  # fmt: skip
 
 
-DEMO_DATASETS = ("bostonHousing", "concrete", "energy")  # small: `bayesify demo` and bench uci
-
-
-@dataclass(frozen=True)
-class UCIOptions:
-    """Options of ``bayesify bench uci``; 0 or an empty list means the preset's value."""
-
-    command: ClassVar[str] = "uci"
-    datasets: tuple[str, ...] = option(DEMO_DATASETS, "UCI datasets (folder names under uci/).")
-    splits: int = option(5, "Teye et al. 80/20 splits per dataset (at most 5).")
-    preset: str = option(
-        "quick",
-        "quick: one 20% hold-out, batch {32,128}, weight decay 1e-4; paper: Teye et al.'s "
-        "Table 1 protocol (5-fold CV over batch 32-1024 and weight decay 1e-15-1e-1, checks "
-        "every 20 epochs up to 2000, T = 500, 5 test seeds, MC dropout and CUDO beside MCBN).",
-    )
-    epochs: int = option(0, "Maximum epochs (quick 300, paper 2000).")
-    samples: int = option(0, "MC samples T per prediction (quick 200, paper 500).")
-    batch_sizes: tuple[int, ...] = option((), "MCBN batch-size grid.")
-    weight_decays: tuple[float, ...] = option((), "Weight-decay grid (Teye's L2 factor).")
-    dropout_rates: tuple[float, ...] = option((), "MC dropout rate grid (paper preset).")
-    cv_samples: int = option(-1, "T for the CV RMSE checks (0: deterministic net; -1: preset's).")
-    test_seeds: int = option(0, "Trainings per split on different seeds (quick 1, paper 5).")
-    noise_protocol: str = option(
-        "teye", "teye: one CRPS-fitted τ in Teye's range, CUBN by CRPS; bayesify: τ per metric."
-    )
-    out: str = option("benchmarks/uci_mcbn", "Folder for uci_mcbn.md, figures and results.db.")
-    threads: int = option(2, "torch CPU threads.")
-
-    def __post_init__(self) -> None:
-        check_choices("datasets", self.datasets, UCI_DATASETS)
-        check_choices("preset", (self.preset,), PRESETS)
-        check_choices("noise protocol", (self.noise_protocol,), [p.value for p in NoiseProtocol])
-        if self.batch_sizes and min(self.batch_sizes) < 2:
-            raise ValueError(f"batch sizes must be >= 2, got {self.batch_sizes}")
-        for name in ("splits", "threads"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("epochs", "samples", "test_seeds"):
-            if getattr(self, name) < 0:
-                raise ValueError(
-                    f"{name} must be >= 0 (0: the preset's), got {getattr(self, name)}"
-                )
-        if self.splits > TEYE_N_SPLITS:
-            raise ValueError(
-                f"Teye et al.'s protocol has {TEYE_N_SPLITS} splits, got {self.splits}"
-            )
-
-    def settings(self) -> UCISettings:
-        """The preset's settings with the options given here."""
-        given = {
-            "epochs": self.epochs, "samples": self.samples, "batch_sizes": self.batch_sizes,
-            "weight_decays": self.weight_decays, "dropout_rates": self.dropout_rates,
-            "test_seeds": self.test_seeds,
-        }  # fmt: skip
-        overrides = {k: v for k, v in given.items() if v}
-        if self.cv_samples >= 0:
-            overrides["cv_samples"] = self.cv_samples
-        if "samples" in overrides and self.preset == "paper":
-            overrides.setdefault("bank_size", self.samples)  # one bank batch per sample
-        return UCISettings.from_preset(self.preset, noise_protocol=self.noise_protocol, **overrides)
-
-
-def run(opts: UCIOptions) -> str:
-    """Train and score every (dataset, split) of ``opts``; returns the markdown page."""
-    torch.set_num_threads(opts.threads)
-    text, _ = run_uci_benchmark(opts.datasets, opts.splits, opts.settings(), Path(opts.out))
-    return text
+DEMO_DATASETS = ("bostonHousing", "concrete", "energy")  # small: `bayesify demo`'s
 
 
 def machine() -> str:

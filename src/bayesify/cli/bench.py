@@ -28,10 +28,6 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
     ("fashion-nodes", f"{_X}.fashion_nodes:FashionNodesOptions",
      "Fashion-MNIST with a LeNet-style CNN on CPU: IBNN, IBNN from a pretrained net, "
      "StochasticNorm, weight normalisation without noise, a deterministic net and MCBN."),
-    ("gal-uci", f"{_X}.gal_uci:GalUCIOptions",
-     "Gal & Ghahramani's UCI protocol for MC dropout, homoscedastic and heteroscedastic, run "
-     "job by job (one per dataset, split and likelihood) into a resumable results store, with "
-     "their published figures beside ours."),
     ("images", f"{_X}.images:ImagesOptions",
      "Fashion-MNIST at full size with MNIST as the out-of-distribution set: accuracy, "
      "calibration, OOD detection, corruption sweeps, error–coverage curves and MCBN's "
@@ -56,11 +52,10 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
      "Trinh et al. Fig. 1 style toy: y = x³ + N(0, 3²), 30 points on [-4, 4], ReLU MLPs of "
      "depth 1…5 with 256 units per layer, IBNN vs Bayes by Backprop. Their claim: BBB's "
      "epistemic uncertainty collapses as depth grows, IBNN's does not."),
-    ("uci", "bayesify.bench.uci_report:UCIOptions",
-     "MCBN vs CUBN over UCI datasets and Teye et al.'s splits -> markdown table, "
-     "uncertainty–error figures and a results store."),
-    ("uci-methods", f"{_X}.uci_methods:UCIMethodsOptions",
-     "MC dropout, Bayes by Backprop, deep ensembles and MCBN on UCI regression (Gal's splits)."),
+    ("uci", f"{_X}.uci_bench:UCIBenchOptions",
+     "UCI regression under Gal's or Teye et al.'s protocol, every method, job by job into a "
+     "resumable results store -> benchmarks/uci.md with the published figures beside ours, a "
+     "CSV of every row and uncertainty–error plots."),
 )  # fmt: skip
 
 

@@ -45,8 +45,8 @@ _PRESETS = [
         # one bank batch per MC sample (T = 500); τ by CRPS (one τ for PLL and CRPS)
         config={"bank_size": 500, "noise_objective": "crps"},
         # Adam 1e-3, batch 32 (their grid 32…1024 and weight decay are chosen by CV; see
-        # `bayesify bench uci --preset paper`), early stopping up to 2000 epochs; patience of
-        # 10 checks × 20 epochs
+        # `bayesify bench uci --protocol teye --preset paper`), early stopping up to 2000
+        # epochs; patience of 10 checks × 20 epochs
         fit={"optimizer": "adam", "lr": 1e-3, "batch_size": 32, "epochs": 2000, "patience": 200},
         samples=500,
     ),

@@ -1,0 +1,271 @@
+"""The page of ``bayesify bench uci``: one markdown file with a section per protocol, the
+published figures beside ours, the summary counts of the UCI evidence issue, a CSV of every row
+and an uncertainty–error figure per dataset and protocol (small PNGs in ``<page stem>/``).
+
+Gal's protocol: test log-likelihood and RMSE (original units, mean ± standard error over splits)
+per method and likelihood, beside Gal & Ghahramani 2016 (MC dropout) and Lakshminarayanan et al.
+2017 (deep ensembles). Teye's protocol: normalised CRPS / PLL (×100) with one-sided one-sample
+t-test stars over (split, test seed) values, beside Teye et al.'s Table 1 with their stars.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from bayesify.bench.experiments.gal_uci import ENSEMBLE_2017, GAL_2016
+from bayesify.bench.experiments.uci_figures import uncertainty_error_figure
+from bayesify.bench.experiments.uci_rows import Cell, cells, load_records, mean_se, write_csv
+from bayesify.bench.machine import machine_description
+from bayesify.bench.options import write_report
+from bayesify.bench.summary import significance
+from bayesify.bench.uci_report import TEYE_STARS, TEYE_TABLE_1, TEYE_TABLE_1_MCDO
+from bayesify.data.uci import UCI_DATASETS
+
+SHORT = {"homoscedastic": "homo", "heteroscedastic": "hetero"}
+METHOD_ORDER = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn")
+
+
+def _pm(mean: float, se: float, digits: int = 2) -> str:
+    if math.isnan(mean):
+        return "–"
+    return f"{mean:.{digits}f}" if math.isnan(se) else f"{mean:.{digits}f} ± {se:.{digits}f}"
+
+
+def _variants(table: dict[Cell, list], protocol: str) -> list[tuple[str, str]]:
+    """(method, likelihood) pairs that have rows under ``protocol``, in a fixed order."""
+    found = {(m, lik) for (p, m, lik, _) in table if p == protocol}
+    order = {m: i for i, m in enumerate(METHOD_ORDER)}
+    return sorted(found, key=lambda v: (order.get(v[0], 99), v[1] != "homoscedastic"))
+
+
+def summary_counts(table: dict[Cell, list]) -> dict[str, Any]:
+    """The issue's two counts over the nine datasets (Gal's protocol): on how many the best
+    (method, likelihood)'s mean test LL beats Gal's MC dropout, and on how many our MC dropout
+    (each likelihood) is within one of Gal's standard errors of their LL or better."""
+    best_beats, datasets_with_rows, best = 0, 0, {}
+    mcdo: dict[str, int] = {"homoscedastic": 0, "heteroscedastic": 0}
+    mcdo_seen: dict[str, int] = {"homoscedastic": 0, "heteroscedastic": 0}
+    for d in UCI_DATASETS:
+        lls = {
+            (m, lik): mean_se([r["ll"] for r in rows])[0]
+            for (p, m, lik, ds), rows in table.items()
+            if p == "gal" and ds == d
+        }
+        if not lls:
+            continue
+        datasets_with_rows += 1
+        (m, lik), ll = max(lls.items(), key=lambda kv: kv[1])
+        best[d] = (m, lik, ll)
+        gal_ll, gal_se = GAL_2016[d][2], GAL_2016[d][3]
+        best_beats += ll > gal_ll
+        for lik in mcdo:
+            if ("mc-dropout", lik) in lls:
+                mcdo_seen[lik] += 1
+                mcdo[lik] += lls[("mc-dropout", lik)] >= gal_ll - gal_se
+    return {"best_beats": best_beats, "datasets": datasets_with_rows, "best": best,
+            "mcdo": mcdo, "mcdo_seen": mcdo_seen}  # fmt: skip
+
+
+def _gal_section(table: dict[Cell, list], figures: Path, page_dir: Path) -> list[str]:
+    variants = _variants(table, "gal")
+    if not variants:
+        return []
+    counts = summary_counts(table)
+    lines = [
+        "## Gal & Ghahramani's protocol (standard 90/10 splits)",
+        "",
+        f"**Summary:** the best method's mean test LL is above Gal & Ghahramani's MC dropout on "
+        f"**{counts['best_beats']} of 9** datasets ({counts['datasets']} with rows); our MC "
+        "dropout is within one of their standard errors of their LL or better on "
+        f"**{counts['mcdo']['homoscedastic']} of 9** homoscedastic "
+        f"({counts['mcdo_seen']['homoscedastic']} with rows) and "
+        f"**{counts['mcdo']['heteroscedastic']} of 9** heteroscedastic "
+        f"({counts['mcdo_seen']['heteroscedastic']} with rows). The best method is picked on "
+        "the test figures below, so that count is optimistic by selection; each method's own "
+        "hyper-parameters were chosen on validation data only.",
+        "",
+        "Test log-likelihood (original units), mean ± standard error over splits; the number "
+        "of splits in brackets. Gal 2016: MC dropout as published (± their standard error); "
+        "ens. 2017: deep ensembles (5 heteroscedastic nets, adversarial training) as published. "
+        "Bold: the best of our columns.",
+        "",
+    ]
+    heads = [f"{m} {SHORT.get(lik, lik)}" for m, lik in variants]
+    lines += ["| dataset | " + " | ".join(heads) + " | Gal 2016 | ens. 2017 |",
+              "| --- |" + " ---: |" * (len(heads) + 2)]  # fmt: skip
+    for d in UCI_DATASETS:
+        row = table_row(table, "gal", d, variants, "ll", highlight=max)
+        if row is None:
+            continue
+        g = GAL_2016[d]
+        lines.append(f"| {d} | " + " | ".join(row) + f" | {g[2]:.2f} ± {g[3]:.2f} | "
+                     f"{ENSEMBLE_2017[d]:.2f} |")  # fmt: skip
+    lines += ["", "Test RMSE (original units), mean ± standard error over splits.", "",
+              "| dataset | " + " | ".join(heads) + " | Gal 2016 |",
+              "| --- |" + " ---: |" * (len(heads) + 1)]  # fmt: skip
+    for d in UCI_DATASETS:
+        row = table_row(table, "gal", d, variants, "rmse", highlight=min, digits=3)
+        if row is not None:
+            g = GAL_2016[d]
+            lines.append(f"| {d} | " + " | ".join(row) + f" | {g[0]:.2f} ± {g[1]:.2f} |")
+    lines += ["", "Normalised PLL / CRPS (×100) against each method's constant-uncertainty "
+              "baseline (same mean, one variance fitted on validation; 0 = baseline, 100 = "
+              "per-point optimum), mean over splits, t-test stars over splits; mean seconds per "
+              "job (all grid points).", "",
+              "| dataset | method | likelihood | splits | norm. PLL | norm. CRPS | chosen "
+              "| s/job |",
+              "| --- | --- | --- | ---: | ---: | ---: | --- | ---: |"]  # fmt: skip
+    for d in UCI_DATASETS:
+        for m, lik in variants:
+            rows = table.get(("gal", m, lik, d))
+            if rows:
+                lines.append(_detail_line(d, m, lik, rows))
+    lines += ["", *_figure_lines(table, "gal", variants, figures, page_dir)]
+    return lines
+
+
+def table_row(table: dict[Cell, list], protocol: str, dataset: str, variants: Sequence,
+              key: str, *, highlight: Any, digits: int = 2) -> list[str] | None:  # fmt: skip
+    """One dataset's cells ``mean ± se (n)`` per variant, the best in bold; None if empty."""
+    stats = {}
+    for v in variants:
+        rows = table.get((protocol, *v, dataset), [])
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        if vals:
+            stats[v] = (*mean_se(vals), len(vals))
+    if not stats:
+        return None
+    top = highlight(s[0] for s in stats.values())
+    out = []
+    for v in variants:
+        if v not in stats:
+            out.append("–")
+            continue
+        m, se, n = stats[v]
+        text = f"{_pm(m, se, digits)} ({n})"
+        out.append(f"**{text}**" if m == top and len(stats) > 1 else text)
+    return out
+
+
+def _detail_line(d: str, m: str, lik: str, rows: list[dict[str, Any]]) -> str:
+    def norm(key: str) -> str:
+        vals = [r[key] for r in rows if r.get(key) is not None]
+        if not vals:
+            return "–"
+        _, stars = significance(vals)
+        return f"{sum(vals) / len(vals):.1f}" + ("" if stars == "n/a" else f" {stars}")
+
+    chosen = sorted({str(r.get("chosen")) for r in rows if r.get("chosen") is not None})
+    secs = [r["seconds"] for r in rows if r.get("seconds") is not None]
+    mean_s = f"{sum(secs) / len(secs):.1f}" if secs else "–"
+    return (f"| {d} | {m} | {lik} | {len(rows)} | {norm('pll_norm')} | {norm('crps_norm')} | "
+            f"{', '.join(chosen) or '–'} | {mean_s} |")  # fmt: skip
+
+
+def _teye_section(table: dict[Cell, list], figures: Path, page_dir: Path) -> list[str]:
+    variants = _variants(table, "teye")
+    if not variants:
+        return []
+    lines = [
+        "## Teye et al.'s protocol (5 random 80/20 splits)",
+        "",
+        "Normalised CRPS / PLL (×100; 0 = the constant-uncertainty baseline CUBN / CUDO, 100 = "
+        "per-point optimum) beside Teye et al.'s Table 1. Stars: one-sided one-sample t-test "
+        "that the mean over all (split, test seed) values exceeds 0 (* p < 0.05, ** < 0.01, "
+        "*** < 0.001, **** < 0.0001, ns otherwise); the paper's stars in its columns.",
+        "",
+    ]
+    pairs = [(m, tab) for m, tab in (("mcbn", TEYE_TABLE_1), ("mc-dropout", TEYE_TABLE_1_MCDO))
+             if any(v[0] == m for v in variants)]  # fmt: skip
+    head = ["dataset"]
+    for m, _ in pairs:
+        head += [f"{m} norm. CRPS", "Teye", f"{m} norm. PLL", "Teye"]
+    lines += ["| " + " | ".join(head) + " |", "| --- |" + " ---: |" * (len(head) - 1)]
+    for d in UCI_DATASETS:
+        cells_ = [d]
+        any_rows = False
+        for m, tab in pairs:
+            rows = table.get(("teye", m, "homoscedastic", d), [])
+            any_rows |= bool(rows)
+            stars_key = "MCBN" if m == "mcbn" else "MCDO"
+            ref = tab.get(d)
+            paper = TEYE_STARS[stars_key].get(d, ("", ""))
+            for i, key in enumerate(("crps_norm", "pll_norm")):
+                vals = [v for r in rows for v in (r.get(f"seed_{key}") or [r.get(key)])]
+                cells_.append(_starred(vals))
+                cells_.append(f"{ref[i]:.2f} {paper[i]}" if ref else "–")
+        if any_rows:
+            lines.append("| " + " | ".join(cells_) + " |")
+    lines += ["", "RMSE, test PLL and CRPS (original units), ours and the constant baseline's "
+              "(same mean), mean ± standard error over splits.", "",
+              "| dataset | method | splits | RMSE | PLL | CRPS | CU PLL | CU CRPS |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for d in UCI_DATASETS:
+        for m, lik in variants:
+            rows = table.get(("teye", m, lik, d))
+            if rows:
+                cols = [_pm(*mean_se([r.get(k) for r in rows]), 3)
+                        for k in ("rmse", "ll", "crps", "cu_ll", "cu_crps")]  # fmt: skip
+                lines.append(f"| {d} | {m} | {len(rows)} | " + " | ".join(cols) + " |")
+    lines += ["", *_figure_lines(table, "teye", variants, figures, page_dir)]
+    return lines
+
+
+def _starred(values: list[Any]) -> str:
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return "–"
+    _, stars = significance(vals)
+    return f"{sum(vals) / len(vals):.2f}" + ("" if stars == "n/a" else f" {stars}")
+
+
+def _figure_lines(table: dict[Cell, list], protocol: str, variants: Sequence, figures: Path,
+                  page_dir: Path) -> list[str]:  # fmt: skip
+    lines = [
+        "Uncertainty–error plots (test points in 10 bins by predicted std; each bin's RMSE "
+        "against its mean predicted std, averaged over splits; dashed: the diagonal):",
+        "",
+    ]
+    for d in UCI_DATASETS:
+        panels = {f"{m} {SHORT.get(lik, lik)}": table[(protocol, m, lik, d)]
+                  for m, lik in variants if (protocol, m, lik, d) in table}  # fmt: skip
+        path = uncertainty_error_figure(d, panels, figures / f"ue_{protocol}_{d}.png")
+        if path is not None:
+            lines.append(f"![{d}]({path.relative_to(page_dir).as_posix()})")
+    return [*lines, ""]
+
+
+def write_page(out: str | Path, *, stores: Sequence[str | Path], command: str,
+               run_note: str, preamble: str = "") -> str:  # fmt: skip
+    """Write ``out`` (markdown), ``<stem>/rows.csv`` and the figures from every finished row in
+    ``stores`` (``preamble``: markdown put under the title); returns the markdown."""
+    out = Path(out)
+    figures = out.parent / out.stem
+    records = load_records(stores)
+    table = cells(records)
+    csv_path = write_csv(figures / "rows.csv", records)
+    secs = sum(r["seconds"] or 0.0 for r in records)
+    lines = [
+        "# UCI regression: every method under Gal's and Teye et al.'s protocols",
+        "",
+        *([preamble.strip(), ""] if preamble.strip() else []),
+        f"Page written by: `{command}`  ",
+        f"Stores read: {', '.join(f'`{s}`' for s in stores)}; this call: {run_note}; job time "
+        f"of the rows shown: {secs / 60:.0f} min.  ",
+        f"Machine: {machine_description()}, 1 torch thread per job.  ",
+        f"Every row: [{csv_path.name}]({csv_path.relative_to(out.parent).as_posix()}).",
+        "",
+        "Methods on Gal's splits: one hidden layer of 50 ReLU units (100 for protein); the last "
+        "20% of each training split is validation, used for the grid (MC dropout: rate; BBB: "
+        "prior σ; IBNN: prior std; StochasticNorm: initial σ; MCBN: batch size), the best epoch "
+        "and τ (homoscedastic); the test split is only scored. Heteroscedastic nets output a "
+        "mean and a variance and are trained by their Gaussian NLL; the deep ensemble is 5 "
+        "such nets (no adversarial training). Settings per row are in the store's config.",
+        "",
+        *_gal_section(table, figures, out.parent),
+        *_teye_section(table, figures, out.parent),
+    ]
+    return write_report(out, "\n".join(lines) + "\n")

@@ -1,0 +1,115 @@
+"""The finished rows of ``bayesify bench uci`` read from one or more results stores, as flat
+records (one per row) grouped into table cells.
+
+Rows come from the experiments ``gal-uci`` (MC dropout on Gal's splits), ``uci-gal`` (every other
+method on Gal's splits) and ``uci-teye`` (Teye et al.'s protocol). Stores are opened read-only; a
+row found in several stores is taken from the first. A cell is (protocol, method, likelihood,
+dataset); where one cell holds rows of several configurations (a quick and a paper run), the
+configuration with the most rows is shown, so runs never mix in one mean.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bayesify.bench.experiments.uci_jobs import GAL_EXPERIMENT, METHODS_EXPERIMENT, TEYE_EXPERIMENT
+from bayesify.bench.store import ResultsStore, RowKey
+
+PROTOCOL_OF = {GAL_EXPERIMENT: "gal", METHODS_EXPERIMENT: "gal", TEYE_EXPERIMENT: "teye"}
+#: columns of the CSV, in order (metrics absent from a row are left empty)
+CSV_FIELDS = (
+    "protocol", "experiment", "method", "likelihood", "dataset", "split", "seed", "config_hash",
+    "rmse", "ll", "crps", "cu_ll", "cu_crps", "pll_norm", "crps_norm", "mean_std", "chosen",
+    "seconds",
+)  # fmt: skip
+
+Cell = tuple[str, str, str, str]  # protocol, method, likelihood, dataset
+
+
+def flat_record(row: dict[str, Any]) -> dict[str, Any]:
+    """One stored row as a flat record: identity, likelihood, and its scalar metrics (Teye rows'
+    ``pll`` is their test log-likelihood, named ``ll`` here as on Gal's rows)."""
+    m = dict(row["metrics"])
+    if row["experiment"] == TEYE_EXPERIMENT:
+        m.setdefault("ll", m.get("pll"))
+        m.setdefault("cu_ll", m.get("cu_pll"))
+        likelihood = "homoscedastic"
+    else:
+        likelihood = row["config"].get("likelihood", "homoscedastic")
+    if row["experiment"] == GAL_EXPERIMENT and "dropout" in m:
+        m.setdefault("chosen", m["dropout"])
+    return {
+        "protocol": PROTOCOL_OF[row["experiment"]],
+        "experiment": row["experiment"],
+        "method": row["method"],
+        "likelihood": likelihood,
+        "dataset": row["dataset"],
+        "split": row["split"],
+        "seed": row["seed"],
+        "config_hash": row["config_hash"],
+        "seconds": row.get("seconds"),
+        **m,
+    }
+
+
+def load_records(stores: Sequence[str | Path]) -> list[dict[str, Any]]:
+    """Every finished row of the UCI experiments in ``stores`` (missing files are skipped)."""
+    seen: set[RowKey] = set()
+    out = []
+    for path in stores:
+        if not Path(path).is_file():
+            continue
+        with ResultsStore(path, readonly=True) as store:
+            if "runs" not in {
+                r[0] for r in store.conn.execute("SELECT name FROM sqlite_master")
+            }:  # an empty file
+                continue
+            for experiment in PROTOCOL_OF:
+                for row in store.records(experiment):
+                    key = RowKey.of(row)
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(flat_record(row))
+    return out
+
+
+def cells(records: Iterable[dict[str, Any]]) -> dict[Cell, list[dict[str, Any]]]:
+    """Records per cell, keeping in each cell only the configuration with the most rows."""
+    groups: dict[Cell, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["protocol"], r["method"], r["likelihood"], r["dataset"]), []).append(r)
+    out = {}
+    for cell, rows in groups.items():
+        config, _ = Counter(r["config_hash"] for r in rows).most_common(1)[0]
+        out[cell] = sorted((r for r in rows if r["config_hash"] == config),
+                           key=lambda r: (r["split"], r["seed"]))  # fmt: skip
+    return out
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and standard error (nan with fewer than two values)."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return math.nan, math.nan
+    m = sum(vals) / len(vals)
+    if len(vals) < 2:
+        return m, math.nan
+    return m, math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1) / len(vals))
+
+
+def write_csv(path: str | Path, records: Sequence[dict[str, Any]]) -> Path:
+    """Every record as one CSV line (:data:`CSV_FIELDS`)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ordered = sorted(records, key=lambda r: tuple(str(r[k]) for k in CSV_FIELDS[:6]))
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in ordered:
+            w.writerow({k: r.get(k) for k in CSV_FIELDS})
+    return path
