@@ -57,3 +57,20 @@ def test_layers_before_dropout_see_each_row_once_and_samples_match_the_loop() ->
     counter.rows = 0
     chunked = m.sample(x, 40, seed=3, max_rows=8)
     torch.testing.assert_close(chunked, one_pass)
+
+
+def test_adaptive_rounds_reuse_the_prefix_and_draw_what_the_plain_rounds_draw(monkeypatch) -> None:
+    m = MCDropout(_net(), task="classification", dropout=0.5, where="before-last-linear")
+    counter = m.net[0]
+    x = torch.randn(30, 6) * 3
+    counter.rows = 0
+    cached = m.predict(x, samples="adaptive", tol=0.02, start=4, max_samples=32, seed=5)
+    assert counter.rows == 30  # the prefix ran once over the rows, not once per round
+    used = cached.samples_used
+    assert (used > 4).any() and (used == 4).any()  # some rows needed more rounds, some did not
+    monkeypatch.setattr(type(m), "_prefix_sampler", lambda self, *a: None)
+    counter.rows = 0
+    plain = m.predict(x, samples="adaptive", tol=0.02, start=4, max_samples=32, seed=5)
+    assert counter.rows > 30  # every round ran the prefix again over its rows
+    torch.testing.assert_close(cached.samples, plain.samples, rtol=0, atol=0)
+    assert torch.equal(cached.samples_used, plain.samples_used)

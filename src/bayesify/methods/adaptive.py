@@ -100,7 +100,16 @@ def predict_adaptive(
         pred = method.to_predictive(draws)
         return outputs(pred) if outputs is not None else pred
 
-    first = method.sample(x, start, generator=generator, max_rows=max_rows)  # [T0, N, ...]
+    # the net's deterministic prefix runs once, not again in every round (same draws either way)
+    prefixed = method._prefix_sampler(x, generator, max_rows)
+
+    def draw(rows: Tensor | None, samples: int) -> Tensor:  # [T, rows, ...]
+        if prefixed is not None:
+            return prefixed(torch.arange(len(x)) if rows is None else rows, samples)
+        rows_x = x if rows is None else x[rows]
+        return method.sample(rows_x, samples, generator=generator, max_rows=max_rows)
+
+    first = draw(None, start)  # [T0, N, ...]
     n = first.shape[1]
     draws = first.new_empty((max_samples, *first.shape[1:]))
     draws[:start] = first
@@ -112,7 +121,7 @@ def predict_adaptive(
         if len(active) == 0:
             break
         idx = active.to(draws.device)
-        more = method.sample(x[active], have, generator=generator, max_rows=max_rows)
+        more = draw(active, have)
         draws[have : 2 * have, idx] = more
         have *= 2
         used[active] = have

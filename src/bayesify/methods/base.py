@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -53,6 +53,7 @@ from bayesify.nn import (
     sampling,
     select_groups,
 )
+from bayesify.nn.folding import deterministic_prefix
 from bayesify.nn.modes import kept_modes
 from bayesify.options import Task
 from bayesify.predictive import Predictive
@@ -212,13 +213,47 @@ class Method(FromPretrained, Trainable):
             return self._draw_samples(x, samples, generator, max_rows)
 
     def _draw_samples(
-        self, x: Tensor, samples: int, generator: torch.Generator | None, max_rows: int | None
+        self,
+        x: Tensor,
+        samples: int,
+        generator: torch.Generator | None,
+        max_rows: int | None,
+        start: int = 0,
     ) -> Tensor:
         """The one pass (chunked) behind :meth:`sample`, on checked inputs, in eval mode under
-        ``no_grad``: ``[T, N, ...]``. Methods with their own pass (ensembles) override it."""
+        ``no_grad``: ``[T, N, ...]``. ``start`` > 0: ``x`` is the output of the net's first
+        ``start`` layers (see :meth:`_prefix_sampler`). Methods with their own pass (ensembles)
+        override it."""
         ranges, per_chunk = chunk_plan(samples, len(x), max_rows)
         with self.sampling(samples, generator):
-            return forward_in_chunks(self.net, x, ranges, per_chunk, self.net, group_dim=0)
+            return forward_in_chunks(self.net, x, ranges, per_chunk, self.net, 0, start=start)
+
+    def _prefix_sampler(
+        self, x: Tensor, generator: torch.Generator | None, max_rows: MaxRows
+    ) -> Callable[[Tensor, int], Tensor] | None:
+        """For repeated sampling of rows of ``x`` (adaptive sampling's rounds): the net's
+        deterministic prefix run once over ``x``, and ``draw(rows, T) -> [T, len(rows), ...]``
+        drawing exactly what ``self.sample(x[rows], T, generator=generator)`` draws. None where
+        the method samples its own way or the net has no such prefix."""
+        base = Method
+        if (type(self)._draw_samples is not base._draw_samples
+                or type(self).sample_count is not base.sample_count):  # fmt: skip
+            return None
+        k = deterministic_prefix(self.net)
+        if k == 0:
+            return None
+        x, _ = self._sample_inputs(x, 1, None, None)
+        with kept_modes(self.net), torch.no_grad():
+            self.net.eval()
+            h = self.net[:k](x)
+        rows_budget = resolve_max_rows(max_rows, x)
+
+        def draw(rows: Tensor, samples: int) -> Tensor:
+            with kept_modes(self.net), torch.no_grad():
+                self.net.eval()
+                return self._draw_samples(h[rows], samples, generator, rows_budget, start=k)
+
+        return draw
 
     def sample_count(self, samples: int) -> int:
         """How many samples are drawn when T are asked for: T, or the next multiple of a

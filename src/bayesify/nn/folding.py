@@ -95,15 +95,19 @@ def forward_in_chunks(
     per_chunk: int,
     forward: Callable[[Tensor], Tensor],
     group_dim: int,
+    start: int = 0,
 ) -> Tensor:
     """``forward`` over every group range (``select_groups`` on ``net`` when there are several)
     and row chunk of ``x``, inside an open sampling block; outputs joined along the group axis
     ``group_dim`` (0: ``[K, N, ...]``; 1: stacked members ``[M, K, N, ...]``).
 
     When ``forward`` is ``net`` itself, its :func:`deterministic_prefix` runs once per chunk of
-    data rows and the rest over the repeated rows."""
-    split = deterministic_prefix(net) if forward is net else 0
-    if split:
+    data rows and the rest over the repeated rows. ``start`` > 0: ``x`` already holds the output
+    of ``net[:start]`` (a prefix computed once and reused), and only ``net[start:]`` runs."""
+    split = deterministic_prefix(net) if forward is net and not start else 0
+    if start:
+        forward = net[start:]
+    elif split:
         head, forward = net[:split], net[split:]
     parts = []
     for a, b in ranges:
