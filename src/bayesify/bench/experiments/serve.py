@@ -17,19 +17,21 @@ last linear layer by default (its convolutions run once per image, not once per 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import platform
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 import torch
 
+from bayesify.bench.http_load import LoadResult, closed_loop, post_request, samples_used
 from bayesify.bench.options import command_line, option, write_report
 
 log = logging.getLogger(__name__)
@@ -62,55 +64,33 @@ class ServeBenchOptions:
     out: str = option("benchmarks/serve.md", "Markdown report.")
 
 
-@dataclass
-class LoadResult:
-    latencies: list[float] = field(default_factory=list)
-    wall: float = 0.0
-    samples_used: list[int] = field(default_factory=list)
-    errors: int = 0
-
-    def row(self) -> list[str]:
-        lat = np.asarray(self.latencies) * 1000
-        q = [f"{np.percentile(lat, p):.1f}" for p in (50, 95, 99)] if len(lat) else ["–"] * 3
-        used = f"{statistics.mean(self.samples_used):.1f}" if self.samples_used else "–"
-        return [*q, f"{len(lat) / self.wall:.1f}", used, str(self.errors)]
+def _row(res: LoadResult, server_cpu: float | None) -> list[str]:
+    """p50 / p95 / p99 latency (ms), throughput, mean samples, errors, CPU ms per request."""
+    lat = np.asarray(res.latencies) * 1000
+    q = [f"{np.percentile(lat, p):.1f}" for p in (50, 95, 99)] if len(lat) else ["–"] * 3
+    used = [u for rows in res.inspected for u in rows]
+    mean_used = f"{statistics.mean(used):.1f}" if used else "–"
+    n = max(res.answered, 1)
+    cpu = f"{1000 * server_cpu / n:.1f}" if server_cpu is not None else "–"
+    return [*q, f"{res.answered / res.wall:.1f}", mean_used, str(res.errors), cpu,
+            f"{1000 * res.client_cpu / n:.2f}"]  # fmt: skip
 
 
-async def closed_loop(url: str, bodies: list[dict], clients: int, requests: int) -> LoadResult:
-    """``clients`` workers send requests back to back until ``requests`` are answered. Bodies
-    are JSON-encoded once, up front: the clients share the server's cores, and encoding 784
-    numbers per request would be client work charged to the server's latency."""
-    import gc
-    import json
+def _process_cpu(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used so far; None where /proc is absent."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    import httpx
 
-    encoded = [json.dumps(b).encode() for b in bodies]
-    # the benchmark process holds torch and the bundle: a full collection of that heap in the
-    # middle of the load pauses every client at once (~100 ms), which is not the server's time
-    gc.collect()
-    gc.freeze()
-    headers = {"content-type": "application/json"}
-    res = LoadResult()
-    counter = iter(range(requests))
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
-
-        async def worker() -> None:
-            for i in counter:
-                t = time.perf_counter()
-                r = await client.post("/v1/predict", content=encoded[i % len(encoded)],
-                                      headers=headers)  # fmt: skip
-                res.latencies.append(time.perf_counter() - t)
-                if r.status_code != 200:
-                    res.errors += 1
-                    continue
-                res.samples_used += [p["samples_used"] for p in r.json()["predictions"]]
-
-        start = time.perf_counter()
-        await asyncio.gather(*[worker() for _ in range(clients)])
-        res.wall = time.perf_counter() - start
-    return res
+def _load(url: str, pid: int, raw: list[bytes], clients: int, total: int) -> list[str]:
+    """One closed-loop run; its table cells."""
+    before = _process_cpu(pid)
+    res = asyncio.run(closed_loop(url, raw, clients, total, inspect=samples_used))
+    after = _process_cpu(pid)
+    return _row(res, after - before if before is not None and after is not None else None)
 
 
 def _bundle(opts: ServeBenchOptions, workdir: Path) -> Path:
@@ -133,14 +113,15 @@ def _bundle(opts: ServeBenchOptions, workdir: Path) -> Path:
 
 
 def _request_bodies(bundle: Path, n: int = 64) -> list[dict]:
-    """Single-image requests in the units the bundle reads (raw pixels with preprocessing)."""
+    """Single-image requests in the units the bundle reads: raw pixels, the integers 0..255
+    of the image files, for a bundle with image preprocessing."""
     from bayesify.data import load_fashion_mnist
     from bayesify.methods import load
 
-    raw = load_fashion_mnist("test", normalize=False).x[:n] * 255.0
     if load(bundle).preprocessing is None:
-        raw = load_fashion_mnist("test").x[:n]
-    return [{"inputs": [x.tolist()]} for x in raw]
+        return [{"inputs": [x.tolist()]} for x in load_fashion_mnist("test").x[:n]]
+    pixels = (load_fashion_mnist("test", normalize=False).x[:n] * 255.0).round().to(torch.int64)
+    return [{"inputs": [x.tolist()]} for x in pixels]
 
 
 def _serve_configs(opts: ServeBenchOptions) -> list[tuple[str, list[str]]]:
@@ -232,12 +213,14 @@ def run(opts: ServeBenchOptions) -> str:
             server = start_server(bundle, workdir / "server.log", "--threads", str(opts.threads),
                                   "--max-samples", str(max(opts.samples, opts.max_samples)),
                                   *args, name="fmnist")  # fmt: skip
+            raw = [post_request(server.url, "/v1/predict", json.dumps(b).encode())
+                   for b in bodies]  # fmt: skip
             try:
-                asyncio.run(closed_loop(server.url, bodies, 1, 10))  # warm-up
+                asyncio.run(closed_loop(server.url, raw, 1, 10))  # warm-up
                 for c in opts.clients:
-                    res = asyncio.run(closed_loop(server.url, bodies, c, opts.requests))
-                    log.info("%s, %d clients: %s", label, c, res.row())
-                    rows.append(f"| {label} | {c} | " + " | ".join(res.row()) + " |")
+                    cells = _load(server.url, server.process.pid, raw, c, opts.requests)
+                    log.info("%s, %d clients: %s", label, c, cells)
+                    rows.append(f"| {label} | {c} | " + " | ".join(cells) + " |")
             finally:
                 server.stop()
         offline = _offline(opts, bundle)
@@ -247,13 +230,17 @@ def run(opts: ServeBenchOptions) -> str:
         f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, torch "
         f"{torch.__version__}, server threads {opts.threads}; load average at start "
         f"{load_avg[0]:.1f} / {load_avg[1]:.1f} / {load_avg[2]:.1f} (1/5/15 min); the clients "
-        "run in the benchmark process on the same machine.  ",
+        "run in the benchmark process on the same machine (keep-alive connections, requests "
+        "encoded once, answers parsed by httptools: `bayesify.bench.http_load`).  ",
         f"Run took {time.time() - began:.0f} s.", "",
         "## Closed-loop load, single-image `/v1/predict` requests", "",
         f"{opts.requests} requests per row after 10 warm-up requests; each client sends its "
-        "next request when the previous one is answered.", "",
+        "next request when the previous one is answered. Server and client CPU: CPU time "
+        "(user + system) of the server process and of the load generator during the row, per "
+        "answered request; the two share the machine's cores.", "",
         "| configuration | clients | p50 (ms) | p95 (ms) | p99 (ms) | requests/s | "
-        "mean samples | errors |", "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "mean samples | errors | server CPU (ms/req) | client CPU (ms/req) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
         *rows, "", *offline,
     ])  # fmt: skip
     return write_report(opts.out, text)
