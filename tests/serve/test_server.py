@@ -88,7 +88,9 @@ def _post(server, body, path="/v1/predict"):
         ('{"inputs": [[1, 2, NaN, 4]]}', ["body", "inputs", 0, 2], "NaN"),
         ('{"inputs": [[1, 2, 3, Infinity]]}', ["body", "inputs", 0, 3], "infinite"),
         ('{"inputs": [[1, 2, 3, 1e999]]}', ["body", "inputs", 0, 3], "infinite"),
-        ('{"inputs": [[1, "a", 3, 4]]}', ["body", "inputs"], "numbers"),
+        ('{"inputs": [[1, "a", 3, 4]]}', ["body", "inputs", 0, 1], "a string, not a number"),
+        ('{"inputs": [[1, 2, true, 4]]}', ["body", "inputs", 0, 2], "true/false, not a number"),
+        ('{"inputs": [[1, 2, 3, 4], [1, null, 3, 4]]}', ["body", "inputs", 1, 1], "null, not"),
         ('{"inputs": [[1, 2, 3, 1' + "0" * 400 + "]]}", ["body", "inputs", 0, 3], "float64"),
         ('{"inputs": [[1e300, 2, 3, 4]]}', ["body", "inputs", 0, 0], "beyond the largest"),
         (
@@ -119,6 +121,7 @@ def test_bad_input_is_a_422_naming_the_field(server, body, loc, msg):
         ({"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3]}, "3 values"),
         ({"name": "x", "shape": [1, 4], "datatype": "BYTES", "data": ["a"] * 4}, "datatype"),
         ({"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, "NaN"]}, "NaN"),
+        ({"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, True, 4]}, "true"),
         (
             {"name": "x", "shape": [1, 4], "datatype": "INT64", "data": [1, 2, 3, 10**400]},
             "too large for a float64",

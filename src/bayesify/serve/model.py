@@ -86,6 +86,26 @@ def _too_large(value: Any) -> tuple[list[int], bool]:
     return [], False
 
 
+_NUMBER_TYPES = {int, float}
+_JSON_NAMES = {bool: "true/false", type(None): "null", str: "a string", dict: "an object"}
+
+
+def not_a_number(value: Any, path: list[int]) -> tuple[list[int], str] | None:
+    """Where in nested lists the first value that is not a JSON number is, and what it is
+    (``true`` would otherwise read as 1.0 and ``null`` as NaN)."""
+    if not isinstance(value, list):
+        if type(value) in _NUMBER_TYPES:
+            return None
+        return path, _JSON_NAMES.get(type(value), type(value).__name__)
+    if value and not isinstance(value[0], list) and set(map(type, value)) <= _NUMBER_TYPES:
+        return None  # the common case, a list of numbers, checked without a Python loop
+    for i, v in enumerate(value):
+        found = not_a_number(v, [*path, i])
+        if found is not None:
+            return found
+    return None
+
+
 class ServedModel:
     """A predictor with the server's settings: name, default samples, adaptive sampling."""
 
@@ -148,6 +168,9 @@ class ServedModel:
         if any(isinstance(row, dict) for row in inputs):
             raise InputError(loc, "this model reads unnamed rows (lists of numbers), not "
                              "{feature: value} objects")  # fmt: skip
+        odd = not_a_number(inputs, [])
+        if odd is not None:
+            raise InputError([*loc, *odd[0]], f"{odd[1]}, not a number; inputs must be numbers")
         try:
             arr = np.asarray(inputs, dtype=np.float64)
         except OverflowError:

@@ -33,7 +33,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
-from bayesify.serve.model import InputError, ServedModel
+from bayesify.serve.model import InputError, ServedModel, not_a_number
 from bayesify.serve.schemas import (
     V2Error,
     V2InferRequest,
@@ -120,6 +120,9 @@ def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.n
     elif t.data is None:
         raise InputError([*loc, "data"], "missing (and no binary_data_size parameter)")
     else:
+        odd = not_a_number(t.data, []) if t.datatype != "BOOL" else None
+        if odd is not None and odd[1] != "a string":  # numbers as text ("NaN") are read
+            raise InputError([*loc, "data", *odd[0]], f"{odd[1]}, not a {t.datatype} number")
         try:
             arr = np.asarray(t.data, dtype=np.float64).reshape(-1)
         except OverflowError:
