@@ -54,7 +54,7 @@ from bayesify.nn import (
     select_groups,
 )
 from bayesify.nn.folding import deterministic_prefix
-from bayesify.nn.modes import kept_modes
+from bayesify.nn.modes import eval_mode
 from bayesify.options import Task
 from bayesify.predictive import Predictive
 from bayesify.train import (
@@ -208,8 +208,7 @@ class Method(FromPretrained, Trainable):
         x, generator = self._sample_inputs(x, samples, generator, seed)
         samples = self.sample_count(check_samples(samples))
         max_rows = resolve_max_rows(max_rows, x)
-        with kept_modes(self.net), torch.no_grad():
-            self.net.eval()
+        with eval_mode(self.net), torch.no_grad():
             return self._draw_samples(x, samples, generator, max_rows)
 
     def _draw_samples(
@@ -243,14 +242,12 @@ class Method(FromPretrained, Trainable):
         if k == 0:
             return None
         x, _ = self._sample_inputs(x, 1, None, None)
-        with kept_modes(self.net), torch.no_grad():
-            self.net.eval()
+        with eval_mode(self.net), torch.no_grad():
             h = self.net[:k](x)
         rows_budget = resolve_max_rows(max_rows, x)
 
         def draw(rows: Tensor, samples: int) -> Tensor:
-            with kept_modes(self.net), torch.no_grad():
-                self.net.eval()
+            with eval_mode(self.net), torch.no_grad():
                 return self._draw_samples(h[rows], samples, generator, rows_budget, start=k)
 
         return draw
@@ -273,12 +270,10 @@ class Method(FromPretrained, Trainable):
         x, _ = self._sample_inputs(x, samples, None, None)
         samples = self.sample_count(check_samples(samples))
         outs = []
-        with kept_modes(self.net), torch.no_grad():
-            self.net.eval()
-            with self.sampling(samples, generator):
-                for t in range(samples):
-                    select_groups(self.net, t, t + 1)
-                    outs.append(self.net(x))  # [N, ...]
+        with eval_mode(self.net), torch.no_grad(), self.sampling(samples, generator):
+            for t in range(samples):
+                select_groups(self.net, t, t + 1)
+                outs.append(self.net(x))  # [N, ...]
         return torch.stack(outs)
 
     def _sample_inputs(

@@ -27,7 +27,7 @@ from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.mcbn_tuning import tune_effective_batch_size
 from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampling
 from bayesify.nn.mc_batchnorm import StatisticsPlan
-from bayesify.nn.modes import kept_modes
+from bayesify.nn.modes import eval_mode, kept_modes
 from bayesify.options import Statistics
 from bayesify.progress import progress_bar
 from bayesify.train import Data, Strategy, as_dataset, as_loader, loader_batch_size
@@ -143,8 +143,7 @@ class MCBN(Method):
     def _record_spatial_sizes(self, loader: Any, batch_size: int) -> None:
         """One ordinary eval forward so every layer knows its spatial size (Gaussian model)."""
         xb, _ = next(iter(loader))
-        with kept_modes(self.net), torch.no_grad():
-            self.net.eval()
+        with eval_mode(self.net), torch.no_grad():
             self.net(xb.to(self.device))
         self.bank_batch_size = batch_size
         if self.effective_batch_size is None:

@@ -17,3 +17,21 @@ def kept_modes(module: nn.Module) -> Iterator[None]:
     finally:
         for m, training in modes:
             m.training = training
+
+
+@contextmanager
+def eval_mode(module: nn.Module) -> Iterator[None]:
+    """``module.eval()`` inside the block, every submodule's flag as it was after it.
+
+    A network already in eval mode is left untouched: ``.eval()`` and the restore write an
+    attribute on every submodule through ``nn.Module.__setattr__``, about a millisecond per
+    call on a small network, which a server pays on every pass."""
+    modes = [(m, m.training) for m in module.modules()]
+    if any(training for _, training in modes):
+        module.eval()
+    try:
+        yield
+    finally:
+        for m, training in modes:
+            if m.training != training:
+                m.training = training
