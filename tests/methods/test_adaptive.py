@@ -152,3 +152,21 @@ def test_heteroscedastic_regression_stops_on_the_sample_means():
             assert _se(own)[0] <= 0.05 + 1e-6
         if t_r > 4:
             assert _se(own[: t_r // 2])[0] > 0.05 - 1e-6
+
+
+def test_a_mixture_doubles_what_it_draws_so_its_members_weigh_the_same():
+    """An ensemble of 3 rounds 4 up to 6: the rounds draw 6, 6 and 12 (2, 2 and 4 per member)."""
+    from bayesify.methods import DeepEnsemble
+
+    torch.manual_seed(0)
+    m = DeepEnsemble(mlp(4, 3, (16,), norm=None), members=3, task="classification")
+    x = _x(20)
+    pred = m.predict(x, "adaptive", tol=0.0, start=4, max_samples=16, seed=5)
+    assert pred.samples.shape[0] == 24
+    assert torch.equal(pred.samples_used, torch.full((20,), 24))
+    g = torch.Generator().manual_seed(5)
+    rounds = [m.sample(x, t, generator=g) for t in (6, 6, 12)]
+    torch.testing.assert_close(pred.samples, torch.softmax(torch.cat(rounds), -1))
+    loose = m.predict(x, "adaptive", tol=10.0, start=4, max_samples=16, seed=5)
+    torch.testing.assert_close(loose.mean, m.predict(x, 6, seed=5).mean)
+    assert torch.equal(loose.samples_used, torch.full((20,), 6))

@@ -14,7 +14,10 @@ The result is one :class:`~bayesify.predictive.Predictive` ``[max_samples, N, ..
 stopped at ``T_r`` samples holds them tiled ``max_samples / T_r`` times. An equal-weight mixture
 repeated is the same mixture, so every figure of the row (mean, entropy, mutual information,
 variances, log-likelihood) is exactly that of its ``T_r`` samples. ``samples_used [N]`` says how
-many distinct samples each row got. Each round is one vectorised pass over the rows still active.
+many distinct samples each row got. Mixtures whose parts must weigh the same (an ensemble's M
+members, IBNN's K components) round ``start`` up to a multiple of their parts first, and
+``max_samples`` with it (M = 3, 8 to 32: 9, 18 or 36 samples). Each round is one vectorised
+pass over the rows still active.
 """
 
 from __future__ import annotations
@@ -110,6 +113,10 @@ def predict_adaptive(
         return method.sample(rows_x, samples, generator=generator, max_rows=max_rows)
 
     first = draw(None, start)  # [T0, N, ...]
+    # a mixture draws T0 rounded up to a multiple of its parts (ensemble members, IBNN
+    # components), so every round doubles what was drawn: the parts weigh the same in each row
+    start = first.shape[0]
+    max_samples = start * 2**rounds
     n = first.shape[1]
     draws = first.new_empty((max_samples, *first.shape[1:]))
     draws[:start] = first
