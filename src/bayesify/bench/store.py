@@ -7,7 +7,8 @@ at any moment (SIGKILL, power loss) loses at most the jobs in progress, and seve
 
 A row's ``status`` is ``running`` (claimed; left behind by a killed run), ``done`` (metrics
 stored; never overwritten) or ``failed`` (the error's traceback stored). ``attempts`` counts how
-often the job was started; ``created`` is when its result was written.
+often the job was started; ``created`` is when its result was written. :meth:`ResultsStore.put_done`
+stores a row finished elsewhere (an import, :mod:`bayesify.bench.store_io`) with 0 attempts.
 
 :meth:`ResultsStore.add`/:meth:`ResultsStore.rows` keep the older cell API (one cell per
 experiment, dataset, split and method, replaced when re-run): such cells are rows with seed 0 and
@@ -22,6 +23,7 @@ import os
 import socket
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -210,6 +212,40 @@ class ResultsStore:
                 (*key.values(), status, _json(config), values["metrics"], values["error"],
                  values["seconds"], time.time(), socket.gethostname(), os.getpid()),
             )  # fmt: skip
+
+    def put_done(
+        self,
+        key: RowKey,
+        config: dict[str, Any],
+        metrics: dict[str, Any],
+        *,
+        seconds: float | None = None,
+        created: float | None = None,
+        replace: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> str:
+        """Store a finished row computed elsewhere (an import), in one transaction.
+
+        Returns ``added`` (the key was absent, running or failed here), ``kept`` (it is done
+        here: a done row is never overwritten) or ``replaced`` (it is done here and
+        ``replace(its metrics)`` is true). An added row has 0 attempts in this store."""
+        with self._transaction():
+            found = self.conn.execute(f"SELECT status, metrics FROM runs WHERE {_WHERE_KEY}",
+                                      key.values()).fetchone()  # fmt: skip
+            outcome = "added"
+            if found is not None and found[0] == DONE:
+                if replace is None or not replace(json.loads(found[1]) if found[1] else {}):
+                    return "kept"
+                outcome = "replaced"
+            self.conn.execute(
+                "INSERT INTO runs (experiment, method, dataset, split, seed, config_hash, status, "
+                "config, metrics, attempts, seconds, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, "
+                "0, ?, ?) ON CONFLICT (experiment, method, dataset, split, seed, config_hash) "
+                "DO UPDATE SET status=excluded.status, config=excluded.config, "
+                "metrics=excluded.metrics, error=NULL, seconds=excluded.seconds, "
+                "created=excluded.created",
+                (*key.values(), DONE, _json(config), _json(metrics), seconds, created),
+            )  # fmt: skip
+        return outcome
 
     def status(self, key: RowKey) -> str | None:
         """``running``, ``done``, ``failed`` or None (never started)."""

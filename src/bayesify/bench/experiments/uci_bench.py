@@ -9,8 +9,11 @@ training split) and ``teye`` (5 seeded 80/20 splits; MCBN with CUBN, MC dropout 
 Teye's search by validation RMSE and τ protocol). One store row per (method, dataset, split,
 likelihood, configuration); run the same command again after an interruption and finished rows
 are kept. ``--report-only`` rewrites the page from the stores (``--store`` and ``--read``) without
-training. Presets: ``quick`` (small datasets, 3 splits, small grids) and ``paper`` (all
-datasets and splits, the papers' grids and epochs).
+training. ``--seed-from`` imports finished rows into the store first (the committed export
+``benchmarks/uci/store.jsonl``, another store, or a page's ``rows.csv``), so a run on a new
+machine resumes where the last stopped; ``--export`` rewrites that file from the store.
+Presets: ``quick`` (small datasets, 3 splits, small grids) and ``paper`` (all datasets and
+splits, the papers' grids and epochs).
 
     bayesify bench uci --protocol gal --methods ensemble --datasets all --splits 0
 """
@@ -39,6 +42,8 @@ from bayesify.options import NoiseProtocol
 log = logging.getLogger(__name__)
 
 PRESETS = ("quick", "paper")
+#: metrics exported with fewer digits: the uncertainty–error bins are only plotted
+EXPORT_DIGITS = {"ue_std": 6, "ue_rmse": 6}
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,10 @@ class UCIBenchOptions:
     test_seeds: int = option(0, "teye protocol: trainings per split (quick 1, paper 5).")
     store: str = option("benchmarks/uci/results.db", "The results store written (sqlite).")
     read: tuple[str, ...] = option((), "More stores read for the page (never written).")
+    seed_from: tuple[str, ...] = option(
+        (), "Finished rows imported into --store first: exports (.jsonl), stores, or rows.csv."
+    )
+    export: str = option("", "JSON Lines file rewritten with --store's finished rows.")
     out: str = option("benchmarks/uci.md", "The markdown page; CSV and figures beside it.")
     workers: int = option(1, "Parallel worker processes.")
     report_only: bool = option(False, "Write the page from the stores; train nothing.")
@@ -90,6 +99,9 @@ class UCIBenchOptions:
             raise ValueError(
                 f"Teye et al.'s protocol has {TEYE_N_SPLITS} splits, got {self.splits}"
             )
+        missing = [p for p in self.seed_from if not Path(p).is_file()]
+        if missing:
+            raise ValueError(f"no rows to import at {', '.join(missing)}")
         if self.preamble and not Path(self.preamble).is_file():
             raise ValueError(f"preamble file {self.preamble!r} does not exist")
         if self.batch_sizes and min(self.batch_sizes) < 2:
@@ -144,6 +156,16 @@ def score_function(experiment: str) -> Any:
     }[experiment]
 
 
+def _export(opts: UCIBenchOptions) -> None:
+    """Rewrite ``--export`` from the store (after each experiment, so a long run keeps it
+    current)."""
+    from bayesify.bench.store_io import export_rows
+
+    if opts.export and Path(opts.store).is_file():
+        n = export_rows(opts.store, opts.export, digits=EXPORT_DIGITS)
+        log.info("exported %d finished rows to %s", n, opts.export)
+
+
 def run(opts: UCIBenchOptions) -> str:
     """Run the jobs not yet in the store (unless ``report_only``), then write the page."""
     import torch
@@ -153,7 +175,11 @@ def run(opts: UCIBenchOptions) -> str:
 
     torch.set_num_threads(1)
     t0 = time.time()
-    summaries = []
+    summaries: list[Any] = []
+    if opts.seed_from:
+        from bayesify.bench.experiments.uci_recover import seed_store
+
+        summaries.append(f"imported {seed_store(opts.store, opts.seed_from)}")
     if not opts.report_only:
         for name in opts.dataset_list():
             uci_n_splits(name, "gal")  # a missing dataset folder is a one-line error, up front
@@ -165,6 +191,8 @@ def run(opts: UCIBenchOptions) -> str:
                     experiment, todo, score_function(experiment), opts.store, workers=opts.workers
                 )  # fmt: skip
             )
+            _export(opts)
+    _export(opts)
     note = "; ".join(str(s) for s in summaries) or "report only"
     return write_page(
         opts.out,

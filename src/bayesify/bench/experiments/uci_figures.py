@@ -24,10 +24,16 @@ def mean_curve(rows: Sequence[dict[str, Any]]) -> tuple[list[float], list[float]
 def uncertainty_error_figure(
     dataset: str, panels: dict[str, Sequence[dict[str, Any]]], path: str | Path
 ) -> Path | None:
-    """One small PNG for ``dataset``: a panel per ``label -> rows``; None if no row has bins."""
+    """One small PNG for ``dataset``: a panel per ``label -> rows``; None if no row has bins.
+    A panel whose rows do not all have bins (rows recovered without them) is titled with the
+    rows it averages, e.g. ``mcbn homo (3/20)``."""
     from bayesify.plots import new_figure, save_figure
 
-    curves = {k: c for k, rows in panels.items() if (c := mean_curve(rows)) is not None}
+    curves = {}
+    for label, rows in panels.items():
+        if (curve := mean_curve(rows)) is not None:
+            binned = sum(1 for r in rows if r.get("ue_std") and r.get("ue_rmse"))
+            curves[label if binned == len(rows) else f"{label} ({binned}/{len(rows)})"] = curve
     if not curves:
         return None
     fig, axes = new_figure(figsize=(1.9 * len(curves), 2.0), ncols=len(curves), squeeze=False)

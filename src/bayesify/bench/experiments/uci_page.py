@@ -224,9 +224,15 @@ def _starred(values: list[Any]) -> str:
 
 def _figure_lines(table: dict[Cell, list], protocol: str, variants: Sequence, figures: Path,
                   page_dir: Path) -> list[str]:  # fmt: skip
+    rows = [r for v in variants for d in UCI_DATASETS for r in table.get((protocol, *v, d), [])]
+    unbinned = sum(1 for r in rows if not (r.get("ue_std") and r.get("ue_rmse")))
+    note = (f" {unbinned} of the {len(rows)} rows were recovered without their bins and are "
+            "left out (a panel's title then says how many splits it averages; a dataset none "
+            "of whose rows have bins has no figure)" if unbinned else "")  # fmt: skip
     lines = [
         "Uncertainty–error plots (test points in 10 bins by predicted std; each bin's RMSE "
-        "against its mean predicted std, averaged over splits; dashed: the diagonal):",
+        "against its mean predicted std, averaged over splits; dashed: the diagonal)"
+        + (f".{note}:" if note else ":"),
         "",
     ]
     for d in UCI_DATASETS:

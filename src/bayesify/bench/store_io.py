@@ -1,0 +1,166 @@
+"""Finished rows of a results store as text: an export that travels with the repository, and
+the import that makes a store on another machine resume where the last run stopped.
+
+The export is JSON Lines, one finished row per line (its key, ``config``, ``metrics``,
+``seconds`` and ``created``), keys sorted and lines sorted by row key, so a file rewritten after
+more rows finished differs from the old one only by the new lines. Floats are written exactly
+(shortest round-trip text) except metrics the caller names as plot data, which are rounded to
+a few significant digits to keep the file small; export, import and export again gives the
+same bytes.
+
+An import adds each row as done (0 attempts in the importing store), so the runner skips it; a
+row already done in the store is kept, never overwritten, and importing a file twice adds
+nothing the second time. One exception: a row marked ``recovered_from`` (scalars recovered from
+a flat table, without the plot data) is replaced by a full row of the same key, but only when
+every number the recovered row holds equals the full row's to float32 precision (a
+recomputation that reproduces it); otherwise the recovered row is kept and the import counts a
+conflict.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bayesify.bench.runner import config_hash
+from bayesify.bench.store import ResultsStore, RowKey
+
+KEY_FIELDS = ("experiment", "method", "dataset", "split", "seed", "config_hash")
+RECOVERED = "recovered_from"  # metrics key of a row recovered from a flat table (no plot data)
+
+
+@dataclass
+class ImportSummary:
+    """What an import did, per row: added, kept (already done), replaced (a recovered row by
+    the full one) or conflicts (a recovered row whose numbers differ from the full row's)."""
+
+    added: int = 0
+    kept: int = 0
+    replaced: int = 0
+    conflicts: list[str] = field(default_factory=list)
+
+    def add(self, other: ImportSummary) -> None:
+        """Count ``other``'s rows in this summary too."""
+        self.added, self.kept = self.added + other.added, self.kept + other.kept
+        self.replaced += other.replaced
+        self.conflicts += other.conflicts
+
+    def __str__(self) -> str:
+        text = f"{self.added} added, {self.kept} kept (already done), {self.replaced} replaced"
+        return text + (f", {len(self.conflicts)} conflicts" if self.conflicts else "")
+
+
+def _rounded(value: Any, digits: int) -> Any:
+    """``value`` (a float or a list of them) to ``digits`` significant digits."""
+    if isinstance(value, list):
+        return [_rounded(v, digits) for v in value]
+    return float(f"{value:.{digits}g}") if isinstance(value, float) else value
+
+
+def export_line(row: dict[str, Any], digits: Mapping[str, int] | None = None) -> str:
+    """One finished row (as :meth:`ResultsStore.records` gives it) as one JSON line; the
+    metrics named in ``digits`` (plot data) rounded to that many significant digits."""
+    metrics = {k: _rounded(v, digits[k]) if digits and k in digits else v
+               for k, v in row["metrics"].items()}  # fmt: skip
+    out = {k: row[k] for k in KEY_FIELDS}
+    out.update(config=row["config"], metrics=metrics, seconds=row.get("seconds"),
+               created=row.get("created"))  # fmt: skip
+    return json.dumps(out, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def export_rows(
+    store: str | Path, path: str | Path, digits: Mapping[str, int] | None = None
+) -> int:
+    """Write every finished row of the store file ``store`` to ``path`` (JSON Lines, sorted by
+    key; written to a temporary file first, then renamed); returns the number of rows.
+    ``digits``: significant digits of named metrics (:func:`export_line`)."""
+    with ResultsStore(store, readonly=True) as db:
+        rows = db.records()
+    rows.sort(key=lambda r: tuple(r[k] for k in KEY_FIELDS))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(export_line(r, digits) + "\n" for r in rows))
+    tmp.replace(path)
+    return len(rows)
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of an export (``.jsonl``) or the finished rows of another store (sqlite)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no rows to import at {path}")
+    if path.suffix != ".jsonl":
+        with ResultsStore(path, readonly=True) as db:
+            return db.records()
+    rows = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not a JSON row ({e})") from None
+    return rows
+
+
+def checked_key(row: dict[str, Any], where: str = "row") -> RowKey:
+    """The row's key, after checking its fields and that ``config_hash`` is its config's hash."""
+    missing = [k for k in (*KEY_FIELDS, "config", "metrics") if k not in row]
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)}")
+    if not isinstance(row["config"], dict) or not isinstance(row["metrics"], dict):
+        raise ValueError(f"{where}: config and metrics must be JSON objects")
+    if config_hash(row["config"]) != row["config_hash"]:
+        raise ValueError(
+            f"{where}: config_hash {row['config_hash']} is not the hash of its config "
+            f"({config_hash(row['config'])})"
+        )
+    return RowKey(*(row[k] for k in KEY_FIELDS[:3]), int(row["split"]), int(row["seed"]),
+                  row["config_hash"])  # fmt: skip
+
+
+def same_numbers(recovered: dict[str, Any], full: dict[str, Any], rel_tol: float = 1e-5) -> bool:
+    """Every value of the recovered metrics (but its marker) equals the full row's, numbers to
+    ``rel_tol`` (a recomputation on another machine agrees to float32 precision, not bit by
+    bit: the last bit of a float32 sum differs, ~1e-7, a normalised score's a little more)."""
+
+    def equal(a: Any, b: Any) -> bool:
+        if isinstance(a, float | int) and isinstance(b, float | int):
+            return math.isclose(a, b, rel_tol=rel_tol, abs_tol=1e-9)
+        return a == b
+
+    return all(equal(v, full.get(k)) for k, v in recovered.items() if k != RECOVERED)
+
+
+def import_rows(store: str | Path, rows: Iterable[dict[str, Any]]) -> ImportSummary:
+    """Add ``rows`` (export lines or store records) to the store file ``store`` as done rows;
+    every row is checked before anything is written."""
+    checked = [(checked_key(r, f"row {i}"), r) for i, r in enumerate(rows, 1)]
+    summary = ImportSummary()
+    with ResultsStore(store) as db:
+        for key, row in checked:
+            verdict: list[bool] = []
+            outcome = db.put_done(key, row["config"], row["metrics"], seconds=row.get("seconds"),
+                                  created=row.get("created"),
+                                  replace=_replacer(row["metrics"], verdict))  # fmt: skip
+            if verdict and not verdict[0]:
+                summary.conflicts.append(str(key))
+            setattr(summary, outcome, getattr(summary, outcome) + 1)
+    return summary
+
+
+def _replacer(new: dict[str, Any], verdict: list[bool]) -> Any:
+    """``put_done``'s ``replace``: a recovered row gives way to a full row with its numbers
+    (the comparison's result is appended to ``verdict``)."""
+
+    def replace(old: dict[str, Any]) -> bool:
+        if RECOVERED in new or RECOVERED not in old:
+            return False
+        verdict.append(same_numbers(old, new))
+        return verdict[-1]
+
+    return replace
