@@ -37,7 +37,7 @@ from bayesify.serve.schemas import (
     FeedbackResponse,
     PredictRequest,
     PredictResponse,
-    inline_schema,
+    json_body,
 )
 
 log = logging.getLogger(__name__)
@@ -233,10 +233,8 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         "/v1/predict",
         response_model=PredictResponse,
         responses=bad_input,
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": inline_schema(PredictRequest)
-        }}}},
-    )  # fmt: skip
+        openapi_extra=json_body(PredictRequest),
+    )
     async def predict(request: Request) -> Response:
         """Per input row: the prediction, its uncertainty, interval or prediction set, the
         deferral decision, the samples used and a request id for feedback."""

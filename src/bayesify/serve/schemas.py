@@ -138,3 +138,10 @@ def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
         return node
 
     return walk(schema)
+
+
+def json_body(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` documenting ``model`` as the required JSON body of an endpoint that
+    reads and checks its body itself (``model.model_validate_json``)."""
+    schema = inline_schema(model)
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}

@@ -39,7 +39,7 @@ from bayesify.serve.schemas import (
     V2InferRequest,
     V2InferResponse,
     V2ModelMetadata,
-    inline_schema,
+    json_body,
 )
 
 NUMERIC = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
@@ -196,10 +196,8 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
         "/v2/models/{name}/infer",
         response_model=V2InferResponse,
         responses=errors,
-        openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
-            "schema": inline_schema(V2InferRequest)
-        }}}},
-    )  # fmt: skip
+        openapi_extra=json_body(V2InferRequest),
+    )
     async def infer(name: str, request: Request) -> Response:
         """Inference: one input tensor in, the prediction and its uncertainty as named outputs
         (``samples`` request parameter: T)."""
