@@ -142,3 +142,14 @@ def test_every_paper_method_trains_and_samples_on_both_models(model):
         samples = m.predict(x[:4], samples=4, seed=0).samples
         assert samples.shape == (4, 4, 10), method
         assert (method == "deterministic") == bool((samples == samples[0]).all()), method
+
+
+def test_overrides_reach_every_job_and_bad_values_are_refused():
+    opts = images.ImagesOptions(epochs=30, patience=3, members=4)
+    jobs = opts.jobs()
+    assert {(j.epochs, j.patience, j.members) for j in jobs} == {(30, 3, 4)}
+    quick = images.PRESETS["quick"]
+    default = images.ImagesOptions().jobs()
+    assert {(j.patience, j.members) for j in default} == {(quick.patience, quick.members)}
+    with pytest.raises(ValueError, match="--patience"):
+        images.ImagesOptions(patience=-1)

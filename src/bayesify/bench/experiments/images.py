@@ -303,6 +303,8 @@ class ImagesOptions:
     methods: tuple[str, ...] = option((), f"Methods, from {', '.join(METHODS)}.")
     seeds: int = option(0, "Seeds per method and model.")
     epochs: int = option(0, "Maximum training epochs (early stopping on validation loss).")
+    patience: int = option(0, "Epochs without a better validation loss before training stops.")
+    members: int = option(0, "Networks in the deep ensemble.")
     samples: int = option(0, "MC samples T.")
     n_val: int = option(5000, "Validation images split off the training images.")
     n_train: int = option(0, "Training images (0: all the others).")
@@ -317,7 +319,7 @@ class ImagesOptions:
             check_choices("methods", self.methods, METHODS)
         if self.n_val < 1:
             raise ValueError(f"--n-val must be >= 1, got {self.n_val}")
-        for name in ("seeds", "epochs", "samples", "n_train", "n_test"):
+        for name in ("seeds", "epochs", "patience", "members", "samples", "n_train", "n_test"):
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got "
                                  f"{getattr(self, name)}")  # fmt: skip
@@ -333,6 +335,8 @@ class ImagesOptions:
             methods = ("deterministic", *methods)
         return replace(pre, models=self.models or pre.models, methods=methods,
                        seeds=self.seeds or pre.seeds, epochs=self.epochs or pre.epochs,
+                       patience=self.patience or pre.patience,
+                       members=self.members or pre.members,
                        samples=self.samples or pre.samples)  # fmt: skip
 
     def jobs(self) -> list[ImagesJob]:
