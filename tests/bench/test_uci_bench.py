@@ -164,9 +164,23 @@ def test_read_only_store_is_never_written(tmp_path):
         s.conn.execute("DELETE FROM runs")
 
 
-def _rec(method, lik, dataset, ll, config="c", split=0):
+def _rec(method, lik, dataset, ll, config="c", split=0, created=None):
     return {"protocol": "gal", "method": method, "likelihood": lik, "dataset": dataset,
-            "split": split, "seed": 0, "config_hash": config, "ll": ll}  # fmt: skip
+            "split": split, "seed": 0, "config_hash": config, "ll": ll,
+            "created": created}  # fmt: skip
+
+
+def test_a_complete_rerun_supersedes_an_equally_large_older_run():
+    old = [_rec("mc-dropout", "homoscedastic", "yacht", -1.7, "e40", s, created=100.0 + s)
+           for s in range(3)]  # fmt: skip
+    new = [_rec("mc-dropout", "homoscedastic", "yacht", -1.3, "e200", s, created=200.0 + s)
+           for s in range(3)]  # fmt: skip
+    for recs in (old + new, new + old):  # the order rows are read in does not matter
+        shown = cells(recs)[("gal", "mc-dropout", "homoscedastic", "yacht")]
+        assert [r["config_hash"] for r in shown] == ["e200"] * 3
+    # a rerun that is not complete yet does not hide the run before it
+    shown = cells(old + new[:2])[("gal", "mc-dropout", "homoscedastic", "yacht")]
+    assert [r["config_hash"] for r in shown] == ["e40"] * 3
 
 
 def test_summary_counts_the_issues_two_criteria():

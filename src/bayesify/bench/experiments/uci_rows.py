@@ -4,8 +4,9 @@ records (one per row) grouped into table cells.
 Rows come from the experiments ``gal-uci`` (MC dropout on Gal's splits), ``uci-gal`` (every other
 method on Gal's splits) and ``uci-teye`` (Teye et al.'s protocol). Stores are opened read-only; a
 row found in several stores is taken from the first. A cell is (protocol, method, likelihood,
-dataset); where one cell holds rows of several configurations (a quick and a paper run), the
-configuration with the most rows is shown, so runs never mix in one mean.
+dataset); where one cell holds rows of several configurations (a quick and a paper run, or a
+rerun with more epochs), the configuration with the most rows is shown, and of equally many the
+one finished last (a complete rerun supersedes the run before it), so runs never mix in one mean.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ def flat_record(row: dict[str, Any]) -> dict[str, Any]:
         "seed": row["seed"],
         "config_hash": row["config_hash"],
         "seconds": row.get("seconds"),
+        "created": row.get("created"),
         **m,
     }
 
@@ -79,13 +81,19 @@ def load_records(stores: Sequence[str | Path]) -> list[dict[str, Any]]:
 
 
 def cells(records: Iterable[dict[str, Any]]) -> dict[Cell, list[dict[str, Any]]]:
-    """Records per cell, keeping in each cell only the configuration with the most rows."""
+    """Records per cell, keeping in each cell only the configuration with the most rows (of
+    equally many, the one whose last row was written last)."""
     groups: dict[Cell, list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["protocol"], r["method"], r["likelihood"], r["dataset"]), []).append(r)
     out = {}
     for cell, rows in groups.items():
-        config, _ = Counter(r["config_hash"] for r in rows).most_common(1)[0]
+        count = Counter(r["config_hash"] for r in rows)
+        last: dict[str, float] = {}
+        for r in rows:
+            c = r["config_hash"]
+            last[c] = max(last.get(c, -math.inf), r.get("created") or -math.inf)
+        config = max(count, key=lambda c: (count[c], last[c]))
         out[cell] = sorted((r for r in rows if r["config_hash"] == config),
                            key=lambda r: (r["split"], r["seed"]))  # fmt: skip
     return out
