@@ -60,6 +60,8 @@ COMMANDS = {
         "--checkpoints": "benchmarks/images/nets",
         "--seeds": "0",
         "--epochs": "0",
+        "--patience": "0",
+        "--members": "0",
         "--samples": "0",
         "--n-val": "5000",
         "--n-train": "0",
@@ -132,7 +134,7 @@ COMMANDS = {
         "--test-seeds": "0",
         "--store": "benchmarks/uci/results.db",
         "--out": "benchmarks/uci.md",
-        "--workers": "1",
+        "--workers": "0",
         "--report-only": "no-report-only",
     },
 }

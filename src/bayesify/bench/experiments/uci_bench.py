@@ -21,6 +21,7 @@ splits, the papers' grids and epochs).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,7 +82,7 @@ class UCIBenchOptions:
     )
     export: str = option("", "JSON Lines file rewritten with --store's finished rows.")
     out: str = option("benchmarks/uci.md", "The markdown page; CSV and figures beside it.")
-    workers: int = option(1, "Parallel worker processes.")
+    workers: int = option(0, "Parallel worker processes (0: one per CPU core).")
     report_only: bool = option(False, "Write the page from the stores; train nothing.")
     preamble: str = option("", "A markdown file put under the page's title (e.g. the runs).")
 
@@ -108,9 +109,9 @@ class UCIBenchOptions:
             raise ValueError(f"batch sizes must be >= 2, got {self.batch_sizes}")
         if min(self.samples, self.test_seeds) < 0:
             raise ValueError("samples and test seeds must be >= 0 (0: the preset's)")
-        if self.splits < -1 or self.epochs < 0 or self.workers < 1:
+        if self.splits < -1 or self.epochs < 0 or self.workers < 0:
             raise ValueError(
-                f"need splits >= -1, epochs >= 0 and workers >= 1, got splits={self.splits}, "
+                f"need splits >= -1, epochs >= 0 and workers >= 0, got splits={self.splits}, "
                 f"epochs={self.epochs}, workers={self.workers}"
             )
 
@@ -186,10 +187,9 @@ def run(opts: UCIBenchOptions) -> str:
         jobs = opts.jobs()
         for experiment in dict.fromkeys(e for e, _ in jobs):
             todo = [j for e, j in jobs if e == experiment]
+            workers = max(1, min(opts.workers or os.cpu_count() or 1, len(todo)))
             summaries.append(
-                run_jobs(
-                    experiment, todo, score_function(experiment), opts.store, workers=opts.workers
-                )  # fmt: skip
+                run_jobs(experiment, todo, score_function(experiment), opts.store, workers=workers)
             )
             _export(opts)
     _export(opts)
