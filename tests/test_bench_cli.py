@@ -204,6 +204,14 @@ def test_bad_list_and_bad_choice_are_usage_errors(args, message):
     assert result.exit_code == 2 and message in _plain(result.output)
 
 
+def test_a_repeated_list_option_adds_to_the_list_instead_of_replacing_it(tmp_path):
+    a, b, c = (str(tmp_path / f"{n}.jsonl") for n in "abc")
+    result = runner.invoke(app, ["bench", "uci", "--seed-from", a, "--seed-from", f"{b},{c}",
+                                 "--report-only", "--out", str(tmp_path / "p.md")])  # fmt: skip
+    assert result.exit_code == 2
+    assert f"no rows to import at {a}, {b}, {c}" in _plain(result.output).replace("\n", "")
+
+
 def test_missing_data_is_a_one_line_error(tmp_path, monkeypatch):
     (tmp_path / "data").mkdir()  # a data folder without the dataset
     monkeypatch.setenv("BAYESIFY_DATA", str(tmp_path / "data"))

@@ -85,19 +85,25 @@ def split_values(text: str, item: type, name: str = "value") -> tuple[Any, ...]:
 
 
 def option_signature(cls: type) -> inspect.Signature:
-    """Keyword-only parameters, one per field, annotated for Typer (tuples as strings)."""
+    """Keyword-only parameters, one per field, annotated for Typer (a tuple as comma-separated
+    strings that may be repeated: ``--seed-from a.jsonl --seed-from b.db`` is ``a.jsonl,b.db``)."""
     params = []
     types = _field_types(cls)
     for f in dataclasses.fields(cls):
         tp, item = types[f.name]
         default = _default(f)
-        info = typer.Option(help=f.metadata.get("help", ""))
+        help_text = f.metadata.get("help", "")
+        info = (
+            typer.Option(help=help_text, metavar=f"{item.__name__},…")
+            if item
+            else typer.Option(help=help_text)
+        )
         params.append(
             inspect.Parameter(
                 f.name,
                 inspect.Parameter.KEYWORD_ONLY,
-                default=join_values(default) if item else default,
-                annotation=Annotated[str if item else tp, info],
+                default=[join_values(default)] if item else default,
+                annotation=Annotated[list[str] if item else tp, info],
             )
         )
     return inspect.Signature(params)
@@ -118,6 +124,8 @@ def options_from_cli(cls: type[O], values: dict[str, Any]) -> O:
     kwargs = {}
     for name, (_, item) in _field_types(cls).items():
         value = values[name]
+        if item and not isinstance(value, str):  # a repeated option: its values in order
+            value = join_values(value)
         kwargs[name] = split_values(value, item, name) if item else value
     try:
         return cls(**kwargs)

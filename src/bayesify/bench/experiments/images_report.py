@@ -8,6 +8,7 @@ scores must beat.
 from __future__ import annotations
 
 import math
+import os
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,12 @@ def _coverage_table(methods: dict[str, list]) -> list[str]:
     return lines
 
 
+def _niceness() -> str:
+    """How this process was scheduled, for the page: its nice value where it was lowered."""
+    n = os.nice(0)
+    return f" (run under `nice -n {n}`)" if n > 0 else ""
+
+
 def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -> str:
     """Write ``opts.out`` and its figures from the store rows of ``jobs``; returns the text."""
     from bayesify.bench.experiments import images_figures as figs
@@ -165,7 +172,7 @@ def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -
     lines = [
         "# Fashion-MNIST: accuracy, calibration and out-of-distribution detection per method",
         "",
-        f"Command: `{command_line(opts)}` (run under `nice -n 10` on a shared CPU).  ",
+        f"Command: `{command_line(opts)}`{_niceness()}.  ",
         f"Machine: {machine_description()}.  ",
         f"This call: {summary}, {wall / 60:.1f} min wall; job time in the store (sum over "
         f"these {len(rows)} rows): {job_seconds / 60:.1f} min.  ",
