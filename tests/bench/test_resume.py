@@ -134,3 +134,59 @@ def test_two_workers_write_the_same_rows_as_one(tmp_path, one_thread):
                 assert b[key][name] is None
             else:
                 assert b[key][name] == pytest.approx(value, rel=1e-6, abs=1e-9), (key, name)
+
+
+def _proc(pid: int | str, name: str) -> str:
+    with open(f"/proc/{pid}/{name}") as f:
+        return f.read()
+
+
+def _children(pid: int) -> list[int]:
+    """Live child processes of ``pid``, from /proc."""
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                fields = _proc(d, "stat").rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid and fields[0] != "Z":
+                out.append(int(d))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return _proc(pid, "stat").rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads processes from /proc")
+def test_workers_stop_when_the_run_that_started_them_is_killed(tmp_path):
+    store, out = tmp_path / "results.db", tmp_path / "report"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    proc = subprocess.Popen(
+        _bench(store, out, "--workers", "2", "--epochs", "400"), env=env, **quiet
+    )
+    try:
+        deadline = time.time() + 120
+        workers: list[int] = []
+        while len(workers) < 2 and time.time() < deadline:
+            workers = [p for p in _children(proc.pid) if "spawn_main" in _proc(p, "cmdline")]
+            time.sleep(0.2)
+        assert len(workers) == 2, "the run did not start its two workers"
+        time.sleep(2)  # the workers are in their jobs
+        assert proc.poll() is None, "the run ended before it could be killed"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    deadline = time.time() + 20
+    while any(_alive(p) for p in workers) and time.time() < deadline:
+        time.sleep(0.2)
+    left = [p for p in workers if _alive(p)]
+    for p in left:
+        os.kill(p, signal.SIGKILL)
+    assert not left, f"workers {left} went on after their run was killed"

@@ -31,6 +31,8 @@ import hashlib
 import json
 import logging
 import multiprocessing
+import os
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -118,8 +120,23 @@ def run_job(store: ResultsStore, experiment: str, job: Any, fn: JobFn) -> tuple[
 _worker_store: ResultsStore | None = None
 
 
-def _init_worker(path: str, threads: int | None) -> None:
+def _exit_with_parent(parent: int, every: float = 1.0) -> None:
+    """Stop this worker once the process that started it is gone (killed with SIGTERM or
+    SIGKILL, which do not reach the workers): an orphan would go on training jobs nobody
+    waits for. The row in progress stays ``running`` and is rerun by the next run."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def _init_worker(path: str, threads: int | None, parent: int | None = None) -> None:
     global _worker_store
+    if parent is not None:
+        _exit_with_parent(parent)
     if threads is not None:
         import torch
 
@@ -193,8 +210,9 @@ def run_jobs(
                     bar.update()
         else:
             context = multiprocessing.get_context(start_method)
+            initargs = (path, worker_threads, os.getpid())
             with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
-                                     initargs=(path, worker_threads)) as pool:  # fmt: skip
+                                     initargs=initargs) as pool:  # fmt: skip
                 futures: dict[Future, RowKey] = {
                     pool.submit(_run_in_worker, experiment, job, fn): key
                     for key, job in todo.items()
