@@ -93,11 +93,7 @@ def option_signature(cls: type) -> inspect.Signature:
         tp, item = types[f.name]
         default = _default(f)
         help_text = f.metadata.get("help", "")
-        info = (
-            typer.Option(help=help_text, metavar=f"{item.__name__},…")
-            if item
-            else typer.Option(help=help_text)
-        )
+        info = typer.Option(help=help_text, metavar=f"{item.__name__},…" if item else None)
         params.append(
             inspect.Parameter(
                 f.name,

@@ -163,8 +163,9 @@ def run_jobs(
 ) -> RunSummary:
     """Run every job of ``jobs`` not yet done in the store file ``store``; returns a summary.
 
-    ``workers``: processes (1: this process). ``worker_threads``: torch threads per worker
-    process (None: torch's default). ``start_method``: ``spawn`` or ``forkserver``.
+    ``workers``: processes (1: this process; never more than the jobs left to run).
+    ``worker_threads``: torch threads per worker process (None: torch's default).
+    ``start_method``: ``spawn`` or ``forkserver``.
     """
     if not isinstance(workers, int) or workers < 1:
         raise ValueError(f"workers must be a positive integer, got {workers!r}")
@@ -200,6 +201,7 @@ def run_jobs(
             summary.skipped.append(key)
             log.info("skipped %s (done by another run)", key)
 
+    workers = min(workers, max(1, len(todo)))  # no idle processes for the last few jobs
     bar = progress_bar(total=len(todo), desc=experiment, unit="job", progress=progress)
     with logging_redirect_tqdm(), bar:
         if workers == 1:

@@ -187,7 +187,7 @@ def run(opts: UCIBenchOptions) -> str:
         jobs = opts.jobs()
         for experiment in dict.fromkeys(e for e, _ in jobs):
             todo = [j for e, j in jobs if e == experiment]
-            workers = max(1, min(opts.workers or os.cpu_count() or 1, len(todo)))
+            workers = opts.workers or os.cpu_count() or 1
             summaries.append(
                 run_jobs(experiment, todo, score_function(experiment), opts.store, workers=workers)
             )
