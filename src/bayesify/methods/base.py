@@ -3,10 +3,10 @@
 A method wraps a network, owns its training objective, and predicts with T Monte Carlo samples in
 one vectorised pass over ``T*N`` rows. It returns a :class:`~bayesify.predictive.Predictive`.
 
-Memory is bounded by ``max_rows`` rows per forward; the folding and chunking are
-:mod:`bayesify.nn.folding`'s. Around the class: :mod:`~bayesify.methods.config` (the options
-every method has), :mod:`~bayesify.methods.inputs` (what inputs, targets, sample counts and
-devices are accepted), :mod:`~bayesify.methods.pretrained` (``from_pretrained``),
+Memory is bounded by ``max_rows`` rows per forward and ``max_bytes`` per call; the folding and
+chunking are :mod:`bayesify.nn.folding`'s. Around the class: :mod:`~bayesify.methods.config`
+(the options every method has), :mod:`~bayesify.methods.inputs` (what inputs, targets, sample
+counts and devices are accepted), :mod:`~bayesify.methods.pretrained` (``from_pretrained``),
 :mod:`~bayesify.methods.training` (``fit``, ``fit_noise``) and :mod:`~bayesify.methods.bundle`
 (``save``).
 """
@@ -45,10 +45,13 @@ from bayesify.methods.pretrained import FromPretrained
 from bayesify.methods.training import Trainable
 from bayesify.models.architecture import architecture_spec, net_class_name
 from bayesify.nn import (
+    DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ROWS,
     MaxRows,
+    check_sample_bytes,
     chunk_plan,
     forward_in_chunks,
+    group_bytes,
     resolve_max_rows,
     sampling,
     select_groups,
@@ -196,6 +199,7 @@ class Method(FromPretrained, Trainable):
         generator: torch.Generator | None = None,
         seed: int | None = None,
         max_rows: MaxRows = DEFAULT_MAX_ROWS,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
     ) -> Tensor:
         """Raw network outputs for T samples in one pass: ``[T, N, ...]`` (T rounded up by
         :meth:`sample_count` for mixtures, so their parts weigh the same).
@@ -203,13 +207,17 @@ class Method(FromPretrained, Trainable):
         ``max_rows`` bounds the rows of every forward (None: one forward over all ``T*N``
         rows; ``"auto"``: see :func:`resolve_max_rows`). Up to ``max_rows`` samples, the N
         inputs are split into chunks; more samples are split into ranges of ``max_rows`` groups
-        as well. The result does not depend on it.
+        as well. The result does not depend on it. ``max_bytes`` (default 1 GiB, None: no
+        limit) bounds what the call holds, the ``[T, N, ...]`` samples and the per-group draws:
+        a call that would need more is refused with the figure before it allocates it.
         """
         x, generator = self._sample_inputs(x, samples, generator, seed)
         samples = self.sample_count(check_samples(samples))
         max_rows = resolve_max_rows(max_rows, x)
+        # at least one output number per sample and row: refused before any draw is made
+        check_sample_bytes(samples, len(x), 1, x.element_size(), group_bytes(self.net), max_bytes)
         with eval_mode(self.net), torch.no_grad():
-            return self._draw_samples(x, samples, generator, max_rows)
+            return self._draw_samples(x, samples, generator, max_rows, max_bytes=max_bytes)
 
     def _draw_samples(
         self,
@@ -218,14 +226,17 @@ class Method(FromPretrained, Trainable):
         generator: torch.Generator | None,
         max_rows: int | None,
         start: int = 0,
+        max_bytes: int | None = None,
     ) -> Tensor:
         """The one pass (chunked) behind :meth:`sample`, on checked inputs, in eval mode under
-        ``no_grad``: ``[T, N, ...]``. ``start`` > 0: ``x`` is the output of the net's first
-        ``start`` layers (see :meth:`_prefix_sampler`). Methods with their own pass (ensembles)
-        override it."""
+        ``no_grad``: ``[T, N, ...]``, refused beyond ``max_bytes``. ``start`` > 0: ``x`` is the
+        output of the net's first ``start`` layers (see :meth:`_prefix_sampler`). Methods with
+        their own pass (ensembles) override it."""
         ranges, per_chunk = chunk_plan(samples, len(x), max_rows)
         with self.sampling(samples, generator):
-            return forward_in_chunks(self.net, x, ranges, per_chunk, self.net, 0, start=start)
+            return forward_in_chunks(
+                self.net, x, ranges, per_chunk, self.net, 0, start=start, max_bytes=max_bytes
+            )
 
     def _prefix_sampler(
         self, x: Tensor, generator: torch.Generator | None, max_rows: MaxRows
@@ -291,6 +302,7 @@ class Method(FromPretrained, Trainable):
         generator: torch.Generator | None = None,
         seed: int | None = None,
         max_rows: MaxRows = DEFAULT_MAX_ROWS,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
         **adaptive: Any,
     ) -> Predictive:
         """The predictive distribution at ``x [N, ...]`` from T samples, in one vectorised pass.
@@ -301,6 +313,7 @@ class Method(FromPretrained, Trainable):
         units and the regression predictive comes back in the user's target units.
         ``samples="adaptive"`` (with ``tol``, ``start``, ``max_samples``): more samples only
         for rows whose Monte Carlo standard error is above ``tol`` (:mod:`.adaptive`).
+        ``max_bytes``: the most the call's samples may hold (see :meth:`sample`).
         """
         prep = self.preprocessing
         if prep is not None:
@@ -311,7 +324,9 @@ class Method(FromPretrained, Trainable):
             back = prep.outputs if prep is not None else None
             return predict_adaptive(self, x, samples, generator=generator, seed=seed,
                                     max_rows=max_rows, outputs=back, **adaptive)  # fmt: skip
-        out = self.sample(x, samples, generator=generator, seed=seed, max_rows=max_rows)
+        out = self.sample(
+            x, samples, generator=generator, seed=seed, max_rows=max_rows, max_bytes=max_bytes
+        )
         pred = self.to_predictive(out)
         return pred if prep is None else prep.outputs(pred)
 

@@ -44,7 +44,13 @@ from torch.func import functional_call, stack_module_state, vmap
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.presets import with_recipe
-from bayesify.nn import chunk_plan, forward_in_chunks, stochastic_modules
+from bayesify.nn import (
+    check_sample_bytes,
+    chunk_plan,
+    forward_in_chunks,
+    group_bytes,
+    stochastic_modules,
+)
 from bayesify.train import Data, as_dataset
 
 log = logging.getLogger(__name__)
@@ -252,17 +258,28 @@ class DeepEnsemble(Method):
         return self.members * math.ceil(samples / self.members)
 
     def _draw_samples(
-        self, x: Tensor, samples: int, generator: torch.Generator | None, max_rows: int | None
+        self,
+        x: Tensor,
+        samples: int,
+        generator: torch.Generator | None,
+        max_rows: int | None,
+        max_bytes: int | None = None,
     ) -> Tensor:
-        """Raw outputs ``[T, N, ...]``: K = T/M samples per member in one pass."""
+        """Raw outputs ``[T, N, ...]``: K = T/M samples per member in one pass; refused beyond
+        ``max_bytes`` (the members' outputs are joined in a copy: twice the samples')."""
         state = _clone_generator(generator)
         try:
-            return self._sample(x, samples, generator, max_rows)
+            return self._sample(x, samples, generator, max_rows, max_bytes)
         except _RetryChunk:  # vmap failed: redo everything with the member loop
-            return self._sample(x, samples, state, max_rows)
+            return self._sample(x, samples, state, max_rows, max_bytes)
 
     def _sample(
-        self, x: Tensor, samples: int, generator: torch.Generator | None, max_rows: int | None
+        self,
+        x: Tensor,
+        samples: int,
+        generator: torch.Generator | None,
+        max_rows: int | None,
+        max_bytes: int | None,
     ) -> Tensor:
         k = math.ceil(samples / self.members)
         if not stochastic_modules(self.net):
@@ -270,14 +287,17 @@ class DeepEnsemble(Method):
             per_chunk = len(x) if not max_rows else max(1, max_rows)
             # M small forwards: cheaper than stacking states for vmap
             out = torch.cat([self.net(c) for c in x.split(per_chunk)], 1).unsqueeze(1)
+            row = math.prod(out.shape[3:])
+            check_sample_bytes(samples, len(x), row, out.element_size(), 0, max_bytes)
             return self._interleave(out.expand(-1, k, *out.shape[2:]), samples)  # [M,1,N,...]
         if self.config.method.name not in VMAP_SAFE or self._vmap_ok is False:
             ranges, per_chunk = chunk_plan(k, len(x), max_rows, 1)
-            return self._interleave(self._member_loop(x, k, generator, ranges, per_chunk), samples)
+            outs = self._member_loop(x, k, generator, ranges, per_chunk, max_bytes)
+            return self._interleave(outs, samples)
         ranges, per_chunk = chunk_plan(k, len(x), max_rows, self.members)  # vmap: M rows per row
         with self.member_methods[0].sampling(k, generator):
             out = forward_in_chunks(self.member_methods[0].net, x, ranges, per_chunk,
-                               self._stacked_forward, group_dim=1)  # fmt: skip
+                               self._stacked_forward, group_dim=1, max_bytes=max_bytes)  # fmt: skip
         return self._interleave(out, samples)  # [T, N, ...]
 
     def _member_loop(
@@ -287,14 +307,25 @@ class DeepEnsemble(Method):
         generator: torch.Generator | None,
         ranges: list[tuple[int, int]],
         per_chunk: int,
+        max_bytes: int | None = None,
     ) -> Tensor:
         """Members one after the other, each in its own sampling block started from the same
-        generator state: ``[M, K, N, ...]``."""
-        outs = []
-        for member in self.member_methods:
+        generator state: ``[M, K, N, ...]``, written into one tensor allocated after the first
+        member's pass (refused first if all M would exceed ``max_bytes``)."""
+        out: Tensor | None = None
+        for m, member in enumerate(self.member_methods):
             with member.sampling(k, _clone_generator(generator)):
-                outs.append(forward_in_chunks(member.net, x, ranges, per_chunk, member.net, 0))
-        return torch.stack(outs)
+                y = forward_in_chunks(member.net, x, ranges, per_chunk, member.net, 0)
+            if out is None:
+                row = math.prod(y.shape[2:])
+                per_group = group_bytes(member.net)
+                check_sample_bytes(k * self.members, len(x), row, y.element_size(), per_group,
+                                   max_bytes)  # fmt: skip
+                out = y.new_empty((self.members, *y.shape))
+            out[m] = y
+            del y
+        assert out is not None
+        return out
 
     def _interleave(self, out: Tensor, samples: int) -> Tensor:
         """``[M, K, N, ...]`` -> ``[T, N, ...]`` in k-major order (T = K·M)."""

@@ -1,8 +1,10 @@
 """Stochastic layers that know the sample axis, and model surgery."""
 
 from bayesify.nn.folding import (
+    DEFAULT_MAX_BYTES,
     DEFAULT_MAX_ROWS,
     MaxRows,
+    check_sample_bytes,
     chunk_plan,
     fold_samples,
     forward_in_chunks,
@@ -28,6 +30,7 @@ from bayesify.nn.stochastic import (
     SamplingPlan,
     StochasticModule,
     generator_device,
+    group_bytes,
     reference_loop,
     sampling,
     select_groups,
@@ -37,6 +40,7 @@ from bayesify.nn.stochastic import (
 from bayesify.nn.stochastic_scale import StochasticScale, add_stochastic_scale
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_ROWS",
     "MaxRows",
     "GroupStatistics",
@@ -52,11 +56,13 @@ __all__ = [
     "TrainingNoiseModule",
     "add_node_noise",
     "add_stochastic_scale",
+    "check_sample_bytes",
     "chunk_plan",
     "convert_batchnorm",
     "fold_samples",
     "forward_in_chunks",
     "generator_device",
+    "group_bytes",
     "hash_uniform",
     "noisy_training",
     "reference_loop",

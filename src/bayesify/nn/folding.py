@@ -9,6 +9,11 @@ split into chunks of ``max_rows // T``; beyond that the T groups are split too, 
 layer draws per (group, data row), so chunked samples equal one-pass samples
 (:func:`forward_in_chunks`).
 
+The chunks are written into one output allocated once (no list of chunks joined at the end:
+thousands of small kept chunks between large freed temporaries made glibc's heap grow without
+bound). One call's samples are limited to ``max_bytes`` (:func:`check_sample_bytes`): the
+``[T, N, ...]`` output plus the per-group draws, refused with the figure before it is allocated.
+
 The leading layers of an ``nn.Sequential`` that hold no stochastic layer compute the same for
 every sample group, so they run once over the N rows and only their output is repeated T times
 (:func:`deterministic_prefix`): MC dropout before the dense head samples the convolutions once.
@@ -16,18 +21,46 @@ every sample group, so they run once over the N rows and only their output is re
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Literal
 
-import torch
 from torch import Tensor, nn
 
-from bayesify.nn.stochastic import StochasticModule, select_groups
+from bayesify.nn.stochastic import StochasticModule, group_bytes, select_groups
 
 MaxRows = int | Literal["auto"] | None
 DEFAULT_MAX_ROWS: MaxRows = "auto"
 #: ``max_rows="auto"``: input numbers per forward on CPU, and the bounds on rows per forward
 AUTO_CPU_INPUT_NUMBERS, AUTO_CPU_ROWS, AUTO_CUDA_ROWS = 2**17, (64, 1024), 8192
+#: bytes one call's samples may hold by default (``max_bytes``): output and per-group draws
+DEFAULT_MAX_BYTES: int | None = 2**30
+
+
+def _size(n: float) -> str:
+    """``n`` bytes for a person: ``'7.5 GiB'``, ``'320.0 MiB'``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def check_sample_bytes(
+    samples: int, rows: int, row_numel: int, itemsize: int, per_group: int, max_bytes: int | None
+) -> None:
+    """Refuse a call whose samples ``[T, N, ...]`` (``row_numel`` numbers of ``itemsize``
+    bytes per sample and row) and per-group draws (``per_group`` bytes per sample) would
+    exceed ``max_bytes`` (None: no limit), with the figure, in one line (``ValueError``)."""
+    if max_bytes is None:
+        return
+    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 1:
+        raise ValueError(f"max_bytes must be a positive int or None, got {max_bytes}")
+    need = samples * (rows * row_numel * itemsize + per_group)
+    if need > max_bytes:
+        raise ValueError(
+            f"{samples} samples of {rows} row(s) need {_size(need)}, over the {_size(max_bytes)} "
+            "one call may hold (max_bytes); ask for fewer samples or fewer rows per call"
+        )
 
 
 def repeat_samples(x: Tensor, samples: int) -> Tensor:
@@ -96,10 +129,13 @@ def forward_in_chunks(
     forward: Callable[[Tensor], Tensor],
     group_dim: int,
     start: int = 0,
+    max_bytes: int | None = None,
 ) -> Tensor:
     """``forward`` over every group range (``select_groups`` on ``net`` when there are several)
-    and row chunk of ``x``, inside an open sampling block; outputs joined along the group axis
-    ``group_dim`` (0: ``[K, N, ...]``; 1: stacked members ``[M, K, N, ...]``).
+    and row chunk of ``x``, inside an open sampling block; outputs written into one tensor along
+    the group axis ``group_dim`` (0: ``[K, N, ...]``; 1: stacked members ``[M, K, N, ...]``),
+    allocated after the first chunk and refused first if it would exceed ``max_bytes``
+    (:func:`check_sample_bytes`, with ``net``'s per-group draws).
 
     When ``forward`` is ``net`` itself, its :func:`deterministic_prefix` runs once per chunk of
     data rows and the rest over the repeated rows. ``start`` > 0: ``x`` already holds the output
@@ -109,15 +145,33 @@ def forward_in_chunks(
         forward = net[start:]
     elif split:
         head, forward = net[:split], net[split:]
-    parts = []
+    out: Tensor | None = None
     for a, b in ranges:
         if len(ranges) > 1:
             select_groups(net, a, b)
-        chunks = [  # [(M,) G, n, ...] each
-            fold_samples(
+        row = 0
+        for chunk in x.split(per_chunk):
+            y = fold_samples(  # [(M,) G, n, ...]
                 forward(repeat_samples(head(chunk) if split else chunk, b - a)), b - a, group_dim
-            )  # fmt: skip
-            for chunk in x.split(per_chunk)
-        ]
-        parts.append(torch.cat(chunks, dim=group_dim + 1))
-    return torch.cat(parts, dim=group_dim)
+            )
+            if out is None:
+                out = _output_like(y, group_dim, ranges[-1][1], len(x), net, max_bytes)
+            out[(slice(None),) * group_dim + (slice(a, b), slice(row, row + len(chunk)))] = y
+            row += len(chunk)
+            del y  # freed before the next chunk's forward
+    if out is None:
+        raise ValueError("forward_in_chunks needs at least one group range and one row")
+    return out
+
+
+def _output_like(
+    y: Tensor, group_dim: int, groups: int, rows: int, net: nn.Module, max_bytes: int | None
+) -> Tensor:
+    """The empty output of a whole pass shaped as chunk ``y`` with ``groups`` groups and
+    ``rows`` rows, after :func:`check_sample_bytes`."""
+    shape = list(y.shape)
+    shape[group_dim], shape[group_dim + 1] = groups, rows
+    samples = math.prod(shape[: group_dim + 1])
+    row_numel = math.prod(shape[group_dim + 2 :])
+    check_sample_bytes(samples, rows, row_numel, y.element_size(), group_bytes(net), max_bytes)
+    return y.new_empty(shape)

@@ -220,6 +220,11 @@ class MCBatchNorm(StochasticModule):
         super().end_sampling()
         self._block_draw = self._draw = None
 
+    def group_bytes(self) -> int:
+        """A mean and a variance ``[C]`` per group, drawn through float64 temporaries (the
+        Gaussian model's normal and χ² draws): about 48 bytes per channel."""
+        return 48 * self.num_features + super().group_bytes()
+
     # ------------------------------------------------------------------ forward
     def _check_input(self, x: Tensor) -> None:
         if x.dim() < 2 or x.shape[1] != self.num_features:

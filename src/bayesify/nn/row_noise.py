@@ -196,6 +196,10 @@ class RowNoiseModule(StochasticModule):
         self.noise.select_groups(start, stop)
         super().select_groups(start, stop)
 
+    def group_bytes(self) -> int:
+        """One int64 key per group (:meth:`RowNoise.begin`)."""
+        return 8 + super().group_bytes()
+
 
 class TrainingNoiseModule(RowNoiseModule):
     """A row-noise layer whose standard normal noise per row comes from :class:`RowNoise` while

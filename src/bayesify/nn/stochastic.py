@@ -79,6 +79,11 @@ class StochasticModule(nn.Module):
         self.groups = 1
         self.block_samples = 0
 
+    def group_bytes(self) -> int:
+        """Bytes :meth:`begin_sampling` holds (or briefly needs) per sample group: what a
+        sampling block of T groups costs before any forward, for the limit on one call."""
+        return 0
+
 
 def generator_device(generator: torch.Generator | None) -> torch.device:
     """Where draws from ``generator`` must be made (torch ties a generator to one device); the
@@ -89,6 +94,12 @@ def generator_device(generator: torch.Generator | None) -> torch.device:
 def stochastic_modules(model: nn.Module) -> list[StochasticModule]:
     """All stochastic layers of ``model`` in registration order."""
     return [m for m in model.modules() if isinstance(m, StochasticModule)]
+
+
+def group_bytes(model: nn.Module) -> int:
+    """Bytes per sample group that the stochastic layers of ``model`` draw when a sampling
+    block begins (see :meth:`StochasticModule.group_bytes`)."""
+    return sum(m.group_bytes() for m in stochastic_modules(model))
 
 
 def set_stochastic(model: nn.Module, enabled: bool) -> None:
