@@ -1,0 +1,123 @@
+"""What one prediction call may hold: the samples limit (``max_bytes``) refuses with the figure
+before allocating, and a long chunked pass does not grow the process (peak RSS measured in a
+fresh subprocess with ``getrusage``, so the test process's own history does not count).
+
+The subprocesses run under an address-space limit, so a regression fails with a memory error
+instead of taking the machine's memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import bayesify
+from bayesify.models import mlp
+from bayesify.nn import check_sample_bytes
+
+SRC = str(Path(bayesify.__file__).resolve().parents[1])
+ADDRESS_SPACE = 6 * 2**30  # the child's limit: far above a sound run, far below a runaway one
+
+PRELUDE = """
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
+import torch
+import bayesify
+from bayesify.models import mlp
+
+def peak_mb():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+torch.manual_seed(0)
+"""
+
+
+def _run(body: str) -> dict:
+    """Run ``body`` after :data:`PRELUDE` in a fresh interpreter; its last stdout line is JSON."""
+    code = PRELUDE.format(limit=ADDRESS_SPACE) + textwrap.dedent(body)
+    env = {**os.environ, "PYTHONPATH": SRC, "OMP_NUM_THREADS": "1"}
+    env.pop("MALLOC_MMAP_THRESHOLD_", None)
+    env.pop("MALLOC_TRIM_THRESHOLD_", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_a_billion_samples_of_one_row_are_refused_at_once_with_the_figure():
+    out = _run("""
+        net = mlp(8, 1, hidden=(256, 256), dropout=0.1, norm=None)
+        method = bayesify.MCDropout(net)
+        method.noise_variance = 0.1
+        start = time.time()
+        try:
+            method.predict(torch.randn(1, 8), samples=10**9)
+            error = None
+        except Exception as e:
+            error = f"{type(e).__name__}: {e}"
+        print(json.dumps({"error": error, "seconds": time.time() - start, "peak": peak_mb()}))
+    """)
+    assert out["error"] is not None and out["error"].startswith("ValueError: 1000000000 samples")
+    assert "GiB" in out["error"] and "max_bytes" in out["error"] and "\n" not in out["error"]
+    assert out["seconds"] < 5
+    assert out["peak"] < 2048
+
+
+def test_a_long_chunked_pass_does_not_grow_the_heap():
+    # thousands of chunks (T=500 over 2 rows per forward): kept chunk outputs between freed
+    # temporaries used to grow glibc's heap by about 0.6 MB a row (130 MB here, 5 GB at 20,000
+    # rows); written into one preallocated output the pass holds its samples and little more
+    out = _run("""
+        net = mlp(8, 1, hidden=(256,), dropout=0.1, norm=None)
+        method = bayesify.MCDropout(net)
+        method.noise_variance = 0.1
+        method.predict(torch.randn(4, 8), samples=4)  # lazy imports and first allocations
+        before = peak_mb()
+        pred = method.predict(torch.randn(200, 8), samples=500)
+        print(json.dumps({"before": before, "peak": peak_mb(), "shape": list(pred.samples.shape)}))
+    """)
+    assert out["shape"] == [500, 200]
+    assert out["peak"] - out["before"] < 60, out
+
+
+def test_the_exact_output_size_is_checked_once_the_row_width_is_known():
+    # the check before any draw assumes one output number per row; 500 classes are known only
+    # after the first chunk, and the call is refused before the output is allocated
+    torch.manual_seed(0)
+    method = bayesify.MCDropout(mlp(4, 500, hidden=(8,), dropout=0.1, norm=None),
+                                task="classification")  # fmt: skip
+    x = torch.randn(100, 4)
+    assert method.sample(x, 10, max_bytes=2_100_000).shape == (10, 100, 500)  # 2.0 MB + keys
+    with pytest.raises(ValueError, match=r"^10 samples of 100 row\(s\) need 1\.9 MiB"):
+        method.sample(x, 10, max_bytes=1_900_000)
+    assert method.sample(x, 10, max_bytes=None).shape == (10, 100, 500)
+
+
+@pytest.mark.parametrize("path", ["no randomness", "vmap", "member loop"])
+def test_an_ensembles_members_count_against_the_limit(path):
+    torch.manual_seed(0)
+    member = bayesify.Deterministic if path == "no randomness" else bayesify.MCDropout
+    net = mlp(4, 300, hidden=(8,), dropout=0.1, norm=None)
+    method = bayesify.DeepEnsemble(net, members=2, method=member, task="classification")
+    method._vmap_ok = False if path == "member loop" else None
+    x = torch.randn(50, 4)
+    need = 20 * 50 * 300 * 4  # 20 samples of 50 rows of 300 float32 logits: 1.2 MB
+    assert method.sample(x, 20, max_bytes=2 * need).shape == (20, 50, 300)
+    with pytest.raises(ValueError, match=r"^20 samples of 50 row\(s\) need 1\.1 MiB"):
+        method.sample(x, 20, max_bytes=need - 1)
+
+
+def test_check_sample_bytes_counts_outputs_and_per_group_draws():
+    check_sample_bytes(10, 5, 2, 4, 8, 10 * (5 * 2 * 4 + 8))  # exactly at the limit: fine
+    with pytest.raises(ValueError, match=r"^10 samples of 5 row\(s\) need 480 bytes, over the"):
+        check_sample_bytes(10, 5, 2, 4, 8, 479)
+    check_sample_bytes(10**12, 10**6, 1, 4, 0, None)  # None: no limit
+    with pytest.raises(ValueError, match="max_bytes must be a positive int or None"):
+        check_sample_bytes(1, 1, 1, 4, 0, 0)
