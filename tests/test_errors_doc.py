@@ -112,6 +112,16 @@ CASES = {
         (torch.randn(4, 2), torch.tensor([0, 1, 2, 7])), epochs=1, progress=False),
     "save-overwrite": lambda p: [_plain_method().save(p / "b") for _ in range(2)],
     "device-no-cuda": lambda p: bayesify.load(_plain_method().save(p / "b"), device="cuda"),
+    "fit-complex": lambda p: _plain_method().fit(
+        (torch.randn(4, 2, dtype=torch.complex64), torch.randn(4)), epochs=1, progress=False),
+    "fit-width": lambda p: bayesify.Deterministic(nn.Sequential(nn.Linear(3, 1))).fit(
+        (torch.randn(4, 7), torch.randn(4)), epochs=1, progress=False),
+    "fit-int-dataset": lambda p: _plain_method().fit(torch.utils.data.TensorDataset(
+        torch.ones(4, 2, dtype=torch.long), torch.randn(4)), epochs=1, progress=False),
+    "predict-complex": lambda p: _plain_method().predict(torch.randn(4, 2) * 1j, samples=2),
+    "predict-text": lambda p: _plain_method().predict(np.array([["a", "b"]]), samples=2),
+    "predict-too-many-samples": lambda p: _plain_method().predict(torch.randn(1, 2),
+                                                                  samples=10**9),
 }  # fmt: skip
 
 

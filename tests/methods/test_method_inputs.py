@@ -213,3 +213,58 @@ def test_save_refuses_to_overwrite_a_bundle_unless_asked(tmp_path):
     assert bayesify.load(path).noise_variance == 0.5
     (tmp_path / "empty").mkdir()
     method.save(tmp_path / "empty")  # an empty folder is no bundle to lose
+
+
+def _data(width: int = 3, n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(-3, 4, (n, width), generator=g)
+    return x, x[:, 0].float() + 0.1 * torch.randn(n, generator=g)
+
+
+def _trained(x, y) -> bayesify.MCDropout:
+    torch.manual_seed(0)
+    method = bayesify.MCDropout(mlp(3, hidden=(8,), dropout=0.1, norm=None))
+    return method.fit((x, y), val=(x, y), epochs=2, batch_size=16, progress=False)
+
+
+def test_fit_casts_integer_inputs_as_predict_does():
+    x, y = _data()  # int64 inputs, as numpy or a table of counts gives them
+    as_ints, as_floats = _trained(x, y), _trained(x.float(), y)
+    for a, b in zip(as_ints.net.parameters(), as_floats.net.parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert as_ints.noise_variance == as_floats.noise_variance
+    _trained(x.numpy(), y.numpy())  # numpy's int64 too
+
+
+@pytest.mark.parametrize(
+    "train, val, message",
+    [
+        ("complex", None, r"^training inputs are complex \(complex64\); bayesify takes real"),
+        ("wide", None, r"^training inputs of shape \[N, 7\] do not fit the network \(mat1"),
+        (None, "wide", r"^validation inputs of shape \[N, 7\] do not fit the network"),
+        ("complex y", None, r"^training targets are complex \(complex64\)"),
+        ("int dataset", None, r"^training inputs are int64; the network takes floating-point"),
+    ],
+)
+def test_fit_refuses_inputs_predict_refuses_in_one_line(train, val, message):
+    x, y = _data()
+    bad = {
+        "complex": (x.to(torch.complex64), y),
+        "wide": (torch.randn(64, 7), y),
+        "complex y": (x.float(), y.to(torch.complex64)),
+        "int dataset": torch.utils.data.TensorDataset(x, y),
+        None: (x.float(), y),
+    }
+    method = bayesify.MCDropout(mlp(3, hidden=(8,), dropout=0.1, norm=None))
+    with pytest.raises(ValueError, match=message) as info:
+        method.fit(bad[train], val=bad[val], epochs=1, batch_size=16, progress=False)
+    assert "\n" not in str(info.value)
+
+
+def test_predict_refuses_complex_inputs_instead_of_dropping_the_imaginary_part():
+    method = _fitted(val=True)
+    x = torch.randn(4, 3)
+    with pytest.raises(ValueError, match=r"^inputs are complex \(complex64\)"):
+        method.predict(x + 1j * torch.ones(4, 3), samples=2)
+    with pytest.raises(ValueError, match=r"^inputs must be numbers .*, got str"):
+        method.predict(np.array([["a", "b", "c"]]), samples=2)

@@ -30,6 +30,8 @@ from bayesify.data.preprocessing import Preprocessing
 from bayesify.methods.bundle import save_bundle
 from bayesify.methods.config import MethodConfig
 from bayesify.methods.inputs import (
+    as_input_tensor,
+    check_dataset_row,
     check_device,
     check_inputs,
     check_row_target,
@@ -64,6 +66,7 @@ from bayesify.train import (
     Data,
     History,
     Strategy,
+    as_dataset,
 )
 
 log = logging.getLogger(__name__)
@@ -348,8 +351,10 @@ class Method(FromPretrained, Trainable):
 
     # ------------------------------------------------------------------ input checks
     def _tensors(self, data: Data) -> tuple[Tensor, Tensor]:
-        """``(X, y)`` of ``data`` on the network's device; ``y`` ``[N, 1]`` becomes ``[N]``."""
+        """``(X, y)`` of ``data`` on the network's device, ``X`` checked as :meth:`predict`
+        checks inputs; ``y`` ``[N, 1]`` becomes ``[N]``."""
         x, y = data_tensors(data)
+        x = check_inputs(x, None, self._dtype(), self.input_shape, "validation inputs")
         classify = self.config.task is Task.CLASSIFICATION
         y = class_labels(y) if classify else regression_targets(y)
         return x.to(self.device), y.to(self.device)
@@ -359,10 +364,40 @@ class Method(FromPretrained, Trainable):
         self.input_shape = tuple(ds[0][0].shape)
         check_row_target(ds[0][1], self.config.task is Task.CLASSIFICATION)
 
+    def _dtype(self) -> torch.dtype:
+        """The network's floating-point dtype (its parameters')."""
+        return next((p.dtype for p in self.net.parameters()), torch.get_default_dtype())
+
     def _check_inputs(self, x: Tensor | Data) -> Tensor:
         """Checked inputs on the network's device and dtype (see :func:`inputs.check_inputs`)."""
-        dtype = next((p.dtype for p in self.net.parameters()), torch.get_default_dtype())
-        return check_inputs(x, self.device, dtype, self.input_shape)
+        return check_inputs(x, self.device, self._dtype(), self.input_shape)
+
+    def _checked_data(self, data: Data, what: str) -> Data:
+        """Training or validation data whose inputs are checked as :meth:`predict` checks
+        them: ``(X, y)`` with ``X`` cast to the network's dtype (real numbers, the recorded
+        row shape, finite), a Dataset or DataLoader by its first row (real, floating point);
+        then one row goes through the network, so inputs of a width it cannot take are a
+        one-line error naming their shape instead of a torch error inside training."""
+        if isinstance(data, tuple | list) and len(data) == 2:
+            x = check_inputs(data[0], None, self._dtype(), self.input_shape, what)
+            y = as_input_tensor(data[1], what.replace("inputs", "targets"))
+            data, first = (x, y), x[:1]
+        else:
+            ds = as_dataset(data)
+            if len(ds) == 0:  # type: ignore[arg-type]
+                raise ValueError(f"{what}: the dataset is empty")
+            first = check_dataset_row(ds[0][0], what).unsqueeze(0)
+            check_inputs(first, None, self._dtype(), self.input_shape, what)
+        try:
+            with eval_mode(self.net), torch.no_grad():
+                self.net(first.to(self.device, self._dtype()))
+        except (RuntimeError, ValueError, IndexError, TypeError) as e:
+            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            shape = ", ".join(["N", *map(str, first.shape[1:])])
+            raise ValueError(
+                f"{what} of shape [{shape}] do not fit the network ({reason})"
+            ) from None
+        return data
 
     # ------------------------------------------------------------------ bundles
     def extra_state(self) -> dict[str, Any]:

@@ -224,6 +224,9 @@ class DeepEnsemble(Method):
     ) -> DeepEnsemble:
         """Train member m with ``seed + m`` (same options as :meth:`Method.fit`); for regression
         with ``val``, fit τ of the ensemble's predictive afterwards."""
+        train = self._checked_data(train, "training inputs")
+        if val is not None:
+            val = self._checked_data(val, "validation inputs")
         for m, member in enumerate(self.member_methods):
             log.info("ensemble member %d/%d", m + 1, self.members)
             member.fit(train, val, seed=seed + m, **kwargs)

@@ -75,8 +75,8 @@ def data_tensors(data: Data) -> tuple[Tensor, Tensor]:
 
 
 def regression_targets(y: Tensor) -> Tensor:
-    """Regression targets ``[N]`` from ``[N]`` or ``[N, 1]`` (float)."""
-    y = torch.as_tensor(y)
+    """Regression targets ``[N]`` from ``[N]`` or ``[N, 1]`` (float, real)."""
+    y = as_input_tensor(y, "regression targets")
     if y.dim() == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.dim() != 1:
@@ -89,12 +89,12 @@ def regression_targets(y: Tensor) -> Tensor:
 
 def class_labels(y: Tensor, classes: int | None = None) -> Tensor:
     """Class labels ``[N]`` (long) from ``[N]`` or ``[N, 1]``: whole numbers in 0..C−1."""
-    y = torch.as_tensor(y)
+    y = as_input_tensor(y, "class labels")
     if y.dim() == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.dim() != 1:
         raise ValueError(f"class labels must have shape [N] or [N, 1], got {list(y.shape)}")
-    if y.is_floating_point() or y.is_complex():
+    if y.is_floating_point():
         whole = torch.isfinite(y) & (y == y.round())
         if not whole.all():
             bad = y[~whole][:5].tolist()
@@ -121,23 +121,63 @@ def seeded_generator(generator: torch.Generator | None, seed: int | None) -> tor
     return generator
 
 
+def as_input_tensor(x: Any, what: str = "inputs") -> Tensor:
+    """``x`` as a tensor of real numbers (``what`` names it in errors): complex numbers and
+    arrays of text or objects are refused in one line instead of a torch error or, for complex
+    numbers, a silent cast that drops the imaginary part."""
+    try:
+        t = torch.as_tensor(x)
+    except (TypeError, ValueError, RuntimeError):
+        kind = getattr(getattr(x, "dtype", None), "name", None) or type(x).__name__
+        raise ValueError(
+            f"{what} must be numbers (a tensor or a numeric array), got {kind}; a table with "
+            "text columns is read through a bundle's preprocessing (bayesify train --data)"
+        ) from None
+    if t.is_complex():
+        raise ValueError(
+            f"{what} are complex ({str(t.dtype).removeprefix('torch.')}); bayesify takes real "
+            "numbers: pass the real values you mean (e.g. x.real, x.abs())"
+        )
+    return t
+
+
 def check_inputs(
-    x: Any, device: torch.device, dtype: torch.dtype, input_shape: tuple[int, ...] | None
+    x: Any,
+    device: torch.device | None,
+    dtype: torch.dtype,
+    input_shape: tuple[int, ...] | None,
+    what: str = "inputs",
 ) -> Tensor:
     """Inputs ``[N, ...]`` (a tensor or array, or a Dataset/DataLoader's inputs) on ``device``
-    in ``dtype``, checked for the row shape ``input_shape`` (when known) and finiteness."""
-    x = torch.as_tensor(input_rows(x), device=device)
+    (None: where they are) in ``dtype``, checked for real numbers, the row shape
+    ``input_shape`` (when known) and finiteness; ``what`` names them in errors."""
+    x = as_input_tensor(input_rows(x), what)
+    if device is not None:
+        x = x.to(device)
     if x.dtype != dtype:  # e.g. numpy's float64 or integer inputs for a float32 network
         x = x.to(dtype)
     if input_shape is not None and tuple(x.shape[1:]) != input_shape:
         raise ValueError(
-            f"inputs must have shape [N, {', '.join(map(str, input_shape))}], got {list(x.shape)}"
+            f"{what} must have shape [N, {', '.join(map(str, input_shape))}], got {list(x.shape)}"
         )
     if x.dim() == 0 or len(x) == 0:
-        raise ValueError("inputs must be a non-empty batch [N, ...]")
+        raise ValueError(f"{what} must be a non-empty batch [N, ...]")
     if not torch.isfinite(x).all():
-        raise ValueError(f"inputs contain {int((~torch.isfinite(x)).sum())} non-finite values")
+        raise ValueError(f"{what} contain {int((~torch.isfinite(x)).sum())} non-finite values")
     return x
+
+
+def check_dataset_row(x0: Any, what: str) -> Tensor:
+    """The first input row of a Dataset used for training: real numbers, and floating point
+    (its batches reach the network as they are, so integers cannot be cast here)."""
+    t = as_input_tensor(x0, what)
+    if not t.is_floating_point():
+        dtype = str(t.dtype).removeprefix("torch.")
+        raise ValueError(
+            f"{what} are {dtype}; the network takes floating-point inputs: convert the dataset's "
+            "inputs (e.g. x.float()) or pass (X, y) tensors, which are cast"
+        )
+    return t
 
 
 def check_row_target(y0: Any, classification: bool) -> None:

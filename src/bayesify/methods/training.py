@@ -71,6 +71,9 @@ class Trainable:
         strategy = strategy or Strategy()
         if device is not None:
             self.to(device)
+        train = self._checked_data(train, "training inputs")
+        if val is not None:
+            val = self._checked_data(val, "validation inputs")
         replica_batch = strategy.replica_batch_size(train, batch_size)
         self._check_strategy(strategy, replica_batch)
         self._remember_input_shape(as_dataset(train))
