@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from bayesify.cli.common import Threads, set_threads
+
 
 def calibrate(
     bundle: Annotated[Path, typer.Argument(help="Bundle folder to calibrate (rewritten).")],
@@ -55,6 +57,7 @@ def calibrate(
             help="Check the policy on only the first this many test rows (0: skip).", min=0
         ),
     ] = None,
+    threads: Threads = None,
 ) -> None:
     """Fit a deferral policy (a threshold on an uncertainty score) for a target coverage or a
     target error on accepted rows, on a table of your rows (--data FILE) or the bundle's
@@ -67,6 +70,7 @@ def calibrate(
 
     if (coverage is None) == (error is None):
         raise fail("give exactly one of --coverage and --error")
+    set_threads(threads)
     table = data if data is not None and is_table_path(data) else None
     try:
         method = load(bundle)

@@ -8,13 +8,31 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 console = Console()
+
+#: ``--threads`` of every command that runs a network (one option, one help text)
+Threads = Annotated[
+    int | None,
+    typer.Option(
+        help="torch CPU threads [default: torch's, one per core]; on a machine busy with "
+        "other work, 1 is often much faster.",
+        min=1,
+    ),
+]
+
+
+def set_threads(threads: int | None) -> None:
+    """``--threads``: give torch that many CPU threads (None: leave torch's default)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 def fail(message: str) -> typer.Exit:

@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from bayesify.cli.common import Threads, set_threads
+
 
 def predict(
     bundle: Annotated[Path, typer.Argument(help="Bundle folder (bayesify train or method.save).")],
@@ -45,6 +47,7 @@ def predict(
     ] = False,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
+    threads: Threads = None,
 ) -> None:
     """Predict every row of a file with a bundle: the prediction and its uncertainty per row
     (regression: mean, std, epistemic and aleatoric variance, interval; classification: label,
@@ -64,6 +67,7 @@ def predict(
         raise fail(f"--out {out} exists; pass --overwrite to replace it")
     if on_error not in tuple(OnError):
         raise fail(f"--on-error must be fail or skip, got {on_error!r}")
+    set_threads(threads)
     try:
         predictor = Predictor.load(bundle, net=net)
         summary = predict_file(

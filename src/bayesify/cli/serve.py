@@ -7,6 +7,8 @@ from typing import Annotated
 
 import typer
 
+from bayesify.cli.common import Threads, set_threads
+
 
 def serve(
     bundle: Annotated[Path, typer.Argument(help="Bundle folder to serve.")],
@@ -40,14 +42,13 @@ def serve(
     int8: Annotated[
         bool, typer.Option("--int8", help="Dynamic int8 quantisation of linear layers.")
     ] = False,
-    threads: Annotated[int | None, typer.Option(help="torch CPU threads.", min=1)] = None,
+    threads: Threads = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve a bundle over HTTP: /v1/predict, the Open Inference Protocol (/v2/...), /metrics,
     feedback and a status page at /. Set BAYESIFY_API_KEY to require an API key."""
     import logging
 
-    import torch
     import uvicorn
 
     from bayesify.cli.common import console, fail
@@ -55,8 +56,7 @@ def serve(
     from bayesify.serve.app import Settings, create_app
     from bayesify.serve.model import Adaptive, ServedModel
 
-    if threads is not None:
-        torch.set_num_threads(threads)
+    set_threads(threads)
     adaptive = None
     try:
         if adaptive_tol is not None:

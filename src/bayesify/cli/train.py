@@ -11,7 +11,15 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from bayesify.cli.common import check_out, console, fail, parse_options, scores_table
+from bayesify.cli.common import (
+    Threads,
+    check_out,
+    console,
+    fail,
+    parse_options,
+    scores_table,
+    set_threads,
+)
 
 
 def train(
@@ -67,6 +75,7 @@ def train(
     evaluate: Annotated[
         bool, typer.Option("--eval/--no-eval", help="Score the bundle on the test set.")
     ] = True,
+    threads: Threads = None,
 ) -> None:
     """Train a method on a built-in dataset or on your own table (--data
     FILE.csv|.parquet|.npz --target COLUMN), save a bundle (safetensors + JSON) that predicts in
@@ -76,6 +85,7 @@ def train(
     from bayesify.data.tables import is_table_path
 
     check_out(out, overwrite)
+    set_threads(threads)
     options = parse_options(option or []) | ({"preset": preset} if preset else {})
     try:
         if is_table_path(data):
