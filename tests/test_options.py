@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 
+import numpy as np
 import pytest
 import torch
 
@@ -174,3 +175,30 @@ def test_one_noise_objective_with_one_default():
     assert defaults == {options.NoiseObjective.PLL}
     mean, y = torch.tensor([0.0, 0.0, 0.0]), torch.tensor([1.0, -2.0, 2.0])
     assert fit_constant_std(mean, y) == pytest.approx(3.0**0.5)  # the PLL closed form
+
+
+def test_shown_gives_numpy_and_torch_scalars_as_plain_values():
+    from bayesify.options import shown
+
+    assert shown(np.int64(1)) == "1" and shown(np.float32(1.5)) == "1.5"
+    assert shown(np.str_("a")) == "'a'" and shown(torch.tensor(3)) == "3"
+    assert shown([np.int64(1), "x"]) == "[1, 'x']" and shown((np.int64(2),)) == "(2,)"
+    assert shown(np.array([1, 2])) == "[1, 2]" and shown(None) == "None"
+
+
+def test_errors_reachable_from_the_api_print_no_numpy_reprs():
+    import bayesify
+    from bayesify.models import mlp
+
+    method = bayesify.MCDropout(mlp(2, hidden=(4,), dropout=0.1, norm=None))
+    method.noise_variance = 1.0
+    cases = [
+        (lambda: method.predict(torch.randn(3, 2), samples=np.int64(0)), "got 0"),
+        (lambda: method.predict(torch.randn(3, 2), 2).interval(np.float64(1.5)), "got 1.5"),
+        (lambda: bayesify.MCBN(mlp(2, hidden=(4,)), bank_size=np.float64(2.5)), "got 2.5"),
+        (lambda: bayesify.MCBN(mlp(2, hidden=(4,)), statistics=np.str_("x")), "unknown"),
+    ]
+    for call, said in cases:
+        with pytest.raises(ValueError) as info:
+            call()
+        assert said in str(info.value) and "np." not in str(info.value), str(info.value)

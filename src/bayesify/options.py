@@ -234,6 +234,18 @@ class SigmaPer(StrEnum):
 
 
 # ---------------------------------------------------------------- parsing
+def shown(value: Any) -> str:
+    """``value`` as a one-line error shows it: Python's repr of plain values, but numpy and torch
+    scalars as the plain number or string they hold (``1``, not ``np.int64(1)``) and lists and
+    tuples element by element."""
+    if isinstance(value, list | tuple):
+        items = ", ".join(shown(v) for v in value)
+        return f"[{items}]" if isinstance(value, list) else f"({items}{',' * (len(value) == 1)})"
+    if type(value).__module__ in ("numpy", "torch") and hasattr(value, "tolist"):
+        return shown(value.tolist())  # a scalar's number, an array's nested lists
+    return repr(value)
+
+
 def parse_option(
     kind: type[E], value: Any, *, option: str, error: type[ValueError] = ValueError
 ) -> E:
@@ -250,7 +262,7 @@ def parse_option(
         except ValueError:
             pass
     valid = ", ".join(str(m.value) for m in kind)
-    raise error(f"unknown {option} {value!r}; valid: {valid}")
+    raise error(f"unknown {option} {shown(value)}; valid: {valid}")
 
 
 def _describe(hint: Any) -> str:
@@ -289,7 +301,7 @@ def parse_value(hint: Any, value: Any, *, option: str) -> Any:
                 except ValueError:
                     continue
         expected = " or ".join("None" if a is type(None) else _describe(a) for a in arms)
-        raise ValueError(f"{option} must be {expected}, got {value!r}")
+        raise ValueError(f"{option} must be {expected}, got {shown(value)}")
     if isinstance(hint, type) and issubclass(hint, Enum):
         return parse_option(hint, value, option=option)
     if origin is typing.Literal:
@@ -309,7 +321,7 @@ def parse_value(hint: Any, value: Any, *, option: str) -> Any:
             return value
     else:
         return value
-    raise ValueError(f"{option} must be {_describe(hint)}, got {value!r}")
+    raise ValueError(f"{option} must be {_describe(hint)}, got {shown(value)}")
 
 
 @functools.cache

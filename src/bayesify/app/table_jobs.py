@@ -21,6 +21,7 @@ from bayesify.data.preprocessing import Preprocessing
 from bayesify.data.tables import read_table
 from bayesify.methods import get_method
 from bayesify.models import mlp
+from bayesify.options import shown
 from bayesify.predictive import Task
 from bayesify.seeding import seeded
 
@@ -126,7 +127,7 @@ def check_columns(frame: pd.DataFrame, features: list[str], path: Path) -> dict[
                 value = col.iloc[int(np.flatnonzero(bad)[0])]
                 raise DataError(
                     f"{path}: column {f!r} has non-numeric values in {_rows(bad)} "
-                    f"(e.g. {value!r}) among numbers"
+                    f"(e.g. {shown(value)}) among numbers"
                 )
             cats = sorted(col.astype(str).unique().tolist())
             if len(cats) > MAX_CATEGORIES:
@@ -137,14 +138,14 @@ def check_columns(frame: pd.DataFrame, features: list[str], path: Path) -> dict[
                 )
             if len(cats) == 1:
                 raise DataError(
-                    f"{path}: column {f!r} is constant ({cats[0]!r} in all "
+                    f"{path}: column {f!r} is constant ({shown(cats[0])} in all "
                     f"{len(col)} rows); leave it out with --features"
                 )
             categories[f] = cats
         elif col.nunique() == 1:
             value = col.iloc[0].item() if hasattr(col.iloc[0], "item") else col.iloc[0]
             raise DataError(
-                f"{path}: column {f!r} is constant ({value!r} in all "
+                f"{path}: column {f!r} is constant ({shown(value)} in all "
                 f"{len(col)} rows); leave it out with --features"
             )
     return categories

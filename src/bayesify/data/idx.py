@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bayesify.options import shown
+
 from .errors import DataError
 from .paths import resolve_root
 
@@ -183,7 +185,7 @@ def _load_image_set(
     if split not in _SPLIT_FILES:
         raise DataError(f"{label}: unknown split {split!r}; valid: 'train', 'test'")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise DataError(f"{label}: limit must be None or an int >= 0, got {limit!r}")
+        raise DataError(f"{label}: limit must be None or an int >= 0, got {shown(limit)}")
     if not folder.is_dir():
         raise DataError(f"{label}: folder {folder} is missing")
     img_file, lab_file = (folder / f for f in _SPLIT_FILES[split])

@@ -12,14 +12,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from bayesify.options import shown
+
 __all__ = ["toy_cubic", "toy_grid", "toy_teye", "toy_teye_function"]
 
 
 def _check(n: int, noise_std: float, lo: float, hi: float, what: str) -> None:
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"{what}: n must be an int >= 1, got {n!r}")
+        raise ValueError(f"{what}: n must be an int >= 1, got {shown(n)}")
     if not noise_std >= 0:
-        raise ValueError(f"{what}: noise_std must be >= 0, got {noise_std!r}")
+        raise ValueError(f"{what}: noise_std must be >= 0, got {shown(noise_std)}")
     if not (np.isfinite(lo) and np.isfinite(hi) and lo < hi):
         raise ValueError(f"{what}: need finite lo < hi, got ({lo}, {hi})")
 

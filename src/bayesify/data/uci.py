@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bayesify.options import SplitProtocol, parse_option
+from bayesify.options import SplitProtocol, parse_option, shown
 
 from .errors import DataError
 from .paths import resolve_root
@@ -216,10 +216,10 @@ def load_uci(
     proto = _parse_protocol(protocol)
     folder = _dataset_dir(name, root)
     if not (isinstance(val_fraction, int | float) and 0.0 <= val_fraction < 1.0):
-        raise DataError(f"val_fraction must be in [0, 1), got {val_fraction!r}")
+        raise DataError(f"val_fraction must be in [0, 1), got {shown(val_fraction)}")
     n_splits = uci_n_splits(name, proto, root=folder.parent.parent)
     if isinstance(split, bool) or not isinstance(split, int | np.integer):
-        raise DataError(f"split must be an int, got {split!r}")
+        raise DataError(f"split must be an int, got {shown(split)}")
     if not 0 <= split < n_splits:
         raise DataError(
             f"split {split} out of range for {name!r} (protocol {proto.value!r}): "

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from bayesify.options import shown
 from bayesify.predictive import Predictive, Task
 
 if TYPE_CHECKING:
@@ -51,10 +52,10 @@ def check_options(tol: Any, start: Any, max_samples: Any) -> int:
     if tol is None:
         raise ValueError('samples="adaptive" needs tol, the largest Monte Carlo standard error')
     if not isinstance(tol, int | float) or isinstance(tol, bool) or not 0 <= tol < math.inf:
-        raise ValueError(f"tol must be a finite number >= 0, got {tol!r}")
+        raise ValueError(f"tol must be a finite number >= 0, got {shown(tol)}")
     for name, v in (("start", start), ("max_samples", max_samples)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 2:
-            raise ValueError(f"{name} must be an integer >= 2, got {v!r}")
+            raise ValueError(f"{name} must be an integer >= 2, got {shown(v)}")
     rounds = math.log2(max_samples / start) if max_samples >= start else -1.0
     if rounds < 0 or rounds != int(rounds):
         raise ValueError(
@@ -92,7 +93,9 @@ def predict_adaptive(
     :meth:`~bayesify.data.preprocessing.Preprocessing.outputs`); ``tol`` is read in those units.
     """
     if samples != "adaptive":
-        raise ValueError(f'tol, start and max_samples go with samples="adaptive", got {samples!r}')
+        raise ValueError(
+            f'tol, start and max_samples go with samples="adaptive", got {shown(samples)}'
+        )
     rounds = check_options(tol, start, max_samples)
     if seed is not None:
         if generator is not None:

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader, Dataset
 
+from bayesify.options import shown
 from bayesify.train import Data, as_dataset
 
 
@@ -20,7 +21,7 @@ def check_samples(samples: Any) -> int:
     """``samples`` as a positive int; a bool, a float or a count below 1 is refused."""
     if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1:
         kind = " (a bool)" if isinstance(samples, bool) else ""
-        raise ValueError(f"samples must be a positive integer, got {samples!r}{kind}")
+        raise ValueError(f"samples must be a positive integer, got {shown(samples)}{kind}")
     return int(samples)
 
 

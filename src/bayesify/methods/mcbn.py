@@ -28,7 +28,7 @@ from bayesify.methods.mcbn_tuning import tune_effective_batch_size
 from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampling
 from bayesify.nn.mc_batchnorm import StatisticsPlan
 from bayesify.nn.modes import eval_mode, kept_modes
-from bayesify.options import Statistics
+from bayesify.options import Statistics, shown
 from bayesify.progress import progress_bar
 from bayesify.train import Data, Strategy, as_dataset, as_loader, loader_batch_size
 
@@ -117,7 +117,7 @@ class MCBN(Method):
             raise ValueError(f"conflicting MCBN batch sizes ({said}); give one")
         b = next(iter(given.values()))
         if isinstance(b, bool) or not isinstance(b, int) or b < 2:
-            raise ValueError(f"MCBN's batch size must be an int >= 2, got {b!r}")
+            raise ValueError(f"MCBN's batch size must be an int >= 2, got {shown(b)}")
         return b
 
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Self
 
+from bayesify.options import shown
 from bayesify.predictive import Task
 from bayesify.train import Data, as_dataset
 
@@ -105,7 +106,7 @@ class FromPretrained:
         the method's own ``from_pretrained`` options). Here: fine-tune for ``epochs`` on
         ``train`` at ``lr`` when ``epochs > 0`` (default 0: keep the weights); τ on ``val``."""
         if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 0:
-            raise ValueError(f"epochs must be an int >= 0, got {epochs!r}")
+            raise ValueError(f"epochs must be an int >= 0, got {shown(epochs)}")
         if epochs > 0:
             if train is None:
                 raise ValueError(f"fine-tuning for epochs={epochs} needs training data (train)")

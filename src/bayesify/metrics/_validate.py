@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from bayesify.options import Reduction, parse_option
+from bayesify.options import Reduction, parse_option, shown
 
 __all__ = [
     "Reduction",
@@ -201,12 +201,12 @@ def check_fraction(
     if not (math.isfinite(v) and lo_ok and hi_ok):
         lo = "(" if low_open else "["
         hi = ")" if high_open else "]"
-        raise ValueError(f"{name} must be in {lo}0, 1{hi}, got {value!r}")
+        raise ValueError(f"{name} must be in {lo}0, 1{hi}, got {shown(value)}")
     return v
 
 
 def check_int(value: Any, name: str, minimum: int) -> int:
     """Raise unless ``value`` is an int (not bool) >= ``minimum``."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {shown(value)}")
     return value

@@ -28,6 +28,7 @@ from typing import Literal
 from torch import Tensor, nn
 
 from bayesify.nn.stochastic import StochasticModule, group_bytes, select_groups
+from bayesify.options import shown
 
 MaxRows = int | Literal["auto"] | None
 DEFAULT_MAX_ROWS: MaxRows = "auto"
@@ -85,7 +86,9 @@ def resolve_max_rows(max_rows: MaxRows, x: Tensor) -> int | None:
     """
     if max_rows != "auto":
         if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 0):
-            raise ValueError(f'max_rows must be a positive int, None or "auto", got {max_rows!r}')
+            raise ValueError(
+                f'max_rows must be a positive int, None or "auto", got {shown(max_rows)}'
+            )
         return max_rows or None
     if x.device.type == "cuda":
         return AUTO_CUDA_ROWS

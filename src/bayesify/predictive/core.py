@@ -29,7 +29,7 @@ from torch import Tensor
 
 from bayesify.metrics import classification as cls_metrics
 from bayesify.metrics import regression as reg_metrics
-from bayesify.options import CRPSForm, Task, parse_option
+from bayesify.options import CRPSForm, Task, parse_option, shown
 from bayesify.predictive import mixture, sets
 
 
@@ -266,9 +266,9 @@ class Predictive:
         self._require(Task.REGRESSION, "quantile")
         levels = torch.as_tensor(q, dtype=torch.float64)
         if levels.dim() > 1 or levels.numel() == 0:
-            raise ValueError(f"q must be a float or a 1-D list of levels, got {q!r}")
+            raise ValueError(f"q must be a float or a 1-D list of levels, got {shown(q)}")
         if not ((levels > 0) & (levels < 1)).all():
-            raise ValueError(f"quantile levels must lie strictly between 0 and 1, got {q!r}")
+            raise ValueError(f"quantile levels must lie strictly between 0 and 1, got {shown(q)}")
         out = mixture.mixture_quantile(self.samples, self._noise_std, levels.reshape(-1))
         out = out.to(self.samples.dtype)
         return out[0] if levels.dim() == 0 else out
@@ -278,7 +278,7 @@ class Predictive:
         ``(lower [N], upper [N])`` = quantiles at (1 − level)/2 and (1 + level)/2."""
         self._require(Task.REGRESSION, "interval")
         if not isinstance(level, int | float) or not 0 < level < 1:
-            raise ValueError(f"level must be a float strictly between 0 and 1, got {level!r}")
+            raise ValueError(f"level must be a float strictly between 0 and 1, got {shown(level)}")
         lo, hi = self.quantile([(1 - level) / 2, (1 + level) / 2])
         return lo, hi
 
@@ -287,14 +287,14 @@ class Predictive:
         (classes join by decreasing mean probability; the one that crosses ``level`` is in)."""
         self._require(Task.CLASSIFICATION, "prediction_set")
         if not isinstance(level, int | float) or not 0 < level <= 1:
-            raise ValueError(f"level must be a float in (0, 1], got {level!r}")
+            raise ValueError(f"level must be a float in (0, 1], got {shown(level)}")
         return sets.top_mass_set(self.mean, level)
 
     def sample(self, n: int, *, generator: torch.Generator | None = None) -> Tensor:
         """``n`` independent draws per row from the predictive: ``[n, N]`` targets (regression,
         from the mixture) or int64 labels (classification, from the mean class probabilities)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+            raise ValueError(f"n must be a positive int, got {shown(n)}")
         if self.task is Task.CLASSIFICATION:
             return sets.sample_labels(self.mean, n, generator)
         return mixture.mixture_sample(self.samples, self._noise_std, n, generator)
