@@ -20,8 +20,8 @@ console = Console()
 Threads = Annotated[
     int | None,
     typer.Option(
-        help="torch CPU threads [default: torch's, one per core]; on a machine busy with "
-        "other work, 1 is often much faster.",
+        help="torch CPU threads; on a machine busy with other work, 1 is often much faster.",
+        show_default="torch's: one per core",
         min=1,
     ),
 ]

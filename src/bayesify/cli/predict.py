@@ -17,7 +17,7 @@ def predict(
         Path, typer.Option(help="Output file; its suffix (.csv, .parquet, .npz) picks the format.")
     ],
     samples: Annotated[
-        int | None, typer.Option(help="MC samples T per prediction (default 100).", min=1)
+        int | None, typer.Option(help="MC samples T per prediction.", show_default="100", min=1)
     ] = None,
     level: Annotated[float, typer.Option(help="Interval / prediction-set level.")] = 0.9,
     net: Annotated[

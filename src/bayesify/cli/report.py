@@ -11,11 +11,15 @@ import typer
 def report(
     store: Annotated[Path, typer.Argument(help="Results store (sqlite file) written by a bench.")],
     out: Annotated[
-        Path | None, typer.Option(help="Folder for report.html, report.md and figures/.")
+        Path | None,
+        typer.Option(
+            help="Folder for report.html, report.md and figures/.",
+            show_default="STORE's name without .db, plus _report",
+        ),
     ] = None,
 ) -> None:
     """Write one self-contained HTML page (figures embedded) and a markdown file with every
-    table and figure of a results store [default folder: STORE's name without .db + _report]."""
+    table and figure of a results store."""
     from bayesify.bench.store_report import write_store_report
 
     if not store.is_file():

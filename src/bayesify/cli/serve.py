@@ -13,7 +13,7 @@ from bayesify.cli.common import Threads, set_threads
 def serve(
     bundle: Annotated[Path, typer.Argument(help="Bundle folder to serve.")],
     name: Annotated[
-        str | None, typer.Option(help="Model name in URLs [default: folder name].")
+        str | None, typer.Option(help="Model name in URLs.", show_default="the folder's name")
     ] = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
@@ -23,7 +23,8 @@ def serve(
         typer.Option(
             help="Adaptive sampling: largest MC standard error of the predictive mean, in "
             "the units the server reports (class probabilities; regression: the original "
-            "target units of `mean` and `std`) (default: fixed T)."
+            "target units of `mean` and `std`).",
+            show_default="off: a fixed T",
         ),
     ] = None,
     adaptive_start: Annotated[int, typer.Option(help="Adaptive sampling: first T.", min=2)] = 8,

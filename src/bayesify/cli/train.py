@@ -30,30 +30,36 @@ def train(
     ] = "bostonHousing",
     target: Annotated[str | None, typer.Option(help="Target column (--data a file).")] = None,
     features: Annotated[
-        str | None, typer.Option(help="Feature columns, comma-separated [default: all others].")
+        str | None,
+        typer.Option(help="Feature columns, comma-separated.", show_default="all others"),
     ] = None,
     val: Annotated[
-        Path | None, typer.Option(help="Validation table [default: a seeded 20% split].")
+        Path | None, typer.Option(help="Validation table.", show_default="a seeded 20% split")
     ] = None,
     task: Annotated[str, typer.Option(help="auto, regression or classification.")] = "auto",
     split: Annotated[int, typer.Option(help="UCI split index.", min=0)] = 0,
     protocol: Annotated[str, typer.Option(help="UCI split protocol: teye or gal.")] = "teye",
-    model: Annotated[str, typer.Option(help="mlp (UCI), lenet or resnet (images).")] = "",
+    model: Annotated[
+        str,
+        typer.Option(help="mlp (UCI), lenet or resnet (images).", show_default="by the data"),
+    ] = "",
     hidden: Annotated[str, typer.Option(help="MLP hidden sizes, comma-separated.")] = "50,50",
     norm: Annotated[str, typer.Option(help="batch or none.")] = "batch",
     dropout: Annotated[
         float | None,
-        typer.Option(help="Dropout rate in the model [default: 0; 0.05 for mc-dropout]."),
+        typer.Option(help="Dropout rate in the model.", show_default="0; 0.05 for mc-dropout"),
     ] = None,
-    epochs: Annotated[int, typer.Option(min=1)] = 100,
-    batch_size: Annotated[int, typer.Option(min=1)] = 32,
-    lr: Annotated[float, typer.Option()] = 1e-3,
-    weight_decay: Annotated[float, typer.Option()] = 0.0,
+    epochs: Annotated[int, typer.Option(help="Most training epochs.", min=1)] = 100,
+    batch_size: Annotated[int, typer.Option(help="Mini-batch size.", min=1)] = 32,
+    lr: Annotated[float, typer.Option(help="Learning rate.")] = 1e-3,
+    weight_decay: Annotated[float, typer.Option(help="Weight decay.")] = 0.0,
     patience: Annotated[int | None, typer.Option(help="Early-stopping patience.", min=1)] = None,
     limit: Annotated[
         int | None, typer.Option(help="Train on only this many training rows.", min=1)
     ] = None,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the validation split, initialisation and batch order.")
+    ] = 0,
     option: Annotated[list[str] | None, typer.Option(help="Method option key=value.")] = None,
     preset: Annotated[
         str | None,
