@@ -121,3 +121,21 @@ def test_check_sample_bytes_counts_outputs_and_per_group_draws():
     check_sample_bytes(10**12, 10**6, 1, 4, 0, None)  # None: no limit
     with pytest.raises(ValueError, match="max_bytes must be a positive int or None"):
         check_sample_bytes(1, 1, 1, 4, 0, 0)
+
+
+def test_auto_rows_are_bounded_by_the_widest_activation():
+    from bayesify.methods import resolve_max_rows
+    from bayesify.models import lenet
+
+    x = torch.randn(3, 8)
+    wide = mlp(8, 1, hidden=(30000,), dropout=0.1, norm=None)
+    assert resolve_max_rows("auto", x, wide) == 2**22 // 30000 == 139
+    assert resolve_max_rows("auto", x, mlp(8, 1, hidden=(256, 256))) == 1024  # as without
+    images = torch.randn(3, 1, 28, 28)
+    assert resolve_max_rows("auto", images, lenet()) == resolve_max_rows("auto", images) == 167
+    method = bayesify.MCDropout(wide)
+    method.noise_variance = 1.0
+    seen = []
+    method.net[1].register_forward_pre_hook(lambda m, args: seen.append(len(args[0])))
+    assert method.sample(torch.randn(300, 8), 3).shape == (3, 300, 1)
+    assert max(seen) <= 139 and sum(seen) == 900

@@ -216,7 +216,7 @@ class Method(FromPretrained, Trainable):
         """
         x, generator = self._sample_inputs(x, samples, generator, seed)
         samples = self.sample_count(check_samples(samples))
-        max_rows = resolve_max_rows(max_rows, x)
+        max_rows = resolve_max_rows(max_rows, x, self.net)
         # at least one output number per sample and row: refused before any draw is made
         check_sample_bytes(samples, len(x), 1, x.element_size(), group_bytes(self.net), max_bytes)
         with eval_mode(self.net), torch.no_grad():
@@ -258,7 +258,7 @@ class Method(FromPretrained, Trainable):
         x, _ = self._sample_inputs(x, 1, None, None)
         with eval_mode(self.net), torch.no_grad():
             h = self.net[:k](x)
-        rows_budget = resolve_max_rows(max_rows, x)
+        rows_budget = resolve_max_rows(max_rows, x, self.net)
 
         def draw(rows: Tensor, samples: int) -> Tensor:
             with eval_mode(self.net), torch.no_grad():

@@ -34,6 +34,8 @@ MaxRows = int | Literal["auto"] | None
 DEFAULT_MAX_ROWS: MaxRows = "auto"
 #: ``max_rows="auto"``: input numbers per forward on CPU, and the bounds on rows per forward
 AUTO_CPU_INPUT_NUMBERS, AUTO_CPU_ROWS, AUTO_CUDA_ROWS = 2**17, (64, 1024), 8192
+#: ``max_rows="auto"`` on CPU: numbers of the widest activation per forward
+AUTO_CPU_ACTIVATION_NUMBERS = 2**22
 #: bytes one call's samples may hold by default (``max_bytes``): output and per-group draws
 DEFAULT_MAX_BYTES: int | None = 2**30
 
@@ -77,12 +79,32 @@ def fold_samples(y: Tensor, samples: int, dim: int = 0) -> Tensor:
     return y.unflatten(dim, (samples, y.shape[dim] // samples))
 
 
-def resolve_max_rows(max_rows: MaxRows, x: Tensor) -> int | None:
+def widest_row(net: nn.Module, x: Tensor) -> int:
+    """Numbers per row of the widest activation of ``net`` on inputs ``x [N, ...]``, estimated
+    from its layers' sizes without running it: the input, every ``nn.Linear``'s outputs, and
+    the output channels times the input's positions of a convolution that reads the input's
+    channels (later convolutions are taken to work on fewer positions: pooling, strides)."""
+    row = x[0].numel() if len(x) else 1
+    images = x.dim() > 2 and x.shape[1] > 0
+    positions = max(1, row // x.shape[1]) if images else 1
+    widest = row
+    for m in net.modules():
+        if isinstance(m, nn.Linear):
+            widest = max(widest, m.out_features)
+        elif isinstance(m, nn.Conv1d | nn.Conv2d | nn.Conv3d) and images:
+            reads_input = m.in_channels == x.shape[1]
+            widest = max(widest, m.out_channels * positions if reads_input else 0)
+    return widest
+
+
+def resolve_max_rows(max_rows: MaxRows, x: Tensor, net: nn.Module | None = None) -> int | None:
     """Rows per forward pass for inputs ``x [N, ...]``: an int as given (None or 0: no limit).
 
     ``"auto"``: on CUDA 8192 rows; elsewhere about 2**17 input numbers per forward, between 64
     and 1024 rows (a LeNet image: 167 rows; a UCI row: 1024). Measured on CPU, larger forwards
-    run out of cache and cost more per row than they save in calls (benchmarks/speed.md).
+    run out of cache and cost more per row than they save in calls (benchmarks/speed.md). With
+    ``net``, CPU forwards are also kept to about 2**22 numbers in its widest activation
+    (:func:`widest_row`), below 64 rows if need be: a 30,000-unit layer gets 139 rows.
     """
     if max_rows != "auto":
         if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 0):
@@ -93,7 +115,10 @@ def resolve_max_rows(max_rows: MaxRows, x: Tensor) -> int | None:
     if x.device.type == "cuda":
         return AUTO_CUDA_ROWS
     lo, hi = AUTO_CPU_ROWS
-    return min(hi, max(lo, AUTO_CPU_INPUT_NUMBERS // max(1, x[0].numel() if len(x) else 1)))
+    rows = min(hi, max(lo, AUTO_CPU_INPUT_NUMBERS // max(1, x[0].numel() if len(x) else 1)))
+    if net is not None:
+        rows = min(rows, max(1, AUTO_CPU_ACTIVATION_NUMBERS // widest_row(net, x)))
+    return rows
 
 
 def deterministic_prefix(net: nn.Module) -> int:
