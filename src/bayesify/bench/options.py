@@ -30,6 +30,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from bayesify.atomic import write_text
 from bayesify.data.errors import DataError
 from bayesify.io import BundleError
 
@@ -147,9 +148,7 @@ def command_line(options: Any) -> str:
 
 def write_report(path: str | Path, text: str) -> str:
     """Write a markdown report (creating its folder); returns the text."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    write_text(path, text)
     return text
 
 

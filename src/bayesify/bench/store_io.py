@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bayesify.atomic import write_text
 from bayesify.bench.runner import config_hash
 from bayesify.bench.store import ResultsStore, RowKey
 
@@ -81,11 +82,7 @@ def export_rows(
     with ResultsStore(store, readonly=True) as db:
         rows = db.records()
     rows.sort(key=lambda r: tuple(r[k] for k in KEY_FIELDS))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(export_line(r, digits) + "\n" for r in rows))
-    tmp.replace(path)
+    write_text(path, "".join(export_line(r, digits) + "\n" for r in rows))
     return len(rows)
 
 

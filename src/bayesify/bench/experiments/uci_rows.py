@@ -18,6 +18,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bayesify.atomic import atomic_open
 from bayesify.bench.experiments.uci_jobs import GAL_EXPERIMENT, METHODS_EXPERIMENT, TEYE_EXPERIMENT
 from bayesify.bench.store import ResultsStore, RowKey
 
@@ -113,9 +114,8 @@ def mean_se(values: Sequence[float]) -> tuple[float, float]:
 def write_csv(path: str | Path, records: Sequence[dict[str, Any]]) -> Path:
     """Every record as one CSV line (:data:`CSV_FIELDS`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     ordered = sorted(records, key=lambda r: tuple(str(r[k]) for k in CSV_FIELDS[:6]))
-    with path.open("w", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:
         w = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
         for r in ordered:
