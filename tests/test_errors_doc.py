@@ -148,8 +148,16 @@ def _import_bogus(tmp_path):
     from bayesify.bench.runner import config_hash
     from bayesify.bench.store_io import import_rows
 
-    row = {"experiment": "gal-uci", "method": "mc-dropout", "dataset": "yacht", "split": 0,
-           "seed": 0, "config_hash": config_hash({}), "config": {}, "metrics": {"bogus": 1}}
+    row = {
+        "experiment": "gal-uci",
+        "method": "mc-dropout",
+        "dataset": "yacht",
+        "split": 0,
+        "seed": 0,
+        "config_hash": config_hash({}),
+        "config": {},
+        "metrics": {"bogus": 1},
+    }
     import_rows(tmp_path / "s.db", [row], required=REQUIRED_METRICS)
 
 
