@@ -300,8 +300,8 @@ class Preprocessing:
             names = ", ".join(f"{f}={c}" for c in cats)
             binary = ((group == 0) | (group == 1)).all(1)
             flag(np.flatnonzero(ok[:, col : col + len(cats)].all(1) & ~binary),
-                 lambda i, g=group, f=f: f"columns of category {f!r}: "
-                 f"{_plain(g[i][(g[i] != 0) & (g[i] != 1)][0])} is not 0 or 1")  # fmt: skip
+                 lambda i, g=group, f=f, names=names: f"columns of category {f!r} ({names}): "
+                 f"{_plain(g[i][(g[i] != 0) & (g[i] != 1)][0]):g} is not 0 or 1")  # fmt: skip
             ones = (group == 1).sum(1)
             flag(np.flatnonzero(binary & (ones != 1)),
                  lambda i, ones=ones, f=f, names=names: f"columns of category {f!r} ({names}) "
