@@ -82,14 +82,17 @@ def test_train_names_every_problem_of_the_table_in_one_run(tmp_path):
     frame = _houses()
     frame["area"] = frame["area"].astype(float).mask(frame.index.isin([4, 9]))
     frame["zone"] = "A"
+    frame["rooms"] = frame["rooms"].astype(float).where(frame.index != 11, 1e39)
     frame["age"] = frame["age"].astype(object).where(frame.index != 7, "old")
     frame.to_csv(tmp_path / "t.csv", index=False)
     result = _invoke(["train", "--data", tmp_path / "t.csv", "--target", "price",
                       "--out", tmp_path / "m"], code=2)  # fmt: skip
     said = _said(result)
-    assert "3 problems: (1) column 'area' has missing values in 2 row(s) (first: row 4, 9)" in said
-    assert "(2) column 'age' has non-numeric values in 1 row(s) (first: row 7) (e.g. 'old')" in said
-    assert "(3) column 'zone' is constant ('A' in all 150 rows)" in said
+    assert "4 problems: (1) column 'area' has missing values in 2 row(s) (first: row 4, 9)" in said
+    big = "(2) column 'rooms' has numbers beyond the float32 range in 1 row(s) (first: row 11)"
+    assert big in said
+    assert "(3) column 'age' has non-numeric values in 1 row(s) (first: row 7) (e.g. 'old')" in said
+    assert "(4) column 'zone' is constant ('A' in all 150 rows)" in said
     assert "np." not in said
 
 

@@ -21,7 +21,12 @@ import torch
 
 from bayesify.app.jobs import MC_DROPOUT_RATE, Job, hidden_sizes
 from bayesify.data.errors import DataError
-from bayesify.data.preprocessing import RANGE_MARGIN, Preprocessing, describe_row_errors
+from bayesify.data.preprocessing import (
+    FLOAT32_MAX,
+    RANGE_MARGIN,
+    Preprocessing,
+    describe_row_errors,
+)
 from bayesify.data.tables import read_table
 from bayesify.methods import get_method
 from bayesify.models import mlp
@@ -195,6 +200,8 @@ def check_columns(
                 )
             else:
                 categories[f] = cats
+        elif (big := np.abs(col.to_numpy(np.float64)) > FLOAT32_MAX).any():
+            found.append(f"column {f!r} has numbers beyond the float32 range in {_rows(big)}")
         elif col.nunique() == 1:
             found.append(
                 f"column {f!r} is constant ({_plain(col.iloc[0])!r} in all "

@@ -144,7 +144,8 @@ class Preprocessing:
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """JSON fields; ``label_type`` and ``bounds`` only when set (older readers lack them)."""
+        out = {
             "features": self.features,
             "categories": self.categories,
             "input_shape": self.input_shape,
@@ -154,9 +155,12 @@ class Preprocessing:
             "y_std": self.y_std,
             "target": self.target,
             "class_names": self.class_names,
-            "label_type": self.label_type,
-            "bounds": self.bounds,
         }
+        if self.label_type is not None:
+            out["label_type"] = self.label_type
+        if self.bounds is not None:
+            out["bounds"] = self.bounds
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Preprocessing:
