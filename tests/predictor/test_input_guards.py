@@ -87,6 +87,7 @@ def test_train_names_every_problem_of_the_table_in_one_run(tmp_path):
     frame.to_csv(tmp_path / "t.csv", index=False)
     result = _invoke(["train", "--data", tmp_path / "t.csv", "--target", "price",
                       "--out", tmp_path / "m"], code=2)  # fmt: skip
+    assert result.output.strip().count("\n") == 0, result.output  # one line, never wrapped
     said = _said(result)
     assert "4 problems: (1) column 'area' has missing values in 2 row(s) (first: row 4, 9)" in said
     big = "(2) column 'rooms' has numbers beyond the float32 range in 1 row(s) (first: row 11)"
@@ -122,8 +123,10 @@ def test_far_out_values_are_refused_per_row_alike_in_python_and_the_cli(houses_b
     python_says = str(info.value)
     assert "row 0: column 'area': 1e+30 is outside the range this model accepts" in python_says
     # the CLI, failing, lists every bad row of the file at once
-    said = _said(_invoke(["predict", bundle, tmp_path / "new.csv", "--out",
-                          tmp_path / "p.csv"], code=2))  # fmt: skip
+    failed = _invoke(["predict", bundle, tmp_path / "new.csv", "--out", tmp_path / "p.csv"],
+                     code=2)  # fmt: skip
+    assert failed.output.strip().count("\n") == 0, failed.output  # one line, never wrapped
+    said = _said(failed)
     assert "4 rows cannot be used: row 1: column 'area': missing value;" in said, said
     assert "row 3: column 'rooms': 1e+39 is beyond the float32 range" in said
     assert "row 5: column 'age': 'abc' is not a number" in said
