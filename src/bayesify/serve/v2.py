@@ -1,7 +1,7 @@
 """The Open Inference Protocol (v2) REST endpoints used by KServe, Seldon and Triton clients.
 
-One input tensor (any name; ``shape [N, *input_shape]`` or ``[N, F]``, numeric datatype, JSON
-``data`` or the binary tensor extension) -> named output tensors per row: the prediction
+Input tensors (one per feature for a table bundle, else one tensor ``[N, *input_shape]``; JSON
+``data`` or the binary tensor extension; see below) -> named output tensors per row: the prediction
 (``mean`` / ``probabilities``, ``label`` and ``class_index``), the uncertainty figures
 (``std``, ``epistemic_variance``, ``aleatoric_variance``, ``entropy``, ``mutual_information``,
 ``expected_entropy``), intervals or prediction sets where the predictor gives them, ``defer``,
