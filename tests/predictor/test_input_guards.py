@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
+import bayesify
 from bayesify.app.table_jobs import build_table_training
 from bayesify.cli import app
 from bayesify.data import DataError
@@ -122,6 +123,8 @@ def test_far_out_values_are_refused_per_row_alike_in_python_and_the_cli(houses_b
         p.predict(new.iloc[[6]])
     python_says = str(info.value)
     assert "row 0: column 'area': 1e+30 is outside the range this model accepts" in python_says
+    with pytest.raises(DataError, match=r"1e\+30 is outside the range"):  # the method itself
+        bayesify.load(bundle).predict(new.iloc[[6]], samples=2)
     # the CLI, failing, lists every bad row of the file at once
     failed = _invoke(["predict", bundle, tmp_path / "new.csv", "--out", tmp_path / "p.csv"],
                      code=2)  # fmt: skip
