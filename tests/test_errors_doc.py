@@ -85,12 +85,23 @@ CASES = {
     "train-unknown-feature": lambda p: _train(p, _frame(), features="x,size"),
     "train-too-many-categories": lambda p: _train(p, _frame().assign(
         name=[f"id{i}" for i in range(250)])),
+    "train-many-problems": lambda p: _train(p, _frame().assign(
+        x=lambda f: f["x"].mask(f.index == 4), c=1, y=lambda f: f["y"].mask(f.index == 0))),
     "train-bad-task": lambda p: decide_task(_frame()["y"], "y", "maybe"),
     "table-format": lambda p: table_format("book.xlsx"),
     "predict-unknown-category": lambda p: Predictor(_categorical_method()).predict(
         pd.DataFrame({"n": [1, 2, 3, 4], "band": ["high", "low", "low", "medium"]})),
     "predict-missing-value": lambda p: _predictor().predict(
         pd.DataFrame({"a": [1.0, 2, 3], "b": [1.0, 2, None], "c": [0.0, 0, 0]})),
+    "predict-not-a-number": lambda p: _predictor().predict(
+        pd.DataFrame({"a": [1.0, 2], "b": [1.0, "x"], "c": [0.0, 0]})),
+    "predict-many-problems": lambda p: _predictor().predict(
+        pd.DataFrame({"a": [None, 2, 3], "b": [1.0, "x", "x"], "c": [0.0, 0, 0]})),
+    "predict-out-of-range": lambda p: _bounded_predictor().predict([[1e30, 0, 0]]),
+    "predict-float32-overflow": lambda p: _predictor().predict([[1e39, 0, 0]]),
+    "predict-output-not-finite": lambda p: _predictor().predict([[1e30, 1e30, 1e30]]),
+    "predict-encoded-one-hot": lambda p: Predictor(_categorical_method()).predict(
+        [[1.0, 1.0, 1.0]], encoded=True),
     "predict-missing-column": lambda p: _predictor().predict(pd.DataFrame({"a": [1], "b": [2]})),
     "predict-shape": lambda p: Predictor(_plain_method()).predict(torch.randn(4, 3)),
     "predict-level": lambda p: _predictor().predict([[1, 2, 3]], level=1.5),
@@ -166,6 +177,13 @@ def _damaged_store(tmp_path):
 
     (tmp_path / "results.db").write_bytes(b"not a database" * 100)
     write_store_report(tmp_path / "results.db", tmp_path / "report")
+
+
+def _bounded_predictor() -> Predictor:
+    p = _predictor()
+    p.method.preprocessing = Preprocessing(features=["a", "b", "c"],
+                                           bounds={"a": [-5.0, 5.0]})  # fmt: skip
+    return Predictor(p.method)
 
 
 def _plain_method():
