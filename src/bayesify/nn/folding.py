@@ -27,6 +27,7 @@ from typing import Literal
 
 from torch import Tensor, nn
 
+from bayesify.nn.allocator import tune_allocator
 from bayesify.nn.stochastic import StochasticModule, group_bytes, select_groups
 from bayesify.options import shown
 
@@ -168,6 +169,7 @@ def forward_in_chunks(
     When ``forward`` is ``net`` itself, its :func:`deterministic_prefix` runs once per chunk of
     data rows and the rest over the repeated rows. ``start`` > 0: ``x`` already holds the output
     of ``net[:start]`` (a prefix computed once and reused), and only ``net[start:]`` runs."""
+    tune_allocator()  # once per process: no heap trimming after every chunk (glibc)
     split = deterministic_prefix(net) if forward is net and not start else 0
     if start:
         forward = net[start:]
