@@ -27,7 +27,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bayesify.serve.batching import MicroBatcher
-from bayesify.serve.gate import _Gate
+from bayesify.serve.docs import add_docs
+from bayesify.serve.gate import Drain, _Gate
 from bayesify.serve.metrics import ServerMetrics
 from bayesify.serve.model import InputError, PassKey, ServedModel
 from bayesify.serve.monitor import AmbiguousId, Monitor
@@ -54,6 +55,7 @@ class Settings:
     batch_wait_ms: float = 2.0
     batch_rows: int = 64  # 0: micro-batching off
     api_key: str | None = None
+    body_timeout_s: float = 30.0  # for the whole body, from the end of the headers
 
 
 def field_error(loc: list[str | int], msg: str, status: int = 422) -> JSONResponse:
@@ -86,7 +88,9 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
     errors = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
               413: {"model": ErrorResponse}}  # fmt: skip
     app = FastAPI(title="bayesify prediction server", version="1", lifespan=lifespan,
-                  description=__doc__, responses=errors)  # fmt: skip
+                  description=__doc__, responses=errors, docs_url=None,
+                  redoc_url=None)  # fmt: skip
+    add_docs(app)  # /docs and /redoc, offline
     app.state.model, app.state.monitor, app.state.metrics = model, monitor, metrics
     app.state.batcher, app.state.settings = batcher, settings
 
@@ -251,5 +255,7 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
     from bayesify.serve.v2 import add_v2_routes
 
     add_v2_routes(app, model)
-    app.add_middleware(_Gate, limit=settings.max_body_bytes, api_key=api_key, on_response=count)
+    app.state.drain = Drain()  # started by the listener on SIGTERM
+    app.add_middleware(_Gate, limit=settings.max_body_bytes, api_key=api_key, on_response=count,
+                       body_timeout=settings.body_timeout_s, drain=app.state.drain)  # fmt: skip
     return app
