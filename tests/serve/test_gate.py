@@ -24,13 +24,15 @@ from .conftest import API_KEY, start_server, stop_server, toy_data
 
 KEY = {"X-API-Key": API_KEY}
 TIMEOUT_S = 1.0
+MAX_CONNECTIONS = 130
 
 
 @pytest.fixture(scope="module")
 def keyed(toy_bundle, tmp_path_factory):
-    """A server with an API key and 1 s header and body timeouts."""
+    """A server with an API key, 1 s header and body timeouts and at most 130 connections."""
     srv = start_server(toy_bundle, tmp_path_factory.mktemp("log") / "server.log",
                        "--header-timeout", str(TIMEOUT_S), "--body-timeout", str(TIMEOUT_S),
+                       "--max-connections", str(MAX_CONNECTIONS),
                        env={"BAYESIFY_API_KEY": API_KEY})  # fmt: skip
     yield srv
     stop_server(srv)
@@ -97,6 +99,20 @@ def test_keyless_flood_of_4mib_bodies_costs_no_memory(keyed):
     assert r.status_code == 200  # and the server still answers those with the key
 
 
+def test_connections_beyond_the_cap_get_503(keyed):
+    x = {"inputs": toy_data(1, 0)[0].tolist()}
+    held = [socket.create_connection(_address(keyed)) for _ in range(MAX_CONNECTIONS)]
+    try:  # (held open, silent: the header timeout closes them after a second)
+        time.sleep(0.2)
+        r = httpx.post(f"{keyed.url}/v1/predict", json=x, headers=KEY)
+        assert r.status_code == 503, r.text
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.2)
+    assert httpx.post(f"{keyed.url}/v1/predict", json=x, headers=KEY).status_code == 200
+
+
 def _drip(address: tuple[str, int], first: bytes, drop: bytes, every: float = 0.2,
           limit: float = 10.0) -> tuple[float, bytes]:  # fmt: skip
     """Send ``first``, then ``drop`` every ``every`` seconds until the server answers or
@@ -143,6 +159,13 @@ def test_slow_header_and_slow_body_clients_are_dropped_in_time(keyed):
         assert TIMEOUT_S * 0.8 < seconds < TIMEOUT_S + 1.5, (name, seconds, got)
         assert got.startswith(b"HTTP/1.1 408"), (name, got)
     assert b"body not received within 1 s" in results["slow body"][1]
+
+
+def test_oversized_headers_are_refused(keyed):
+    big = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 70_000 + b"\r\n\r\n"
+    seconds, got = _drip(_address(keyed), big, b"")
+    assert got.startswith(b"HTTP/1.1 400") and seconds < TIMEOUT_S, (seconds, got)
+    assert httpx.get(f"{keyed.url}/healthz").status_code == 200
 
 
 async def _post_then_sigterm(srv, body: bytes, clients: int, wait: float) -> list[bytes]:
@@ -222,3 +245,25 @@ def test_docs_work_offline(keyed):
             if u.startswith("/docs/static/"):
                 asset = httpx.get(keyed.url + u)
                 assert asset.status_code == 200 and len(asset.content) > 1000, u
+
+
+def test_model_card_stays_small(toy_bundle, tmp_path):
+    """/v1/model gives no raw calibration scores and one served ``samples`` figure."""
+    import json as _json
+
+    from bayesify import load
+    from bayesify.posthoc.conformal import calibrate_conformal
+    from bayesify.serve.model import ServedModel
+
+    method = load(toy_bundle)
+    calibrate_conformal(method, toy_data(2000, 7), samples=8)
+    method.save(tmp_path / "conformal")
+    card = ServedModel.load(str(tmp_path / "conformal"), default_samples=16).card()
+    text = _json.dumps(card)
+    assert len(text) < 4000, len(text)  # the 2,000 scores alone were over 30 kB
+    conformal = card["metadata"]["conformal"]
+    assert conformal["n_scores"] == 2000 and conformal["calibration_samples"] == 8
+    assert "scores" not in conformal and "deferral" not in card["metadata"]
+    assert card["deferral"]["threshold"] > 0  # the policy, given once
+    assert re.findall(r'"(\w*samples\w*)":', text).count("samples") == 1, text
+    assert card["sampling"] == {"mode": "fixed", "samples": 16}
