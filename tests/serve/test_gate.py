@@ -169,16 +169,27 @@ def test_oversized_headers_are_refused(keyed):
 
 
 async def _post_then_sigterm(srv, body: bytes, clients: int, wait: float) -> list[bytes]:
-    """``clients`` requests sent whole, SIGTERM ``wait`` seconds later, and each raw answer
-    (the connection is read to its end)."""
+    """``clients`` requests sent whole, then one sent only in part, SIGTERM ``wait`` seconds
+    later, the rest of the last one once the server has stopped listening, and each raw answer
+    (the connections are read to their end); the last one's answer comes last."""
     head = (f"POST /v1/predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
             f"Connection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
-    streams = [await asyncio.open_connection(*_address(srv)) for _ in range(clients)]
-    for _, writer in streams:
+    streams = [await asyncio.open_connection(*_address(srv)) for _ in range(clients + 1)]
+    for _, writer in streams[:-1]:
         writer.write(head + body)
         await writer.drain()
+    late = streams[-1][1]
+    late.write(head[:30])
     await asyncio.sleep(wait)
     srv.process.send_signal(signal.SIGTERM)
+    while True:  # the listening socket closes once shutdown has begun
+        try:
+            _, probe = await asyncio.open_connection(*_address(srv))
+            probe.close()
+            await asyncio.sleep(0.02)
+        except OSError:
+            break
+    late.write(head[30:] + body)
     return list(await asyncio.gather(*(reader.read() for reader, _ in streams)))
 
 
@@ -195,6 +206,7 @@ def test_sigterm_under_load_answers_503_with_retry_after_never_500(toy_bundle, t
     took = time.monotonic() - start
     codes = [int(a.split()[1]) if a else 0 for a in answers]  # 0: closed without an answer
     assert set(codes) <= {200, 503}, (codes, srv.output())
+    assert codes[-1] == 503  # a request that arrived after SIGTERM
     assert 503 in codes, (codes, took)  # 12 heavy passes take longer than the grace period
     for a in answers:
         if a.startswith(b"HTTP/1.1 503"):
