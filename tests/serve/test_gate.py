@@ -29,10 +29,11 @@ MAX_CONNECTIONS = 130
 
 @pytest.fixture(scope="module")
 def keyed(toy_bundle, tmp_path_factory):
-    """A server with an API key, 1 s header and body timeouts and at most 130 connections."""
+    """A server with an API key, 1 s header and body timeouts, at most 130 connections, and
+    idle connections kept a minute."""
     srv = start_server(toy_bundle, tmp_path_factory.mktemp("log") / "server.log",
                        "--header-timeout", str(TIMEOUT_S), "--body-timeout", str(TIMEOUT_S),
-                       "--max-connections", str(MAX_CONNECTIONS),
+                       "--max-connections", str(MAX_CONNECTIONS), "--keep-alive", "60",
                        env={"BAYESIFY_API_KEY": API_KEY})  # fmt: skip
     yield srv
     stop_server(srv)
@@ -101,9 +102,13 @@ def test_keyless_flood_of_4mib_bodies_costs_no_memory(keyed):
 
 def test_connections_beyond_the_cap_get_503(keyed):
     x = {"inputs": toy_data(1, 0)[0].tolist()}
-    held = [socket.create_connection(_address(keyed)) for _ in range(MAX_CONNECTIONS)]
-    try:  # (held open, silent: the header timeout closes them after a second)
-        time.sleep(0.2)
+    held = []
+    try:  # all but one of the connections allowed, each kept alive after a first request
+        for _ in range(MAX_CONNECTIONS - 1):
+            s = socket.create_connection(_address(keyed))
+            held.append(s)
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
         r = httpx.post(f"{keyed.url}/v1/predict", json=x, headers=KEY)
         assert r.status_code == 503, r.text
     finally:
@@ -156,7 +161,8 @@ def test_slow_header_and_slow_body_clients_are_dropped_in_time(keyed):
     for t in threads:
         t.join()
     for name, (seconds, got) in results.items():
-        assert TIMEOUT_S * 0.8 < seconds < TIMEOUT_S + 1.5, (name, seconds, got)
+        # (the upper bound leaves room for a loaded CI machine; without timeouts: never)
+        assert TIMEOUT_S * 0.8 < seconds < TIMEOUT_S + 3, (name, seconds, got)
         assert got.startswith(b"HTTP/1.1 408"), (name, got)
     assert b"body not received within 1 s" in results["slow body"][1]
 
