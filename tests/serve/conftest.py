@@ -50,7 +50,8 @@ def regression_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def make_regression_bundle(path: Path) -> Path:
     """MC dropout MLP regression trained on standardised targets (preprocessing maps back to
-    the target's units), with a deferral policy on std at 80 % coverage."""
+    the target's units), with a deferral policy on std at 80 % coverage and the training
+    targets' range recorded as table training records it."""
     from bayesify.data.preprocessing import Preprocessing
     from bayesify.methods import MCDropout
     from bayesify.models import mlp
@@ -66,6 +67,7 @@ def make_regression_bundle(path: Path) -> Path:
     xv, yv = regression_data(300, 1)
     pred = method.preprocessing.outputs(method.to_predictive(method.sample(xv, 16, seed=0)))
     DeferralPolicy.fit(pred, yv, score="std", target_coverage=0.8).store(method.metadata)
+    method.metadata["target_range"] = [float(y[:400].min()), float(y[:400].max())]
     method.save(path)
     return path
 

@@ -108,7 +108,8 @@ def test_an_absurd_outcome_is_flagged_and_metrics_stay_finite(reg_server):
     answer = _feedback(reg_server, [(ids[0], 1e300), (ids[1], -1e300), (ids[2], float(y[2]))])
     assert answer["accepted"] == 1
     assert [f["request_id"] for f in answer["flagged"]] == ids[:2]
-    assert "standard deviations" in answer["flagged"][0]["reason"]
+    low, high = httpx.get(f"{reg_server.url}/v1/model").json()["metadata"]["target_range"]
+    assert f"training targets' range {low:.6g} .. {high:.6g}" in answer["flagged"][0]["reason"]
     again = _feedback(reg_server, [(ids[0], 100.0)])  # a flagged row was received
     assert again["already_received"] == [ids[0]] and again["accepted"] == 0
     text = httpx.get(f"{reg_server.url}/metrics").text

@@ -176,6 +176,14 @@ def test_feedback_updates_rolling_figures_and_metrics(server):
     pattern = r'bayesify_rolling\{figure="accuracy",model="toy",part="all",version="1"\} (\S+)'
     got = float(re.search(pattern, text).group(1))
     assert got == pytest.approx(mon["all"]["accuracy"])
+    validation = card["deferral"]["validation"]
+    for fig in ("error", "nll", "ece"):  # each baseline beside its live figure
+        for part in ("all", "accepted"):
+            pattern = (rf'bayesify_validation\{{figure="{fig}",model="toy",part="{part}",'
+                       rf'version="1"\}} (\S+)')  # fmt: skip
+            got = float(re.search(pattern, text).group(1))
+            assert got == pytest.approx(validation[f"{fig}_{part}"])
+            assert f'bayesify_rolling{{figure="{fig}",model="toy",part="{part}"' in text
     for name in ("bayesify_request_latency_seconds_bucket", "bayesify_batch_rows_bucket",
                  "bayesify_deferral_rate", "bayesify_samples_used_bucket"):  # fmt: skip
         assert name in text
