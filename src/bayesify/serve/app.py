@@ -16,7 +16,8 @@ scores it by reusing an id; each row is scored at most once (later feedback for 
 ``already_received``); outcomes must be finite numbers or known classes, and a regression
 outcome beyond the bundle's recorded target range (widened by its width) or, without one, 1000
 served standard deviations from the served mean is flagged and not scored; one request carries
-at most a tenth of the rolling window and a drift warning needs twice that many rows.
+at most a tenth of the rolling window, and a figure counts as drifting only if it does with any
+one request's rows left out, so no single request raises a drift warning.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from bayesify import metrics
+from bayesify.metrics.classification import PROB_FLOOR
 from bayesify.metrics.regression import mixture_log_prob
 from bayesify.predictive.mixture import mixture_cdf
 
@@ -103,21 +104,19 @@ def regression_figures(rows: list[RegressionScore], error_metric: str = "rmse") 
     }
 
 
-def classification_figures(probs: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
-    """Accuracy, error, NLL and ECE of served class probabilities ``[N, C]`` and true class
-    indices ``[N]``."""
-    if len(labels) == 0:
+def classification_figures(terms: dict[str, np.ndarray]) -> dict[str, Any]:
+    """Accuracy, error, NLL and ECE of served rows from their :func:`classification_terms`
+    (the figures :mod:`bayesify.metrics` gives: a tested identity)."""
+    if not terms:
         return {"n": 0}
-    p = torch.as_tensor(probs, dtype=torch.float64)
-    p = p / p.sum(-1, keepdim=True)
-    y = torch.as_tensor(labels, dtype=torch.long)
-    error = float(metrics.error_rate(p, y))
+    n = len(terms["error"])
+    error = float(terms["error"].mean())
     return {
-        "n": len(labels),
+        "n": n,
         "accuracy": 1.0 - error,
         "error": error,
-        "nll": clean(float(metrics.nll(p, y))),
-        "ece": clean(float(metrics.expected_calibration_error(p, y))),
+        "nll": clean(float(terms["nll"].mean())),
+        "ece": clean(float(np.abs(terms["ece"].sum(0)).sum() / n)),
     }
 
 
@@ -131,3 +130,48 @@ def reliability(probs: np.ndarray, labels: np.ndarray) -> dict[str, list] | None
     return {"confidence": [clean(v) for v in curve.confidence.tolist()],
             "accuracy": [clean(v) for v in curve.accuracy.tolist()],
             "counts": curve.counts.tolist()}  # fmt: skip
+
+
+# ---------------------------------------------------------------------- drift, request by request
+#: confidence bins of the ECE (as :func:`bayesify.metrics.expected_calibration_error`'s default)
+ECE_BINS = 15
+
+
+def classification_terms(probs: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-row additive terms ``[N, k]`` whose column sums give each figure: ``error`` and
+    ``nll`` (means of the terms), ``ece`` (``Σ_bins |Σ (correct - confidence)| / N``, the bins
+    of :func:`bayesify.metrics.expected_calibration_error`)."""
+    p = probs / probs.sum(-1, keepdims=True)
+    conf, pred = p.max(1), p.argmax(1)
+    correct = (pred == labels).astype(np.float64)
+    picked = p[np.arange(len(labels)), labels]
+    edges = np.linspace(0.0, 1.0, ECE_BINS + 1)
+    idx = np.maximum(np.searchsorted(edges, conf, side="left") - 1, 0)  # bins (lower, upper]
+    ece = np.zeros((len(labels), ECE_BINS))
+    ece[np.arange(len(labels)), idx] = correct - conf
+    return {"error": (1 - correct)[:, None],
+            "nll": -np.log(np.maximum(picked, PROB_FLOOR))[:, None],
+            "ece": ece}  # fmt: skip
+
+
+def regression_terms(rows: list[RegressionScore], error_metric: str) -> dict[str, np.ndarray]:
+    """Per-row additive terms: ``error`` (squared or absolute error), ``nll`` (left out where a
+    row has no log density) and ``interval_coverage`` (covered, nominal level)."""
+    err = [r.abs_error if error_metric == "mae" else r.sq_error for r in rows]
+    out = {"error": np.asarray(err, dtype=np.float64)[:, None],
+           "interval_coverage": np.asarray([[r.covered, r.level] for r in rows],
+                                           dtype=np.float64).reshape(-1, 2)}  # fmt: skip
+    if all(r.log_prob is not None for r in rows):
+        out["nll"] = -np.asarray([r.log_prob for r in rows], dtype=np.float64)[:, None]
+    return out
+
+
+def leave_one_out(terms: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Column sums of ``terms [N, k]`` over all rows (entry 0) and over the rows outside each
+    group (entries 1..G, ``groups [N]`` labels the rows): ``sums [1+G, k]``, ``counts [1+G]``."""
+    _, inv = np.unique(groups, return_inverse=True)
+    per = np.zeros((inv.max() + 1 if len(inv) else 0, terms.shape[1]))
+    np.add.at(per, inv, terms)
+    total = terms.sum(0, keepdims=True)
+    counts = np.concatenate([[len(terms)], len(terms) - np.bincount(inv)])
+    return np.concatenate([total, total - per]), counts

@@ -27,11 +27,13 @@ and interval coverage beside the nominal level served.
 **Drift.** Each figure with a baseline (the deferral policy's validation figures; for interval
 coverage, the nominal level) is compared with it: error, NLL and ECE drift when above the
 baseline by ``tolerance`` (relative, plus 1e-3); coverage when off the level by more than
-``tolerance · (1 - level)`` and three binomial standard errors. A figure is only judged on at
-least ``min_count`` rows, and one feedback request may carry at most ``max_feedback_rows``
-outcomes (fewer than ``min_count``; defaults 100 and 200 of a 1000-row window), so a drift
-warning always rests on rows from at least two feedback requests and one request moves a full
-window's figures by at most a tenth. A warning is logged once and again only after recovery.
+``tolerance · (1 - level)`` and three binomial standard errors. A figure drifts only if it
+does so on at least ``min_count`` rows both over the whole window and with the rows of any one
+feedback request left out (the outcomes between two :meth:`Monitor.refresh` calls): no single
+request, however wrong, raises a warning by itself. One request carries at most
+``max_feedback_rows`` outcomes (defaults: 100 per request, 200 rows, a 1000-row window), so it
+moves a full window's figures by at most a tenth. A warning is logged once and again only
+after recovery.
 """
 
 from __future__ import annotations
@@ -50,8 +52,11 @@ from bayesify.serve.figures import (
     Mixture,
     RegressionScore,
     classification_figures,
+    classification_terms,
     clean,
+    leave_one_out,
     regression_figures,
+    regression_terms,
     reliability,
     score_regression,
 )
@@ -81,6 +86,18 @@ class _Served:
     @property
     def size(self) -> int:
         return len(self.probs) if self.probs is not None else self.mix.size  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Scored rows of the window (all or accepted): classification ``rows`` are the served
+    probabilities ``[N, C]`` and ``labels [N]``, regression ``rows`` the row scores; ``terms``
+    per figure (:mod:`.figures`) and ``groups [N]`` the feedback request of each row."""
+
+    rows: Any
+    labels: np.ndarray | None
+    terms: dict[str, np.ndarray]
+    groups: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -135,12 +152,15 @@ class Monitor:
         self._requests: OrderedDict[str, int] = OrderedDict()  # request id -> its rows
         self._aliases: OrderedDict[str, list[str]] = OrderedDict()  # client id -> request ids
         self._received: OrderedDict[str, None] = OrderedDict()
-        self._scored: deque[_ClassScore | RegressionScore] = deque(maxlen=window)
+        #: (feedback request number, scored row)
+        self._scored: deque[tuple[int, _ClassScore | RegressionScore]] = deque(maxlen=window)
+        self._batch = 0
         self._latency: deque[float] = deque(maxlen=latency_window)
         self._lock = threading.Lock()
         self._drifting: set[str] = set()
-        self._window: dict[str, Any] = self._window_figures([])
-        self._drift: list[dict[str, Any]] = self._drift_rows(self._window)
+        parts = self._parts([])
+        self._window: dict[str, Any] = self._window_figures(parts)
+        self._drift: list[dict[str, Any]] = self._drift_rows(self._window, parts)
         self.served = self.deferred = self.accepted = self.flagged = 0
 
     # ------------------------------------------------------------------ recording
@@ -258,10 +278,11 @@ class Monitor:
                 self.flagged += 1
                 return FLAGGED, reason
             if item.mix is not None:
-                self._scored.append(score_regression(item.mix, outcome, item.lower, item.upper,
-                                                     item.level, item.defer))  # fmt: skip
+                score = score_regression(item.mix, outcome, item.lower, item.upper, item.level,
+                                         item.defer)  # fmt: skip
             else:
-                self._scored.append(_ClassScore(item.defer, item.probs, int(outcome)))  # type: ignore[arg-type]
+                score = _ClassScore(item.defer, item.probs, int(outcome))  # type: ignore[arg-type]
+            self._scored.append((self._batch, score))
             self.accepted += 1
         return ACCEPTED, None
 
@@ -311,8 +332,10 @@ class Monitor:
         """Recompute the window's figures and the drift checks (after feedback)."""
         with self._lock:
             scored = list(self._scored)
-        figures = self._window_figures(scored)
-        drift = self._drift_rows(figures)
+            self._batch += 1  # the outcomes since the last refresh were one request's
+        parts = self._parts(scored)
+        figures = self._window_figures(parts)
+        drift = self._drift_rows(figures, parts)
         with self._lock:
             self._window, self._drift = figures, drift
         for row in drift:
@@ -343,44 +366,71 @@ class Monitor:
                              for q in (50, 95, 99)}  # fmt: skip
         return out
 
-    def _window_figures(self, scored: list) -> dict[str, Any]:
-        accepted = [s for s in scored if not s.defer]
+    def _parts(self, scored: list[tuple[int, Any]]) -> dict[str, _Part]:
+        """The window's rows, all and accepted, with their per-row terms and request numbers."""
+        groups = np.asarray([b for b, _ in scored], dtype=np.int64)
+        rows = [s for _, s in scored]
+        accepted = ~np.asarray([s.defer for s in rows], dtype=bool)
         if self.task == "classification":
+            probs = np.stack([r.probs for r in rows]) if rows else np.zeros((0, 1))
+            labels = np.asarray([r.label for r in rows], dtype=np.int64)
+        out = {}
+        for part, mask in (("all", np.ones(len(rows), dtype=bool)), ("accepted", accepted)):
+            if self.task == "classification":
+                p, y = probs[mask], labels[mask]
+                terms = classification_terms(p, y) if len(y) else {}
+                out[part] = _Part(p, y, terms, groups[mask])
+            else:
+                sub = [r for r, keep in zip(rows, mask, strict=True) if keep]
+                terms = regression_terms(sub, self.error_metric) if sub else {}
+                out[part] = _Part(sub, None, terms, groups[mask])
+        return out
 
-            def part(rows: list[_ClassScore]) -> dict[str, Any]:
-                if not rows:
-                    return {"n": 0}
-                return classification_figures(np.stack([r.probs for r in rows]),
-                                              np.asarray([r.label for r in rows]))  # fmt: skip
-
-            probs = np.stack([r.probs for r in scored]) if scored else np.zeros((0, 1))
-            curve = reliability(probs, np.asarray([r.label for r in scored], dtype=np.int64))
-            return {"scored": len(scored), "all": part(scored), "accepted": part(accepted),
-                    "reliability": curve, "pit": None}  # fmt: skip
-        figs = {p: regression_figures(rows, self.error_metric)
-                for p, rows in (("all", scored), ("accepted", accepted))}  # fmt: skip
+    def _window_figures(self, parts: dict[str, _Part]) -> dict[str, Any]:
+        n = len(parts["all"].groups)
+        if self.task == "classification":
+            figs = {p: classification_figures(d.terms) for p, d in parts.items()}
+            curve = reliability(parts["all"].rows, parts["all"].labels)
+            return {"scored": n, **figs, "reliability": curve, "pit": None}
+        figs = {p: regression_figures(d.rows, self.error_metric) for p, d in parts.items()}
         counts = figs["all"].get("pit_counts")
         pit = {"bins": len(counts), "counts": counts} if counts else None
-        return {"scored": len(scored), **figs, "reliability": None, "pit": pit}
+        return {"scored": n, **figs, "reliability": None, "pit": pit}
 
-    def _drift_rows(self, figures: dict[str, Any]) -> list[dict[str, Any]]:
-        """Per figure with a baseline: live value, baseline, rows and whether it drifts."""
+    def _drift_rows(self, figures: dict[str, Any], parts: dict[str, _Part]
+                    ) -> list[dict[str, Any]]:  # fmt: skip
+        """Per figure with a baseline: live value, baseline, rows and whether it drifts, which
+        it does only if it also drifts with the rows of any one feedback request left out."""
         rows = []
         for part in ("all", "accepted"):
-            fig = figures[part]
+            fig, terms, groups = figures[part], parts[part].terms, parts[part].groups
             n = fig["n"]
             for name in ("error", "nll", "ece"):
                 ref = clean(_number(self.validation.get(f"{name}_{part}")))
                 if ref is None or (name == "ece" and self.task != "classification"):
                     continue
-                live = fig.get(name)
-                drifting = (n >= self.min_count and live is not None
-                            and live > ref + self.tolerance * abs(ref) + 1e-3)  # fmt: skip
-                rows.append(_row(name, part, live, ref, n, drifting))
+                drifting = False
+                if n >= self.min_count and name in terms:
+                    sums, counts = leave_one_out(terms[name], groups)
+                    with np.errstate(invalid="ignore", divide="ignore"):
+                        if name == "ece":
+                            value = np.abs(sums).sum(1) / counts
+                        elif name == "error" and self.task == "regression" and (
+                                self.error_metric != "mae"):  # fmt: skip
+                            value = np.sqrt(sums[:, 0] / counts)
+                        else:
+                            value = sums[:, 0] / counts
+                    bound = ref + self.tolerance * abs(ref) + 1e-3
+                    drifting = bool(np.all((counts >= self.min_count) & (value > bound)))
+                rows.append(_row(name, part, fig.get(name), ref, n, drifting))
             if fig.get("interval_coverage") is not None:
                 live, level = fig["interval_coverage"], fig["interval_level"]
-                band = max(self.tolerance * (1 - level), 3 * math.sqrt(level * (1 - level) / n))
-                drifting = n >= self.min_count and abs(live - level) > band
+                sums, counts = leave_one_out(terms["interval_coverage"], groups)
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    cov, lvl = sums[:, 0] / counts, sums[:, 1] / counts
+                    band = np.maximum(self.tolerance * (1 - lvl),
+                                      3 * np.sqrt(lvl * (1 - lvl) / counts))  # fmt: skip
+                drifting = bool(np.all((counts >= self.min_count) & (np.abs(cov - lvl) > band)))
                 rows.append(_row("interval_coverage", part, live, level, n, drifting))
         return rows
 
