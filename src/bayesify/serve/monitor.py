@@ -24,16 +24,13 @@ classification accuracy, error, NLL, ECE and a reliability curve; regression err
 MAE when the deferral policy was fitted for it), NLL and PIT histogram under the served mixture
 and interval coverage beside the nominal level served.
 
-**Drift.** Each figure with a baseline (the deferral policy's validation figures; for interval
-coverage, the nominal level) is compared with it: error, NLL and ECE drift when above the
-baseline by ``tolerance`` (relative, plus 1e-3); coverage when off the level by more than
-``tolerance · (1 - level)`` and three binomial standard errors. A figure drifts only if it
-does so on at least ``min_count`` rows both over the whole window and with the rows of any one
-feedback request left out (the outcomes between two :meth:`Monitor.refresh` calls): no single
-request, however wrong, raises a warning by itself. One request carries at most
-``max_feedback_rows`` outcomes (defaults: 100 per request, 200 rows, a 1000-row window), so it
-moves a full window's figures by at most a tenth. A warning is logged once and again only
-after recovery.
+**Drift** (:mod:`.drift`). Each figure with a baseline (the deferral policy's validation
+figures; for interval coverage, the nominal level) is compared with it, on at least
+``min_count`` rows and with the rows of any one feedback request (the outcomes between two
+:meth:`Monitor.refresh` calls) left out: no single request, however wrong, raises a warning by
+itself. One request carries at most ``max_feedback_rows`` outcomes (defaults: 100 per request,
+200 rows, a 1000-row window), so it moves a full window's figures by at most a tenth. A
+warning is logged once and again only after recovery.
 """
 
 from __future__ import annotations
@@ -48,13 +45,12 @@ from typing import Any
 
 import numpy as np
 
+from bayesify.serve.drift import WindowPart, drift_rows
 from bayesify.serve.figures import (
     Mixture,
     RegressionScore,
     classification_figures,
     classification_terms,
-    clean,
-    leave_one_out,
     regression_figures,
     regression_terms,
     reliability,
@@ -86,18 +82,6 @@ class _Served:
     @property
     def size(self) -> int:
         return len(self.probs) if self.probs is not None else self.mix.size  # type: ignore[union-attr]
-
-
-@dataclass(frozen=True)
-class _Part:
-    """Scored rows of the window (all or accepted): classification ``rows`` are the served
-    probabilities ``[N, C]`` and ``labels [N]``, regression ``rows`` the row scores; ``terms``
-    per figure (:mod:`.figures`) and ``groups [N]`` the feedback request of each row."""
-
-    rows: Any
-    labels: np.ndarray | None
-    terms: dict[str, np.ndarray]
-    groups: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -160,7 +144,9 @@ class Monitor:
         self._drifting: set[str] = set()
         parts = self._parts([])
         self._window: dict[str, Any] = self._window_figures(parts)
-        self._drift: list[dict[str, Any]] = self._drift_rows(self._window, parts)
+        self._drift: list[dict[str, Any]] = drift_rows(
+            self._window, parts, self.validation, task, self.error_metric, min_count, tolerance
+        )
         self.served = self.deferred = self.accepted = self.flagged = 0
 
     # ------------------------------------------------------------------ recording
@@ -335,7 +321,8 @@ class Monitor:
             self._batch += 1  # the outcomes since the last refresh were one request's
         parts = self._parts(scored)
         figures = self._window_figures(parts)
-        drift = self._drift_rows(figures, parts)
+        drift = drift_rows(figures, parts, self.validation, self.task, self.error_metric,
+                           self.min_count, self.tolerance)  # fmt: skip
         with self._lock:
             self._window, self._drift = figures, drift
         for row in drift:
@@ -366,7 +353,7 @@ class Monitor:
                              for q in (50, 95, 99)}  # fmt: skip
         return out
 
-    def _parts(self, scored: list[tuple[int, Any]]) -> dict[str, _Part]:
+    def _parts(self, scored: list[tuple[int, Any]]) -> dict[str, WindowPart]:
         """The window's rows, all and accepted, with their per-row terms and request numbers."""
         groups = np.asarray([b for b, _ in scored], dtype=np.int64)
         rows = [s for _, s in scored]
@@ -379,14 +366,14 @@ class Monitor:
             if self.task == "classification":
                 p, y = probs[mask], labels[mask]
                 terms = classification_terms(p, y) if len(y) else {}
-                out[part] = _Part(p, y, terms, groups[mask])
+                out[part] = WindowPart(p, y, terms, groups[mask])
             else:
                 sub = [r for r, keep in zip(rows, mask, strict=True) if keep]
                 terms = regression_terms(sub, self.error_metric) if sub else {}
-                out[part] = _Part(sub, None, terms, groups[mask])
+                out[part] = WindowPart(sub, None, terms, groups[mask])
         return out
 
-    def _window_figures(self, parts: dict[str, _Part]) -> dict[str, Any]:
+    def _window_figures(self, parts: dict[str, WindowPart]) -> dict[str, Any]:
         n = len(parts["all"].groups)
         if self.task == "classification":
             figs = {p: classification_figures(d.terms) for p, d in parts.items()}
@@ -397,56 +384,9 @@ class Monitor:
         pit = {"bins": len(counts), "counts": counts} if counts else None
         return {"scored": n, **figs, "reliability": None, "pit": pit}
 
-    def _drift_rows(self, figures: dict[str, Any], parts: dict[str, _Part]
-                    ) -> list[dict[str, Any]]:  # fmt: skip
-        """Per figure with a baseline: live value, baseline, rows and whether it drifts, which
-        it does only if it also drifts with the rows of any one feedback request left out."""
-        rows = []
-        for part in ("all", "accepted"):
-            fig, terms, groups = figures[part], parts[part].terms, parts[part].groups
-            n = fig["n"]
-            for name in ("error", "nll", "ece"):
-                ref = clean(_number(self.validation.get(f"{name}_{part}")))
-                if ref is None or (name == "ece" and self.task != "classification"):
-                    continue
-                drifting = False
-                if n >= self.min_count and name in terms:
-                    sums, counts = leave_one_out(terms[name], groups)
-                    with np.errstate(invalid="ignore", divide="ignore"):
-                        if name == "ece":
-                            value = np.abs(sums).sum(1) / counts
-                        elif name == "error" and self.task == "regression" and (
-                                self.error_metric != "mae"):  # fmt: skip
-                            value = np.sqrt(sums[:, 0] / counts)
-                        else:
-                            value = sums[:, 0] / counts
-                    bound = ref + self.tolerance * abs(ref) + 1e-3
-                    drifting = bool(np.all((counts >= self.min_count) & (value > bound)))
-                rows.append(_row(name, part, fig.get(name), ref, n, drifting))
-            if fig.get("interval_coverage") is not None:
-                live, level = fig["interval_coverage"], fig["interval_level"]
-                sums, counts = leave_one_out(terms["interval_coverage"], groups)
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    cov, lvl = sums[:, 0] / counts, sums[:, 1] / counts
-                    band = np.maximum(self.tolerance * (1 - lvl),
-                                      3 * np.sqrt(lvl * (1 - lvl) / counts))  # fmt: skip
-                drifting = bool(np.all((counts >= self.min_count) & (np.abs(cov - lvl) > band)))
-                rows.append(_row("interval_coverage", part, live, level, n, drifting))
-        return rows
-
     @property
     def drifting(self) -> list[str]:
         return sorted(self._drifting)
-
-
-def _row(figure: str, part: str, live: float | None, ref: float, n: int,
-         drifting: bool) -> dict[str, Any]:  # fmt: skip
-    return {"figure": figure, "part": part, "live": live, "validation": ref, "n": n,
-            "drifting": bool(drifting)}  # fmt: skip
-
-
-def _number(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def _trim(d: OrderedDict, limit: int) -> None:
