@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import textwrap
 from pathlib import Path
@@ -116,6 +117,13 @@ CASES = {
         (torch.randn(4, 2), torch.tensor([0, 1, 2, 7])), epochs=1, progress=False),
     "save-overwrite": lambda p: [_plain_method().save(p / "b") for _ in range(2)],
     "device-no-cuda": lambda p: bayesify.load(_plain_method().save(p / "b"), device="cuda"),
+    "load-malformed-config": lambda p: bayesify.load(_edited_bundle(p, lambda c: c.pop("method"))),
+    "load-nested-config": lambda p: bayesify.load(_edited_bundle(p, text="[" * 9**5 + "]" * 9**5)),
+    "load-shape-mismatch": lambda p: bayesify.load(_edited_bundle(p, lambda c: c["model"]["kwargs"][
+        "layers"][0]["kwargs"].update(in_features=30000, out_features=30000))),
+    "load-int-weights": lambda p: bayesify.load(_int_bundle(p)),
+    "import-missing-metrics": lambda p: _import_bogus(p),
+    "store-damaged": lambda p: _damaged_store(p),
 }  # fmt: skip
 
 
@@ -126,6 +134,51 @@ def _feedback_id(aliases: list, rows: int, name: str | None = None) -> None:
     for alias in aliases:
         rid, _ = mon.record_request([{"probabilities": [0.5, 0.5]}] * rows, alias=alias)
     mon.check_id(name or rid)
+
+
+def _edited_bundle(tmp_path, change=None, text=None):
+    m = bayesify.Deterministic(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)))
+    m.noise_variance = 1.0
+    config = m.save(tmp_path / "b") / "config.json"
+    if change is not None:
+        cfg = json.loads(config.read_text())
+        change(cfg)
+        text = json.dumps(cfg)
+    config.write_text(text)
+    return tmp_path / "b"
+
+
+def _int_bundle(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    weights = _plain_method().save(tmp_path / "b") / "weights.safetensors"
+    save_file({k: v.to(torch.int64) for k, v in load_file(weights).items()}, weights)
+    return tmp_path / "b"
+
+
+def _import_bogus(tmp_path):
+    from bayesify.bench.experiments.uci_rows import REQUIRED_METRICS
+    from bayesify.bench.runner import config_hash
+    from bayesify.bench.store_io import import_rows
+
+    row = {
+        "experiment": "gal-uci",
+        "method": "mc-dropout",
+        "dataset": "yacht",
+        "split": 0,
+        "seed": 0,
+        "config_hash": config_hash({}),
+        "config": {},
+        "metrics": {"bogus": 1},
+    }
+    import_rows(tmp_path / "s.db", [row], required=REQUIRED_METRICS)
+
+
+def _damaged_store(tmp_path):
+    from bayesify.bench.store_report import write_store_report
+
+    (tmp_path / "results.db").write_bytes(b"not a database" * 100)
+    write_store_report(tmp_path / "results.db", tmp_path / "report")
 
 
 def _plain_method():
