@@ -170,6 +170,7 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
     policy = model.policy
     monitor = Monitor(model.task, model.class_names, policy.validation if policy else None,
                       name=model.name, version=version,
+                      class_labels=model.predictor.class_labels,
                       target_range=target_range(model.predictor.method.metadata))  # fmt: skip
     metrics.set_figures(monitor.figures())
     batcher = MicroBatcher(model.run, max_wait_ms=settings.batch_wait_ms,

@@ -114,6 +114,7 @@ class Monitor:
         name: str = "model",
         version: str = "1",
         target_range: tuple[float, float] | None = None,
+        class_labels: list[Any] | None = None,
         window: int = 1000,
         min_count: int = 200,
         max_feedback_rows: int = 100,
@@ -128,6 +129,10 @@ class Monitor:
         self.validation = validation or {}
         self.error_metric = str(self.validation.get("error_metric", "rmse"))
         self.target_range = target_range
+        #: typed classes (e.g. ints) when the training table's labels were not text: an
+        #: outcome equal to one of them is that class, not a class index
+        typed = class_labels is not None and any(not isinstance(c, str) for c in class_labels)
+        self._label_index = {c: i for i, c in enumerate(class_labels)} if typed else None
         self.window, self.min_count, self.tolerance = window, min_count, tolerance
         self.max_feedback_rows = max_feedback_rows
         self._max_pending, self._max_values = max_pending, max_pending_values
@@ -208,6 +213,10 @@ class Monitor:
     def outcome_value(self, outcome: Any) -> float:
         """An outcome as a number: a class index or name (classification), a finite number."""
         if self.task == "classification":
+            if self._label_index is not None and not isinstance(outcome, bool | str):
+                if outcome not in self._label_index:
+                    raise ValueError(f"unknown class {outcome}; valid: {list(self._label_index)}")
+                return float(self._label_index[outcome])
             if isinstance(outcome, str):
                 if not self.class_names or outcome not in self.class_names:
                     raise ValueError(f"unknown class {outcome!r}; valid: {self.class_names}")
