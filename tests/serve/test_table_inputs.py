@@ -95,8 +95,10 @@ def test_feedback_reads_integer_classes_as_labels(served):
     assert answer["accepted"] == 1
     status = httpx.get(f"{srv.url}/v1/model").json()["monitor"]
     assert status["all"]["error"] == 0.0  # scored as the predicted class, so no error
-    bad = httpx.post(f"{srv.url}/v1/feedback",
-                     json={"outcomes": [{"request_id": pred["request_id"], "outcome": 0}]})
+    bad = httpx.post(
+        f"{srv.url}/v1/feedback",
+        json={"outcomes": [{"request_id": pred["request_id"], "outcome": 0}]},
+    )
     assert bad.status_code == 422 and "unknown class 0" in bad.text
 
 
