@@ -240,8 +240,9 @@ def test_fit_casts_integer_inputs_as_predict_does():
     "train, val, message",
     [
         ("complex", None, r"^training inputs are complex \(complex64\); bayesify takes real"),
-        ("wide", None, r"^training inputs of shape \[N, 7\] do not fit the network \(mat1"),
-        (None, "wide", r"^validation inputs of shape \[N, 7\] do not fit the network"),
+        ("wide", None, r"^training inputs have 7 feature\(s\) per row; the network's first"),
+        (None, "wide", r"^validation inputs have 7 feature\(s\) per row"),
+        ("images", None, r"^training inputs of shape \[N, 3, 28, 28\] do not fit the network"),
         ("complex y", None, r"^training targets are complex \(complex64\)"),
         ("int dataset", None, r"^training inputs are int64; the network takes floating-point"),
     ],
@@ -251,11 +252,14 @@ def test_fit_refuses_inputs_predict_refuses_in_one_line(train, val, message):
     bad = {
         "complex": (x.to(torch.complex64), y),
         "wide": (torch.randn(64, 7), y),
+        "images": (torch.randn(64, 3, 28, 28), y),
         "complex y": (x.float(), y.to(torch.complex64)),
         "int dataset": torch.utils.data.TensorDataset(x, y),
         None: (x.float(), y),
     }
     method = bayesify.MCDropout(mlp(3, hidden=(8,), dropout=0.1, norm=None))
+    if train == "images":  # a LeNet reads one channel
+        method = bayesify.Deterministic(lenet(), task="classification")
     with pytest.raises(ValueError, match=message) as info:
         method.fit(bad[train], val=bad[val], epochs=1, batch_size=16, progress=False)
     assert "\n" not in str(info.value)

@@ -33,6 +33,7 @@ from bayesify.methods.inputs import (
     as_input_tensor,
     check_dataset_row,
     check_device,
+    check_first_layer,
     check_inputs,
     check_row_target,
     check_samples,
@@ -376,8 +377,8 @@ class Method(FromPretrained, Trainable):
         """Training or validation data whose inputs are checked as :meth:`predict` checks
         them: ``(X, y)`` with ``X`` cast to the network's dtype (real numbers, the recorded
         row shape, finite), a Dataset or DataLoader by its first row (real, floating point);
-        then one row goes through the network, so inputs of a width it cannot take are a
-        one-line error naming their shape instead of a torch error inside training."""
+        then their width against the network's first layer (:func:`inputs.check_first_layer`),
+        so a mismatch is one line instead of a torch error inside training."""
         if isinstance(data, tuple | list) and len(data) == 2:
             x = check_inputs(data[0], None, self._dtype(), self.input_shape, what)
             y = as_input_tensor(data[1], what.replace("inputs", "targets"))
@@ -388,15 +389,7 @@ class Method(FromPretrained, Trainable):
                 raise ValueError(f"{what}: the dataset is empty")
             first = check_dataset_row(ds[0][0], what).unsqueeze(0)
             check_inputs(first, None, self._dtype(), self.input_shape, what)
-        try:
-            with eval_mode(self.net), torch.no_grad():
-                self.net(first.to(self.device, self._dtype()))
-        except (RuntimeError, ValueError, IndexError, TypeError) as e:
-            reason = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            shape = ", ".join(["N", *map(str, first.shape[1:])])
-            raise ValueError(
-                f"{what} of shape [{shape}] do not fit the network ({reason})"
-            ) from None
+        check_first_layer(self.net, tuple(first.shape[1:]), what)
         return data
 
     # ------------------------------------------------------------------ bundles

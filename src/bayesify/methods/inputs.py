@@ -6,13 +6,16 @@ torch traceback from deep inside a layer or, worse, silently wrong numbers.
 
 from __future__ import annotations
 
+import math
 import numbers
+from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
+from bayesify.nn import StochasticModule
 from bayesify.options import shown
 from bayesify.train import Data, as_dataset
 
@@ -190,3 +193,50 @@ def check_row_target(y0: Any, classification: bool) -> None:
             f"each row needs one {kind} (y of shape [N] or [N, 1]), got rows of "
             f"shape {list(y0.shape)}"
         )
+
+
+def _leading_layers(net: nn.Module) -> Iterator[nn.Module]:
+    """The layers an ``nn.Sequential`` runs first, nested Sequentials opened, in order."""
+    if isinstance(net, nn.Sequential):
+        for child in net:
+            yield from _leading_layers(child)
+    else:
+        yield net
+
+
+def check_first_layer(net: nn.Module, row_shape: tuple[int, ...], what: str) -> None:
+    """Inputs with rows of ``row_shape`` against the first ``nn.Linear`` or convolution of an
+    ``nn.Sequential`` (after layers that keep the shape: dropout, parameter-free noise,
+    ``nn.Flatten``): features or channels it cannot take are a one-line error before training.
+    Other networks, or a first layer of another kind, are not checked (nothing is run)."""
+    flat = False
+    for layer in _leading_layers(net):
+        if isinstance(layer, nn.Flatten):
+            flat = True
+        elif isinstance(layer, nn.Linear):
+            got = math.prod(row_shape) if flat else (row_shape[-1] if row_shape else 1)
+            if got != layer.in_features:
+                raise ValueError(
+                    f"{what} have {got} feature(s) per row; the network's first layer "
+                    f"(nn.Linear) takes {layer.in_features}"
+                )
+            return
+        elif isinstance(layer, nn.Conv1d | nn.Conv2d | nn.Conv3d):
+            dims = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}[type(layer)]
+            if len(row_shape) != dims + 1 or row_shape[0] != layer.in_channels:
+                shape = ", ".join(["N", *map(str, row_shape)])
+                raise ValueError(
+                    f"{what} of shape [{shape}] do not fit the network's first layer "
+                    f"(nn.{type(layer).__name__} of {layer.in_channels} channels)"
+                )
+            return
+        elif any(True for _ in layer.parameters()) or not isinstance(
+            layer,
+            nn.Dropout
+            | nn.Dropout1d
+            | nn.Dropout2d
+            | nn.Dropout3d
+            | nn.Identity
+            | StochasticModule,
+        ):
+            return  # a layer whose input width is not known here
