@@ -1,4 +1,4 @@
-"""``bayesify serve``: run the prediction server for a bundle."""
+"""``bayesify serve``: run the prediction server for a bundle or a folder of bundles."""
 
 from __future__ import annotations
 
@@ -9,9 +9,17 @@ import typer
 
 
 def serve(
-    bundle: Annotated[Path, typer.Argument(help="Bundle folder to serve.")],
+    bundle: Annotated[
+        Path,
+        typer.Argument(
+            help="Bundle folder to serve, or a folder of bundles: DIR/NAME/ (version 1) or "
+            "DIR/NAME/VERSION/ (integer versions; the newest is the default).",
+            show_default=False,
+        ),
+    ],
     name: Annotated[
-        str | None, typer.Option(help="Model name in URLs [default: folder name].")
+        str | None,
+        typer.Option(help="Model name in URLs, for one bundle [default: folder name]."),
     ] = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
@@ -43,8 +51,10 @@ def serve(
     threads: Annotated[int | None, typer.Option(help="torch CPU threads.", min=1)] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
-    """Serve a bundle over HTTP: /v1/predict, the Open Inference Protocol (/v2/...), /metrics,
-    feedback and a status page at /. Set BAYESIFY_API_KEY to require an API key."""
+    """Serve a bundle, or every bundle in a folder, over HTTP: /v1/predict, the Open Inference
+    Protocol (/v2/..., with the model repository extension to load and unload models while the
+    server runs), /metrics, feedback and a status page at /. Set BAYESIFY_API_KEY to require an
+    API key."""
     import logging
 
     import torch
@@ -54,6 +64,7 @@ def serve(
     from bayesify.methods.adaptive import check_options
     from bayesify.serve.app import Settings, create_app
     from bayesify.serve.model import Adaptive, ServedModel
+    from bayesify.serve.repository import BatchSettings, Repository, is_folder_of_bundles
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -62,14 +73,29 @@ def serve(
         if adaptive_tol is not None:
             check_options(adaptive_tol, adaptive_start, adaptive_max)
             adaptive = Adaptive(adaptive_tol, adaptive_start, adaptive_max)
-        model = ServedModel.load(str(bundle), name, int8=int8, default_samples=samples,
-                                 adaptive=adaptive)  # fmt: skip
+
+        def loader(path: str, model_name: str) -> ServedModel:
+            return ServedModel.load(path, model_name, int8=int8, default_samples=samples,
+                                    adaptive=adaptive)  # fmt: skip
+
+        batching = BatchSettings(batch_wait_ms, batch_rows)
+        if is_folder_of_bundles(bundle):
+            if name is not None:
+                raise ValueError(f"--name names one bundle; the models of {bundle} are named "
+                                 "by their folders")  # fmt: skip
+            repo = Repository.of_folder(bundle, loader, batching)
+        else:
+            model = loader(str(bundle), name or bundle.resolve().name)
+            repo = Repository.of_model(model, path=bundle, loader=loader, batching=batching)
     except (ValueError, TypeError, OSError) as e:
         raise fail(str(e)) from None
     settings = Settings(max_body_bytes=max_body, max_rows=max_rows, max_samples=max_samples,
                         batch_wait_ms=batch_wait_ms, batch_rows=batch_rows)  # fmt: skip
-    app = create_app(model, settings)
+    app = create_app(repo, settings)
     logging.getLogger("bayesify").setLevel(logging.INFO)
-    console.print(f"serving {model.name} ({model.predictor.method.name}, {model.task}) on "
-                  f"http://{host}:{port}/")  # fmt: skip
+    url = f"http://{host}:{port}/"
+    for e in repo.entries():
+        version = f" version {e.version}" if repo.root is not None else ""
+        console.print(f"serving {e.name}{version} ({e.model.predictor.method.name}, "
+                      f"{e.model.task}) on {url}")  # fmt: skip
     uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)
