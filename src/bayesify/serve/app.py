@@ -251,11 +251,12 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
 
     app.state.check_limits = check_limits
     bad_input = {422: {"model": ErrorResponse, "description": "A field that cannot be used."}}
+    not_found = {404: {"model": ErrorResponse, "description": "No such model or version served."}}
 
     @app.post(
         "/v1/predict",
         response_model=PredictResponse,
-        responses=bad_input,
+        responses={**bad_input, **not_found},
         openapi_extra=json_body(PredictRequest),
     )
     async def predict(request: Request) -> Response:
@@ -299,7 +300,8 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         return JSONResponse({"model": model.name, "version": entry.version, "request_id": rid,
                              "predictions": out})  # fmt: skip
 
-    @app.post("/v1/feedback", response_model=FeedbackResponse, responses=bad_input)
+    @app.post("/v1/feedback", response_model=FeedbackResponse,
+              responses={**bad_input, **not_found})  # fmt: skip
     async def feedback(req: FeedbackRequest, request: Request) -> Response:
         """True outcomes for rows served earlier: each row's ``request_id`` from ``/v1/predict``
         or the ``request_id`` output of ``/v2/models/{name}/infer``; for a one-row request, the
@@ -337,7 +339,7 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         metrics.set_rolling(monitor.figures())
         return JSONResponse({"accepted": accepted, "unknown": unknown})
 
-    @app.get("/v1/model", response_model=None)
+    @app.get("/v1/model", response_model=None, responses=not_found)
     async def model_card(request: Request, name: str | None = None,
                          version: int | None = None) -> dict[str, Any] | Response:  # fmt: skip
         """The model card: method, task, input shape, sampling, the deferral policy with its
@@ -359,7 +361,7 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         card["monitor"] = monitor.figures()
         return card
 
-    @app.get("/v1/status", response_model=None)
+    @app.get("/v1/status", response_model=None, responses=not_found)
     async def status(name: str | None = None,
                      version: int | None = None) -> dict[str, Any] | Response:  # fmt: skip
         """What the status page polls: the summary and live figures of one model (``?name=``
