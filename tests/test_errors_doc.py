@@ -86,6 +86,10 @@ CASES = {
         name=[f"id{i}" for i in range(250)])),
     "train-bad-task": lambda p: decide_task(_frame()["y"], "y", "maybe"),
     "table-format": lambda p: table_format("book.xlsx"),
+    "serve-name-with-folder": lambda p: _serve_folder(p, name="x"),
+    "serve-unknown-model": lambda p: _served().get("nope"),
+    "serve-unknown-version": lambda p: _served().get("toy", 3),
+    "serve-model-required": lambda p: _serve_folder(p).get(None),
     "predict-unknown-category": lambda p: Predictor(_categorical_method()).predict(
         pd.DataFrame({"n": [1, 2, 3, 4], "band": ["high", "low", "low", "medium"]})),
     "predict-missing-value": lambda p: _predictor().predict(
@@ -113,6 +117,23 @@ CASES = {
     "save-overwrite": lambda p: [_plain_method().save(p / "b") for _ in range(2)],
     "device-no-cuda": lambda p: bayesify.load(_plain_method().save(p / "b"), device="cuda"),
 }  # fmt: skip
+
+
+def _served():
+    from bayesify.serve.model import ServedModel
+    from bayesify.serve.repository import Repository
+
+    return Repository.of_model(ServedModel(Predictor(_plain_method()), "toy"))
+
+
+def _serve_folder(tmp_path, name=None):
+    """``bayesify serve`` on a folder of two bundles, ``a`` and ``b``."""
+    from bayesify.serve.model import ServedModel
+    from bayesify.serve.repository import Repository
+
+    for sub in ("a", "b"):
+        _plain_method().save(tmp_path / "models" / sub)
+    return Repository.open(tmp_path / "models", name, ServedModel.load)
 
 
 def _plain_method():

@@ -64,7 +64,7 @@ def serve(
     from bayesify.methods.adaptive import check_options
     from bayesify.serve.app import Settings, create_app
     from bayesify.serve.model import Adaptive, ServedModel
-    from bayesify.serve.repository import BatchSettings, Repository, is_folder_of_bundles
+    from bayesify.serve.repository import BatchSettings, Repository
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -78,15 +78,7 @@ def serve(
             return ServedModel.load(path, model_name, int8=int8, default_samples=samples,
                                     adaptive=adaptive)  # fmt: skip
 
-        batching = BatchSettings(batch_wait_ms, batch_rows)
-        if is_folder_of_bundles(bundle):
-            if name is not None:
-                raise ValueError(f"--name names one bundle; the models of {bundle} are named "
-                                 "by their folders")  # fmt: skip
-            repo = Repository.of_folder(bundle, loader, batching)
-        else:
-            model = loader(str(bundle), name or bundle.resolve().name)
-            repo = Repository.of_model(model, path=bundle, loader=loader, batching=batching)
+        repo = Repository.open(bundle, name, loader, BatchSettings(batch_wait_ms, batch_rows))
     except (ValueError, TypeError, OSError) as e:
         raise fail(str(e)) from None
     settings = Settings(max_body_bytes=max_body, max_rows=max_rows, max_samples=max_samples,

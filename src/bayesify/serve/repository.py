@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 READY, UNAVAILABLE = "READY", "UNAVAILABLE"
 
 
-class UnknownModel(LookupError):
+class UnknownModel(ValueError):
     """A model name or version that is not served; the message names what is."""
 
 
@@ -126,6 +126,19 @@ class Repository:
     _started: bool = False
 
     # ------------------------------------------------------------------ building
+    @classmethod
+    def open(cls, path: Path, name: str | None, loader: Loader,
+             batching: BatchSettings | None = None) -> Repository:  # fmt: skip
+        """What ``bayesify serve PATH`` serves: the bundle at ``path`` (named ``name``, else
+        by its folder) or, when ``path`` is a folder of bundles, every one of them."""
+        if is_folder_of_bundles(path):
+            if name is not None:
+                raise ValueError(f"--name names one bundle; the models in {path} are named by "
+                                 "their folders")  # fmt: skip
+            return cls.of_folder(path, loader, batching)
+        model = loader(str(path), name or path.resolve().name)
+        return cls.of_model(model, path=path, loader=loader, batching=batching)
+
     @classmethod
     def of_model(cls, model: ServedModel, *, path: Path | None = None, loader: Loader | None = None,
                  batching: BatchSettings | None = None) -> Repository:  # fmt: skip
