@@ -8,6 +8,7 @@ without a restart, and the status page in chromium lists them all."""
 from __future__ import annotations
 
 import shutil
+import threading
 
 import httpx
 import numpy as np
@@ -158,8 +159,28 @@ def test_tritonclient_lists_unloads_loads_and_calls_all_three(repo_server):
             assert res.as_numpy("mean").shape == (len(ROWS),)
     # without a version: the newest
     assert set(_labels(_infer(repo_server, "toy"))) <= set(CLASSES_V2)
-    # unload: no longer served (404 naming what is), listed as unavailable; load: back again
+    # unload: no longer served (404 naming what is), listed as unavailable; load: back again.
+    # Clients that keep sending while it comes get answers, then the 404: none hangs or fails
+    # otherwise
+    statuses: list[list[int]] = [[] for _ in range(4)]
+    answered = threading.Event()
+    big = {"inputs": toy_data(64, 5)[0].tolist(), "samples": 256, "model": "reg"}
+
+    def send(seen):
+        with httpx.Client(timeout=120) as http:
+            while len(seen) < 500 and 404 not in seen:
+                seen.append(http.post(f"{repo_server.url}/v1/predict", json=big).status_code)
+                answered.set()
+
+    threads = [threading.Thread(target=send, args=(seen,)) for seen in statuses]
+    for t in threads:
+        t.start()
+    assert answered.wait(60)
     client.unload_model("reg")
+    for t in threads:
+        t.join(120)
+    for seen in statuses:  # 200 ... 200 404
+        assert seen[-1] == 404 and set(seen[:-1]) <= {200}, seen
     assert not client.is_model_ready("reg")
     with pytest.raises(Exception, match="'reg' is not loaded"):
         _infer(repo_server, "reg", "1")

@@ -210,6 +210,8 @@ class Repository:
         """The loaded ``version`` of ``name`` (default: its newest); ``name`` may be left out
         when one model is served. ``UnknownModel`` names what is served."""
         if name is None:
+            if not self.loaded:
+                raise UnknownModel(f"this server serves {self.describe()}")
             if not self.single:
                 raise ModelRequired(f"several models are served ({self.describe()}); name one")
             name = next(iter(self.loaded))
@@ -325,7 +327,9 @@ class Repository:
             return new
 
     async def unload(self, name: str) -> None:
-        """Stop serving every version of ``name`` (requests already queued are answered)."""
+        """Stop serving every version of ``name`` (requests already queued are answered: a
+        request finds its entry and queues its rows without yielding to the event loop in
+        between, so every request that found it is queued before its batcher stops)."""
         async with self._get_lock():
             versions = self.loaded.pop(name, None)
             if versions is None:

@@ -215,10 +215,11 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
     async def infer(name: str, request: Request, version: str | None = None) -> Response:
         """Inference: one input tensor in, the prediction and its uncertainty as named outputs
         (``samples`` request parameter: T)."""
+        body = await request.body()
+        # no await from here to the rows queued (see Repository.unload)
         if isinstance(entry := find(request, name, version), JSONResponse):
             return entry
         model = entry.model
-        body = await request.body()
         header = request.headers.get(HEADER_LENGTH)
         binary = b""
         if header is not None:
