@@ -95,13 +95,13 @@ def test_each_model_answers_by_name_and_version(repo_server, folder):
     for name, version, path, classes in [("toy", 1, toy / "1", CLASSES),
                                          ("toy", 2, toy / "2", CLASSES_V2),
                                          ("toy", None, toy / "2", CLASSES_V2)]:  # fmt: skip
-        r = _predict(srv, model=name, version=version, samples=64)
+        r = _predict(srv, model=name, version=version, samples=256)
         assert r.status_code == 200, r.text
         body = r.json()
         assert body["model"] == "toy" and body["version"] == (version or 2)  # newest by default
         probs = np.array([p["probabilities"] for p in body["predictions"]])
         ref = Predictor.load(path).predict(ROWS, samples=2000, seed=0)
-        np.testing.assert_allclose(probs, ref.columns["probabilities"], atol=0.12)
+        np.testing.assert_allclose(probs, ref.columns["probabilities"], atol=0.1)  # T = 256
         assert [p["label"] for p in body["predictions"]] == [classes[i] for i in probs.argmax(1)]
     r = _predict(srv, model="reg", samples=256)
     assert r.status_code == 200 and r.json()["version"] == 1, r.text

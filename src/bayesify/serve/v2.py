@@ -167,9 +167,12 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
                 "extensions": ["binary_tensor_data", "model_repository"]}  # fmt: skip
 
     @app.get("/v2/models/{name}", response_model=V2ModelMetadata, responses=errors)
+    async def model_metadata(request: Request, name: str) -> Response:
+        return await version_metadata(request, name, None)
+
     @app.get("/v2/models/{name}/versions/{version}", response_model=V2ModelMetadata,
              responses=errors)  # fmt: skip
-    async def model_metadata(request: Request, name: str, version: str | None = None) -> Response:
+    async def version_metadata(request: Request, name: str, version: str | None) -> Response:
         if isinstance(entry := find(request, name, version), JSONResponse):
             return entry
         model = entry.model
@@ -201,8 +204,11 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
         return JSONResponse(meta)
 
     @app.get("/v2/models/{name}/ready", responses=errors)
+    async def model_ready(request: Request, name: str) -> Response:
+        return await version_ready(request, name, None)
+
     @app.get("/v2/models/{name}/versions/{version}/ready", responses=errors)
-    async def model_ready(request: Request, name: str, version: str | None = None) -> Response:
+    async def version_ready(request: Request, name: str, version: str | None) -> Response:
         if isinstance(entry := find(request, name, version), JSONResponse):
             return entry
         return JSONResponse({"name": entry.name, "version": str(entry.version), "ready": True})
@@ -211,10 +217,14 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
                  "openapi_extra": json_body(V2InferRequest)}  # fmt: skip
 
     @app.post("/v2/models/{name}/infer", **infer_doc)
-    @app.post("/v2/models/{name}/versions/{version}/infer", **infer_doc)
-    async def infer(name: str, request: Request, version: str | None = None) -> Response:
+    async def infer(name: str, request: Request) -> Response:
         """Inference: one input tensor in, the prediction and its uncertainty as named outputs
-        (``samples`` request parameter: T)."""
+        (``samples`` request parameter: T), by the newest version served."""
+        return await version_infer(name, None, request)
+
+    @app.post("/v2/models/{name}/versions/{version}/infer", **infer_doc)
+    async def version_infer(name: str, version: str | None, request: Request) -> Response:
+        """Inference by one version of the model."""
         body = await request.body()
         # no await from here to the rows queued (see Repository.unload)
         if isinstance(entry := find(request, name, version), JSONResponse):
