@@ -19,7 +19,7 @@ def serve(
     ],
     name: Annotated[
         str | None,
-        typer.Option(help="Model name in URLs, for one bundle [default: folder name]."),
+        typer.Option(help="Model name in URLs, for one bundle (default: its folder's name)."),
     ] = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
