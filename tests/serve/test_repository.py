@@ -238,3 +238,14 @@ def test_status_page_lists_every_model(repo_server, browser):  # noqa: F811
     page.click("#models tr[data-name='reg']")
     page.wait_for_function("document.querySelector('#card').textContent.includes('regression')")
     page.close()
+
+
+def test_a_bundle_that_fails_at_start_up_stops_the_server_naming_it(folder, tmp_path):
+    root = tmp_path / "models"
+    shutil.copytree(folder / "reg", root / "reg")
+    (root / "bad" / "2").mkdir(parents=True)
+    (root / "bad" / "2" / "config.json").write_text("{}")
+    srv = start_server(root, tmp_path / "log", name=None, wait=False)
+    assert srv.process.wait(120) == 2
+    out = " ".join(srv.output().split())
+    assert "model 'bad' version 2" in out and "has no weights.safetensors" in out, out
