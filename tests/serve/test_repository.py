@@ -61,6 +61,13 @@ def repo_server(folder, tmp_path_factory):
     stop_server(srv)
 
 
+def _damaged_copy(bundle, to):
+    """A copy of ``bundle`` whose weights file is cut short."""
+    shutil.copytree(bundle, to)
+    weights = to / "weights.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+
+
 def _predict(srv, **body):
     return httpx.post(f"{srv.url}/v1/predict", json={"inputs": ROWS, **body}, timeout=60)
 
@@ -210,12 +217,11 @@ def test_a_bundle_copied_in_after_start_up_is_loaded(repo_server, folder):
         r = _predict(repo_server, model="late")
         assert r.status_code == 200 and r.json()["version"] == 3, r.text
         # a damaged bundle fails to load with its reason, and the others go on
-        (folder / "broken").mkdir()
-        (folder / "broken" / "config.json").write_text("{not json")
-        with pytest.raises(Exception, match="failed to load model 'broken'.*no weights"):
+        _damaged_copy(folder / "reg", folder / "broken")
+        with pytest.raises(Exception, match="failed to load model 'broken'.*damaged or trunc"):
             client.load_model("broken")
         index = {m["name"]: m for m in client.get_model_repository_index()}
-        assert "no weights.safetensors" in index["broken"]["reason"]
+        assert "damaged or truncated" in index["broken"]["reason"]
         assert client.is_model_ready("toy", "1")
     finally:
         client.unload_model("late")
@@ -243,9 +249,8 @@ def test_status_page_lists_every_model(repo_server, browser):  # noqa: F811
 def test_a_bundle_that_fails_at_start_up_stops_the_server_naming_it(folder, tmp_path):
     root = tmp_path / "models"
     shutil.copytree(folder / "reg", root / "reg")
-    (root / "bad" / "2").mkdir(parents=True)
-    (root / "bad" / "2" / "config.json").write_text("{}")
+    _damaged_copy(folder / "reg", root / "bad" / "2")
     srv = start_server(root, tmp_path / "log", name=None, wait=False)
     assert srv.process.wait(120) == 2
     out = " ".join(srv.output().split())
-    assert "model 'bad' version 2" in out and "has no weights.safetensors" in out, out
+    assert "model 'bad' version 2" in out and "damaged or truncated" in out, out
