@@ -19,6 +19,7 @@ from bayesify.data.preprocessing import Preprocessing
 from bayesify.data.tables import table_format
 from bayesify.models import net_from_reference
 from bayesify.predictor import Predictor
+from bayesify.serve.monitor import Monitor
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 
@@ -119,6 +120,9 @@ CASES = {
         {"x0": [0.0, 1.0], "x1": [1.0, 0.0], "label": ["cat", "fox"]}), method=_named_classifier()),
     "calibrate-width": lambda p: _calibrate(p, pd.DataFrame(
         {"a": [1.0], "b": [2.0], "c": [3.0], "y": [4.0]}), target="y", method=_plain_method()),
+    "feedback-reused-id": lambda p: _feedback_id(["scan-1", "scan-1"], 1, "scan-1"),
+    "feedback-several-rows": lambda p: _feedback_id([None], 3),
+    "feedback-too-many": lambda p: Monitor("regression").check_count(101),
     "load-custom-network": lambda p: bayesify.load(_custom_bundle(p)),
     "load-bad-net-reference": lambda p: net_from_reference("mynets"),
     "load-net-not-importable": lambda p: net_from_reference("nosuch_module:make"),
@@ -153,6 +157,15 @@ def _serve_folder(tmp_path, name=None):
     for sub in ("a", "b"):
         _plain_method().save(tmp_path / "models" / sub)
     return Repository.open(tmp_path / "models", name, ServedModel.load)
+
+
+def _feedback_id(aliases: list, rows: int, name: str | None = None) -> None:
+    """Check a feedback id after one request of ``rows`` rows per client id in ``aliases``
+    (``name`` None: the last request's own id)."""
+    mon = Monitor("classification", ["a", "b"])
+    for alias in aliases:
+        rid, _ = mon.record_request([{"probabilities": [0.5, 0.5]}] * rows, alias=alias)
+    mon.check_id(name or rid)
 
 
 def _edited_bundle(tmp_path, change=None, text=None):

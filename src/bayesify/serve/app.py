@@ -10,6 +10,18 @@ are those of a :class:`~bayesify.serve.repository.Repository` (one bundle, or ev
 folder); v1 requests name theirs with ``model`` (and ``version``) when several are served.
 Every error is JSON: ``{"detail": ...}`` (v1; field errors as FastAPI lists them) or
 ``{"error": ...}`` (v2). Bad input is a 4xx naming the field, never a 500.
+
+Feedback (:mod:`.monitor`) is only as trusted as its senders: **without an API key anyone who
+can reach the server can post outcomes**, and with one every key holder can. What feedback can
+change is the monitoring, never a prediction: the rolling figures, the drift gauges and
+warnings, the status page. Its limits: outcomes name rows by ids the server made (a client's
+own v2 ``id`` only while no other request carried it), so no client replaces another's row or
+scores it by reusing an id; each row is scored at most once (later feedback for it is answered
+``already_received``); outcomes must be finite numbers or known classes, and a regression
+outcome beyond the bundle's recorded target range (widened by its width) or, without one, 1000
+served standard deviations from the served mean is flagged and not scored; one request carries
+at most a tenth of the rolling window, and a figure counts as drifting only if it does with any
+one request's rows left out, so no single request raises a drift warning.
 """
 
 from __future__ import annotations
@@ -19,7 +31,6 @@ import logging
 import os
 import secrets
 import time
-import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -33,7 +44,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bayesify.serve.metrics import ServerMetrics
 from bayesify.serve.model import InputError, PassKey, ServedModel
-from bayesify.serve.monitor import AmbiguousId
+from bayesify.serve.monitor import ACCEPTED, ALREADY, FLAGGED, AmbiguousId
 from bayesify.serve.repository import BatchSettings, Entry, ModelRequired, Repository, UnknownModel
 from bayesify.serve.schemas import (
     ErrorResponse,
@@ -175,10 +186,11 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
     batching = BatchSettings(settings.batch_wait_ms, settings.batch_rows)
     repo = (models if isinstance(models, Repository)
             else Repository.of_model(models, batching=batching))  # fmt: skip
-    # one bundle: its metrics are the server's, as they always were; a folder: the server's
-    # own count the requests that name no model, each version's are labelled with it
+    # one bundle: its metrics count every request, as they always did; a folder: requests
+    # that name no model are counted with empty model and version labels
     first = next(repo.entries(), None)
-    metrics = first.metrics if first is not None and repo.root is None else ServerMetrics()
+    metrics = (first.metrics if first is not None and repo.root is None
+               else ServerMetrics("", "", repo.families))  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
@@ -205,11 +217,7 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         endpoint = getattr(route, "path", "other")
         entry = Repository.addressed(scope)  # the model version the request was for, if any
         metrics = entry.metrics if entry is not None else app.state.metrics
-        code = str(status)
-        metrics.requests.labels(endpoint, scope.get("method", ""), code).inc()
-        if status >= 400:
-            metrics.errors.labels(endpoint, code).inc()
-        metrics.latency.labels(endpoint).observe(elapsed)
+        metrics.request(endpoint, scope.get("method", ""), status, elapsed)
         if endpoint in PREDICT_ENDPOINTS and status < 400 and entry is not None:
             entry.monitor.latency(elapsed)
 
@@ -240,6 +248,15 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         return answer
 
     app.state.run_rows = run_rows
+
+    def record(entry: Entry, answer: Any, level: float,
+               alias: str | None = None) -> tuple[str, list[str]]:  # fmt: skip
+        """Remember an answer's rows for feedback: a new request id and its row ids."""
+        return entry.monitor.record_request(
+            answer.records, samples=answer.columns.get("samples"), noise_std=answer.noise_std,
+            level=level, alias=alias)  # fmt: skip
+
+    app.state.record = record
 
     def check_limits(n_rows: int, samples: int | None, loc: list) -> JSONResponse | None:
         if n_rows > settings.max_rows:
@@ -276,7 +293,7 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
             entry = repo.find(req.model, req.version, request.scope)
         except UnknownModel as e:
             return not_served(e)
-        model, monitor = entry.model, entry.monitor
+        model = entry.model
         too_many = check_limits(len(req.inputs), req.samples, ["body", "inputs"])
         if too_many is not None:
             return too_many
@@ -288,9 +305,8 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
             answer = await run_rows(entry, arr, req.samples, req.level)
         except ValueError as e:  # the predictor refused the rows (e.g. a value out of range)
             return field_error(["body", "inputs"], str(e))
-        rid = uuid.uuid4().hex
         out = []
-        row_ids = monitor.record_request(rid, answer.records)
+        rid, row_ids = record(entry, answer, req.level)
         for i, (rec, row_id) in enumerate(zip(answer.records, row_ids, strict=True)):
             rec = dict(rec)
             if req.return_samples:
@@ -305,16 +321,24 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
     async def feedback(req: FeedbackRequest, request: Request) -> Response:
         """True outcomes for rows served earlier: each row's ``request_id`` from ``/v1/predict``
         or the ``request_id`` output of ``/v2/models/{name}/infer``; for a one-row request, the
-        request's own id (v1 ``request_id``, the Open Inference Protocol response ``id``) also
-        names its row. Updates the rolling accuracy, NLL and ECE in ``/metrics``,
-        ``/v1/model`` and the status page. Every outcome is checked before any is used: a 422
-        leaves the figures as they were. ``model`` (and ``version``) name the model that
-        served the rows when several are served."""
+        request's own id (v1 ``request_id``, the Open Inference Protocol response ``id`` while
+        no other request carried the same client id) also names its row. Updates the rolling
+        figures in ``/metrics``, ``/v1/model`` and the status page. At most a tenth of the
+        rolling window per request; every outcome is checked before any is used (a 422 leaves
+        the figures as they were). Per outcome the answer says: ``accepted`` (scored),
+        ``already_received`` (feedback for that row came before; not counted again),
+        ``flagged`` (a regression outcome beyond the bound the monitor keeps; received, not
+        scored) or ``unknown`` (never served or no longer remembered). ``model`` (and
+        ``version``) name the model that served the rows when several are served."""
         try:
             entry = repo.find(req.model, req.version, request.scope)
         except UnknownModel as e:
             return not_served(e)
         monitor, metrics = entry.monitor, entry.metrics
+        try:
+            monitor.check_count(len(req.outcomes))
+        except ValueError as e:
+            return field_error(["body", "outcomes"], str(e))
         values = []
         for i, item in enumerate(req.outcomes):
             try:
@@ -325,19 +349,27 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
                 values.append(monitor.outcome_value(item.outcome))
             except ValueError as e:
                 return field_error(["body", "outcomes", i, "outcome"], str(e))
-        accepted, unknown = 0, []
-        for i, (item, value) in enumerate(zip(req.outcomes, values, strict=True)):
-            try:
-                ok = monitor.feedback(item.request_id, value)
-            except ValueError as e:  # a class index beyond the row's classes (no class names)
-                return field_error(["body", "outcomes", i, "outcome"], str(e))
-            if ok:
-                accepted += 1
-            else:
-                unknown.append(item.request_id)
-        metrics.feedback.inc(accepted)
-        metrics.set_rolling(monitor.figures())
-        return JSONResponse({"accepted": accepted, "unknown": unknown})
+        accepted, unknown, already, flagged = 0, [], [], []
+        try:
+            for i, (item, value) in enumerate(zip(req.outcomes, values, strict=True)):
+                try:
+                    status, reason = monitor.feedback(item.request_id, value)
+                except ValueError as e:  # a class index beyond the row's classes (no names)
+                    return field_error(["body", "outcomes", i, "outcome"], str(e))
+                if status == ACCEPTED:
+                    accepted += 1
+                elif status == ALREADY:
+                    already.append(item.request_id)
+                elif status == FLAGGED:
+                    flagged.append({"request_id": item.request_id, "reason": reason})
+                else:
+                    unknown.append(item.request_id)
+        finally:
+            metrics.feedback(accepted, len(flagged))
+            monitor.refresh()
+            metrics.set_figures(monitor.figures())
+        return JSONResponse({"accepted": accepted, "unknown": unknown,
+                             "already_received": already, "flagged": flagged})  # fmt: skip
 
     @app.get("/v1/model", response_model=None, responses=not_found)
     async def model_card(request: Request, name: str | None = None,
@@ -392,8 +424,7 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
     @app.get("/metrics", response_class=Response)
     async def prometheus() -> Response:
         """Prometheus text format."""
-        text = repo.metrics_text(app.state.metrics)
-        return Response(text, media_type="text/plain; version=0.0.4")
+        return Response(repo.metrics_text(), media_type="text/plain; version=0.0.4")
 
     page = resources.files("bayesify.serve").joinpath("static/status.html").read_text()
 

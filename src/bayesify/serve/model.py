@@ -55,6 +55,9 @@ class Answer:
 
     records: list[dict[str, Any]]
     columns: dict[str, np.ndarray]
+    #: regression: each row's noise standard deviation per sample ``[n, T]``, or ``[n, 1]``
+    #: when every sample has the same (what the monitor scores outcomes under)
+    noise_std: np.ndarray | None = None
     error: str | None = None
 
 
@@ -294,6 +297,11 @@ class ServedModel:
         if "samples_used" not in columns:
             columns["samples_used"] = np.full(len(x), res.predictive.num_samples)
         finite = _finite_rows(columns, len(x))
+        noise = None
+        if res.predictive is not None and res.predictive.task.value == "regression":
+            nv = res.predictive.noise_variance  # [T, N]
+            nv = nv[:1] if bool((nv == nv[:1]).all()) else nv
+            noise = nv.T.sqrt().cpu().double().numpy()  # [N, T] or [N, 1]
         records = res.records(samples=False)
         for r, u in zip(records, columns["samples_used"].tolist(), strict=True):
             r["samples_used"] = int(u)
@@ -307,7 +315,8 @@ class ServedModel:
                                       "was trained on?)"))  # fmt: skip
             else:
                 answers.append(Answer(records[start:stop],
-                                      {k: v[start:stop] for k, v in columns.items()}))  # fmt: skip
+                                      {k: v[start:stop] for k, v in columns.items()},
+                                      None if noise is None else noise[start:stop]))  # fmt: skip
             start = stop
         return answers
 

@@ -5,27 +5,26 @@ of model ``name``) or holds integer version folders, ``DIR/<name>/<version>/``, 
 (the newest version loaded is the model's default). ``bayesify serve BUNDLE`` is a repository of
 one model, version 1. Each loaded version is an :class:`Entry`: its :class:`ServedModel`, its
 :class:`Monitor` (feedback and rolling figures), its :class:`ServerMetrics` and its own
-micro-batcher (passes of different models never mix). Models are loaded and unloaded while the
-server runs (:meth:`Repository.load`, :meth:`Repository.unload`): a load scans the folder again,
-so a bundle copied into ``DIR`` after start-up can be loaded.
+micro-batcher (passes of different models never mix); the metrics of all of them are one
+:class:`MetricFamilies`, each sample labelled with its model and version. Models are loaded
+and unloaded while the server runs (:meth:`Repository.load`, :meth:`Repository.unload`): a load
+scans the folder again, so a bundle copied into ``DIR`` after start-up can be loaded.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import generate_latest
-
 from bayesify.io import CONFIG, WEIGHTS
 from bayesify.serve.batching import MicroBatcher
-from bayesify.serve.metrics import ServerMetrics
+from bayesify.serve.metrics import MetricFamilies, ServerMetrics
 from bayesify.serve.model import ServedModel
-from bayesify.serve.monitor import Monitor
+from bayesify.serve.monitor import Monitor, target_range
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +121,8 @@ class Repository:
     loaded: dict[str, dict[int, Entry]] = field(default_factory=dict)
     #: why a model is not loaded ("unloaded", or the error of its last load)
     reasons: dict[str, str] = field(default_factory=dict)
+    #: the Prometheus families of every version (``/metrics``)
+    families: MetricFamilies = field(default_factory=MetricFamilies)
     _lock: asyncio.Lock | None = None
     _started: bool = False
 
@@ -162,9 +163,13 @@ class Repository:
 
     def _entry(self, model: ServedModel, version: int, path: Path) -> Entry:
         """The monitor, metrics and micro-batcher of one loaded version."""
-        metrics = ServerMetrics()
+        metrics = ServerMetrics(model.name, str(version), self.families)
         policy = model.policy
-        monitor = Monitor(model.task, model.class_names, policy.validation if policy else None)
+        monitor = Monitor(model.task, model.class_names, policy.validation if policy else None,
+                          name=model.name, version=str(version),
+                          class_labels=model.predictor.class_labels,
+                          target_range=target_range(model.predictor.method.metadata))  # fmt: skip
+        metrics.set_figures(monitor.figures())
         batcher = MicroBatcher(model.run, max_wait_ms=self.batching.max_wait_ms,
                                max_rows=self.batching.max_rows,
                                on_batch=metrics.batch_rows.observe)  # fmt: skip
@@ -341,40 +346,11 @@ class Repository:
             log.info("unloaded %s", name)
 
     # ------------------------------------------------------------------ metrics
-    def metrics_text(self, server: ServerMetrics) -> bytes:
-        """Prometheus text of ``server``'s metrics and every loaded version's, in one family
-        per metric; a version's samples carry ``model`` and ``version`` labels unless they
-        have them already. With one model whose metrics are ``server``'s: exactly those."""
-        entries = list(self.entries())
-        if len(entries) == 1 and entries[0].metrics is server:
-            return server.text()
-        parts: list[tuple[Any, dict[str, str]]] = [(server.registry, {})]
-        for e in entries:
-            if e.metrics is not server:
-                parts.append((e.metrics.registry, {"model": e.name, "version": str(e.version)}))
-        return generate_latest(_Merged(parts))  # type: ignore[arg-type]
+    def metrics_text(self) -> bytes:
+        """Prometheus text of every version's metrics (and those of requests that named no
+        model), each sample labelled with its model and version."""
+        return self.families.text()
 
 
 def _no_loader(path: str, name: str) -> ServedModel:
     raise ValueError(f"cannot load {path}: this server was given its model already loaded")
-
-
-class _Merged:
-    """A collector of several registries' metrics, one family per name (for ``/metrics``)."""
-
-    def __init__(self, parts: Iterable[tuple[Any, dict[str, str]]]) -> None:
-        self.parts = list(parts)
-
-    def collect(self) -> Iterator[Any]:
-        families: dict[str, Any] = {}
-        for registry, labels in self.parts:
-            for fam in registry.collect():
-                samples = [s._replace(labels={**labels, **s.labels})
-                           if labels and "model" not in s.labels else s
-                           for s in fam.samples]  # fmt: skip
-                if fam.name in families:
-                    families[fam.name].samples.extend(samples)
-                else:
-                    fam.samples = samples
-                    families[fam.name] = fam
-        yield from families.values()

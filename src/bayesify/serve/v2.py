@@ -6,9 +6,9 @@ Input tensors (one per feature for a table bundle, else one tensor ``[N, *input_
 (``std``, ``epistemic_variance``, ``aleatoric_variance``, ``entropy``, ``mutual_information``,
 ``expected_entropy``), intervals or prediction sets where the predictor gives them, ``defer``,
 ``defer_score``, ``defer_threshold`` with a deferral policy, ``samples_used``, and
-``request_id`` (BYTES, one per row: ``<id>-<row>``). Outputs are returned as JSON data (a client
-asking for binary outputs gets JSON, which the protocol allows). Request parameter ``samples``
-sets T. Errors are ``{"error": message}``.
+``request_id`` (BYTES, one per row: ``<server id>-<row>``). Outputs are returned as JSON data
+(a client asking for binary outputs gets JSON, which the protocol allows). Request parameter
+``samples`` sets T. Errors are ``{"error": message}``.
 
 Bundles trained on a table take their rows as raw feature values, one input tensor per
 feature named as the feature (as MLServer's pandas codec sends a DataFrame's columns): shape
@@ -28,16 +28,17 @@ it: the newest version served), and the model repository extension lists the mod
 server's folder (``POST /v2/repository/index``) and loads or unloads one while the server runs
 (``POST /v2/repository/models/{name}/load|unload``), as Triton's does.
 
-Every inference is recorded for feedback as ``/v1/predict`` is: the response ``id`` is the
-request's ``id`` when the client gave one (at most :data:`MAX_ID_CHARS` characters), else a new
-one; ``POST /v1/feedback`` takes the rows' ``request_id`` outputs, or for a one-row request the
-response ``id`` itself.
+Every inference is recorded for feedback as ``/v1/predict`` is, under ids the server makes:
+the ``request_id`` outputs. The response ``id`` is the request's ``id`` when the client gave one
+(at most :data:`MAX_ID_CHARS` characters), else the server's; ``POST /v1/feedback`` takes the
+rows' ``request_id`` outputs, or for a one-row request the response ``id`` itself, while no
+other remembered request carried the same client ``id`` (a reused one is refused as ambiguous:
+no client can replace another's row or score it by reusing its id).
 """
 
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import numpy as np
@@ -378,9 +379,8 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
         except ValidationError as e:
             text = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in e.errors())
             return _error(text, 422)
-        rid = req.id or uuid.uuid4().hex
-        if len(rid) > MAX_ID_CHARS:
-            return _error(f"id: at most {MAX_ID_CHARS} characters, got {len(rid)}", 422)
+        if req.id is not None and len(req.id) > MAX_ID_CHARS:
+            return _error(f"id: at most {MAX_ID_CHARS} characters, got {len(req.id)}", 422)
         samples = (req.parameters or {}).get("samples")
         if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)
                                     or samples < 1):  # fmt: skip
@@ -398,7 +398,7 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
         except ValueError as e:
             return _error(f"inputs.0: {e}", 422)
         columns = dict(answer.columns)
-        row_ids = [f"{rid}-{i}" for i in range(len(arr))]
+        rid, row_ids = app.state.record(entry, answer, 0.9, req.id)  # feedback, as /v1/predict
         columns["request_id"] = np.asarray(row_ids, dtype=object)
         outputs = output_tensors(model, columns)
         if req.outputs:
@@ -407,9 +407,8 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
             if missing:
                 return _error(f"outputs: unknown output(s) {missing}; valid: {sorted(have)}", 400)
             outputs = [have[o.name] for o in req.outputs]
-        entry.monitor.record_request(rid, answer.records)  # feedback by id, as /v1/predict
         return JSONResponse({"model_name": model.name, "model_version": str(entry.version),
-                             "id": rid, "outputs": outputs})  # fmt: skip
+                             "id": req.id or rid, "outputs": outputs})  # fmt: skip
 
     add_repository_routes(app, repo)
 
