@@ -126,6 +126,15 @@ def test_bad_input_is_a_422_naming_the_field(server, body, loc, msg):
             {"name": "x", "shape": [1, 4], "datatype": "INT64", "data": [1, 2, 3, 10**400]},
             "too large for a float64",
         ),
+        # element counts past 2**64: numpy's product wrapped to 0 and passed (a 500)
+        (
+            {"name": "x", "shape": [2**32, 2**32], "datatype": "FP32", "data": []},
+            "0.shape: 4294967296 rows",
+        ),
+        (
+            {"name": "x", "shape": [1, 2**32, 2**32], "datatype": "FP32", "data": []},
+            "0.shape: [1, 4294967296",
+        ),
     ],
 )
 def test_v2_bad_input_is_a_422_with_an_error_message(server, tensor, msg):

@@ -321,7 +321,11 @@ class ServedModel:
         return answers
 
     def card(self) -> dict[str, Any]:
+        """The predictor's card, kept small: the sampling served (no second ``samples``
+        figure), the bundle's metadata without calibration scores or long lists."""
         card = self.predictor.card()
+        card.pop("default_samples", None)  # what is served is card["sampling"]
+        card["metadata"] = _brief_metadata(card.get("metadata") or {})
         card["name"] = self.name
         card["int8"] = self.int8
         card["sampling"] = (
@@ -331,3 +335,29 @@ class ServedModel:
         )  # fmt: skip
         card["deferral"] = self.policy.to_dict() if self.policy else None
         return card
+
+
+#: lists in a bundle's metadata longer than this are given as their length in the model card
+_CARD_LIST = 32
+
+
+def _brief_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` for the model card: the deferral policy left out (the card gives it whole),
+    the conformal calibration without its scores (their count instead; its sample count as
+    ``calibration_samples``), any other long list as its length."""
+
+    def brief(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: brief(x) for k, x in v.items()}
+        if isinstance(v, list) and len(v) > _CARD_LIST:
+            return f"{len(v)} values"
+        return v
+
+    out = {k: v for k, v in metadata.items() if k != "deferral"}
+    conformal = out.get("conformal")
+    if isinstance(conformal, dict):
+        out["conformal"] = {k: v for k, v in conformal.items() if k not in ("scores", "samples")}
+        out["conformal"]["n_scores"] = len(conformal.get("scores") or [])
+        if "samples" in conformal:
+            out["conformal"]["calibration_samples"] = conformal["samples"]
+    return brief(out)

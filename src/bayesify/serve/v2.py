@@ -39,6 +39,7 @@ no client can replace another's row or score it by reusing its id).
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -248,7 +249,7 @@ def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.n
         raise InputError([*loc, "datatype"], f"{t.datatype!r}; valid: {', '.join(NUMERIC)}")
     if not t.shape or any(d < 1 for d in t.shape):
         raise InputError([*loc, "shape"], f"{t.shape}; dimensions must be >= 1, batch first")
-    size = int(np.prod(t.shape))
+    size = math.prod(t.shape)  # Python integers: a numpy product wraps past 2**63
     params = t.parameters or {}
     if "binary_data_size" in params:
         n_bytes = params["binary_data_size"]
@@ -276,6 +277,20 @@ def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.n
             raise InputError([*loc, "data"], f"{arr.size} values for shape {t.shape} "
                              f"({size} values)")  # fmt: skip
     return model.check_encoded(model.check_array(arr.reshape(t.shape), loc), loc)
+
+
+def _check_size(req: V2InferRequest, body_bytes: int, max_rows: int) -> None:
+    """Each input's shape against the row limit and against what a body of ``body_bytes``
+    can hold (at least one byte per value), in Python integers, before numpy sees it."""
+    for i, t in enumerate(req.inputs):
+        if not t.shape:
+            continue
+        loc: list[str | int] = ["inputs", i, "shape"]
+        if t.shape[0] > max_rows:
+            raise InputError(loc, f"{t.shape[0]} rows; at most {max_rows} per request")
+        if (size := math.prod(t.shape)) > body_bytes:
+            raise InputError(loc, f"{t.shape} is {size} values, more than a {body_bytes}-byte "
+                             "body holds")  # fmt: skip
 
 
 def add_v2_routes(app: FastAPI, repo: Repository) -> None:
@@ -386,6 +401,7 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
                                     or samples < 1):  # fmt: skip
             return _error(f"parameters.samples: a positive integer, got {samples!r}", 422)
         try:
+            _check_size(req, len(body) + len(binary), app.state.settings.max_rows)
             arr = _input_array(model, req, binary)
         except InputError as e:
             return _error(f"{'.'.join(map(str, e.loc))}: {e.message}", 422)
