@@ -90,6 +90,10 @@ CASES = {
         x=lambda f: f["x"].mask(f.index == 4), c=1, y=lambda f: f["y"].mask(f.index == 0))),
     "train-bad-task": lambda p: decide_task(_frame()["y"], "y", "maybe"),
     "table-format": lambda p: table_format("book.xlsx"),
+    "serve-name-with-folder": lambda p: _serve_folder(p, name="x"),
+    "serve-unknown-model": lambda p: _served().get("nope"),
+    "serve-unknown-version": lambda p: _served().get("toy", 3),
+    "serve-model-required": lambda p: _serve_folder(p).get(None),
     "predict-unknown-category": lambda p: Predictor(_categorical_method()).predict(
         pd.DataFrame({"n": [1, 2, 3, 4], "band": ["high", "low", "low", "medium"]})),
     "predict-missing-value": lambda p: _predictor().predict(
@@ -146,6 +150,23 @@ CASES = {
     "predict-too-many-samples": lambda p: _plain_method().predict(torch.randn(1, 2),
                                                                   samples=10**9),
 }  # fmt: skip
+
+
+def _served():
+    from bayesify.serve.model import ServedModel
+    from bayesify.serve.repository import Repository
+
+    return Repository.of_model(ServedModel(Predictor(_plain_method()), "toy"))
+
+
+def _serve_folder(tmp_path, name=None):
+    """``bayesify serve`` on a folder of two bundles, ``a`` and ``b``."""
+    from bayesify.serve.model import ServedModel
+    from bayesify.serve.repository import Repository
+
+    for sub in ("a", "b"):
+        _plain_method().save(tmp_path / "models" / sub)
+    return Repository.open(tmp_path / "models", name, ServedModel.load)
 
 
 def _feedback_id(aliases: list, rows: int, name: str | None = None) -> None:

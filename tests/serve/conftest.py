@@ -23,17 +23,18 @@ def toy_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-def make_bundle(path: Path) -> Path:
-    """MC dropout MLP on a 3-class toy problem, with a deferral policy on MI at 80 % coverage."""
+def make_bundle(path: Path, classes: list[str] = CLASSES, seed: int = 0) -> Path:
+    """MC dropout MLP on a 3-class toy problem, with a deferral policy on MI at 80 % coverage
+    (``classes``: the names of the classes; ``seed``: of the initial weights)."""
     from bayesify.data.preprocessing import Preprocessing
     from bayesify.methods import MCDropout
     from bayesify.models import mlp
     from bayesify.posthoc.deferral import DeferralPolicy
 
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     method = MCDropout(mlp(4, 3, (32,), norm=None, dropout=0.2), task="classification")
     method.fit(toy_data(600, 0), epochs=15, batch_size=64, lr=1e-2, progress=False)
-    method.preprocessing = Preprocessing(input_shape=[4], class_names=CLASSES)
+    method.preprocessing = Preprocessing(input_shape=[4], class_names=list(classes))
     xv, yv = toy_data(400, 1)
     pred = method.to_predictive(method.sample(xv, 16, seed=0))
     DeferralPolicy.fit(pred, yv, score="mi", target_coverage=0.8).store(method.metadata)

@@ -29,4 +29,4 @@ def test_schemathesis_finds_no_server_errors(server, tmp_path):
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-2000:]
     assert "Unresolvable references" not in out.stdout
     tested = [line for line in out.stdout.splitlines() if "Tested:" in line]
-    assert tested and tested[0].split()[-1] == "12", tested  # every operation
+    assert tested and tested[0].split()[-1] == "18", tested  # every operation

@@ -57,20 +57,22 @@ def start_server(
     bundle: str | Path,
     log: str | Path,
     *args: str,
-    name: str = "model",
+    name: str | None = "model",
     env: dict[str, str] | None = None,
     wait: bool = True,
     timeout: float = 180,
 ) -> ServerProcess:
-    """Start ``bayesify serve BUNDLE --name NAME --port P ARGS``; with ``wait``, return once
-    ``/v2/health/ready`` answers 200 (a ``RuntimeError`` with the log if it exits or times out)."""
+    """Start ``bayesify serve BUNDLE --name NAME --port P ARGS`` (``name`` None: no ``--name``,
+    e.g. for a folder of bundles); with ``wait``, return once ``/v2/health/ready`` answers 200
+    (a ``RuntimeError`` with the log if it exits or times out)."""
     port = free_port()
     log = Path(log)
-    cmd = [cli_path(), "serve", str(bundle), "--name", name, "--port", str(port), *args]
+    named = ["--name", name] if name is not None else []
+    cmd = [cli_path(), "serve", str(bundle), *named, "--port", str(port), *args]
     environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
-    server = ServerProcess(f"http://127.0.0.1:{port}", proc, Path(bundle), name, log)
+    server = ServerProcess(f"http://127.0.0.1:{port}", proc, Path(bundle), name or "", log)
     if not wait:
         return server
     deadline = time.monotonic() + timeout

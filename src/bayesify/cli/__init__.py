@@ -45,9 +45,10 @@ app.lazy_command("calibrate", "bayesify.cli.calibrate:calibrate",
                  "bundle's validation split, store it in the bundle, and check it on held-out "
                  "rows.")  # fmt: skip
 app.lazy_command("serve", "bayesify.cli.serve:serve",
-                 "Serve a bundle over HTTP: /v1/predict, the Open Inference Protocol (/v2/...), "
-                 "/metrics, feedback and a status page at /. Set BAYESIFY_API_KEY to require an "
-                 "API key.")  # fmt: skip
+                 "Serve a bundle, or every bundle in a folder, over HTTP: /v1/predict, the Open "
+                 "Inference Protocol (/v2/..., with load and unload while it runs), /metrics, "
+                 "feedback and a status page at /. Set BAYESIFY_API_KEY to require an API "
+                 "key.")  # fmt: skip
 app.add_typer(bench_app, name="bench")
 
 __all__ = ["app", "main"]

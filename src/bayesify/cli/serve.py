@@ -1,4 +1,4 @@
-"""``bayesify serve``: run the prediction server for a bundle."""
+"""``bayesify serve``: run the prediction server for a bundle or a folder of bundles."""
 
 from __future__ import annotations
 
@@ -11,9 +11,17 @@ from bayesify.cli.common import Threads, set_threads
 
 
 def serve(
-    bundle: Annotated[Path, typer.Argument(help="Bundle folder to serve.")],
+    bundle: Annotated[
+        Path,
+        typer.Argument(
+            help="Bundle folder to serve, or a folder of bundles: DIR/NAME/ (version 1) or "
+            "DIR/NAME/VERSION/ (integer versions; the newest is the default).",
+            show_default=False,
+        ),
+    ],
     name: Annotated[
-        str | None, typer.Option(help="Model name in URLs.", show_default="the folder's name")
+        str | None,
+        typer.Option(help="Model name in URLs, for one bundle.", show_default="the folder's name"),
     ] = None,
     host: Annotated[str, typer.Option(help="Interface to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(min=0, max=65535)] = 8000,
@@ -66,9 +74,10 @@ def serve(
     threads: Threads = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
-    """Serve a bundle over HTTP: /v1/predict, the Open Inference Protocol (/v2/...), /metrics,
-    feedback and a status page at /. Set BAYESIFY_API_KEY to require an API key (sent as
-    X-API-Key or Authorization: Bearer)."""
+    """Serve a bundle, or every bundle in a folder, over HTTP: /v1/predict, the Open Inference
+    Protocol (/v2/..., with the model repository extension to load and unload models while the
+    server runs), /metrics, feedback and a status page at /. Set BAYESIFY_API_KEY to require an
+    API key (sent as X-API-Key or Authorization: Bearer)."""
     import logging
     import os
 
@@ -80,6 +89,7 @@ def serve(
         from bayesify.serve import listener
         from bayesify.serve.app import API_KEY_ENV, Settings, create_app
         from bayesify.serve.model import Adaptive, ServedModel
+        from bayesify.serve.repository import BatchSettings, Repository
     except ModuleNotFoundError as e:
         raise fail(escape(f'bayesify serve needs {e.name}: pip install -e ".[serve]"')) from None
     from bayesify.methods.adaptive import check_options
@@ -94,17 +104,24 @@ def serve(
         if adaptive_tol is not None:
             check_options(adaptive_tol, adaptive_start, adaptive_max)
             adaptive = Adaptive(adaptive_tol, adaptive_start, adaptive_max)
-        model = ServedModel.load(str(bundle), name, int8=int8, default_samples=samples,
-                                 adaptive=adaptive)  # fmt: skip
+
+        def loader(path: str, model_name: str) -> ServedModel:
+            return ServedModel.load(path, model_name, int8=int8, default_samples=samples,
+                                    adaptive=adaptive)  # fmt: skip
+
+        repo = Repository.open(bundle, name, loader, BatchSettings(batch_wait_ms, batch_rows))
     except (ValueError, TypeError, OSError) as e:
         raise fail(str(e)) from None
     settings = Settings(max_body_bytes=max_body, max_rows=max_rows, max_samples=max_samples,
                         batch_wait_ms=batch_wait_ms, batch_rows=batch_rows,
                         body_timeout_s=body_timeout)  # fmt: skip
-    app = create_app(model, settings)
+    app = create_app(repo, settings)
     logging.getLogger("bayesify").setLevel(logging.INFO)
-    console.print(f"serving {model.name} ({model.predictor.method.name}, {model.task}) on "
-                  f"http://{host}:{port}/")  # fmt: skip
+    url = f"http://{host}:{port}/"
+    for e in repo.entries():
+        version = f" version {e.version}" if repo.root is not None else ""
+        console.print(f"serving {e.name}{version} ({e.model.predictor.method.name}, "
+                      f"{e.model.task}) on {url}")  # fmt: skip
     limits = listener.ListenerSettings(header_timeout=header_timeout, keep_alive=keep_alive,
                                        max_connections=max_connections,
                                        grace=grace_period)  # fmt: skip

@@ -3,7 +3,11 @@ feedback and the status page. Build it with :func:`create_app`; ``bayesify serve
 
 Endpoints: ``POST /v1/predict``, ``POST /v1/feedback``, ``GET /v1/model``, ``GET /v1/status``,
 ``GET /healthz``, ``GET /metrics``, ``GET /`` (status page) and, from :mod:`.v2`,
-``/v2/health/live|ready``, ``GET /v2/models/{name}[/ready]``, ``POST /v2/models/{name}/infer``.
+``/v2/health/live|ready``, ``GET /v2/models/{name}[/versions/{version}][/ready]``,
+``POST /v2/models/{name}[/versions/{version}]/infer`` and the model repository extension
+(``POST /v2/repository/index``, ``POST /v2/repository/models/{name}/load|unload``). The models
+are those of a :class:`~bayesify.serve.repository.Repository` (one bundle, or every bundle in a
+folder); v1 requests name theirs with ``model`` (and ``version``) when several are served.
 Every error is JSON: ``{"detail": ...}`` (v1; field errors as FastAPI lists them) or
 ``{"error": ...}`` (v2). Bad input is a 4xx naming the field, never a 500.
 
@@ -37,12 +41,12 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from bayesify.serve.batching import MicroBatcher
 from bayesify.serve.docs import add_docs
 from bayesify.serve.gate import Drain, _Gate
 from bayesify.serve.metrics import ServerMetrics
 from bayesify.serve.model import InputError, PassKey, ServedModel
-from bayesify.serve.monitor import ACCEPTED, ALREADY, FLAGGED, AmbiguousId, Monitor, target_range
+from bayesify.serve.monitor import ACCEPTED, ALREADY, FLAGGED, AmbiguousId
+from bayesify.serve.repository import BatchSettings, Entry, ModelRequired, Repository, UnknownModel
 from bayesify.serve.schemas import (
     ErrorResponse,
     FeedbackRequest,
@@ -73,33 +77,46 @@ def field_error(loc: list[str | int], msg: str, status: int = 422) -> JSONRespon
     return JSONResponse({"detail": [{"loc": loc, "msg": msg, "type": "value_error"}]}, status)
 
 
-def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
-    """The server for ``model``; ``settings.api_key`` (else ``$BAYESIFY_API_KEY``) guards it."""
+#: endpoints whose successful answers are predictions (their latency goes to the monitor)
+PREDICT_ENDPOINTS = {"/v1/predict", "/v2/models/{name}/infer",
+                     "/v2/models/{name}/versions/{version}/infer"}  # fmt: skip
+
+
+def not_served(e: UnknownModel) -> JSONResponse:
+    """The v1 answer to a model or version that is not served: 404 naming what is, or a 422
+    on ``model`` when several are served and the request named none."""
+    if isinstance(e, ModelRequired):
+        return field_error(["body", "model"], str(e))
+    return JSONResponse({"detail": str(e)}, 404)
+
+
+def create_app(models: ServedModel | Repository, settings: Settings | None = None) -> FastAPI:
+    """The server for one model or a repository of them (``Repository.of_folder``);
+    ``settings.api_key`` (else ``$BAYESIFY_API_KEY``) guards it."""
     settings = settings or Settings()
     api_key = settings.api_key or os.environ.get(API_KEY_ENV) or None
-    version = "1"
-    metrics = ServerMetrics(model.name, version)
-    policy = model.policy
-    monitor = Monitor(model.task, model.class_names, policy.validation if policy else None,
-                      name=model.name, version=version,
-                      class_labels=model.predictor.class_labels,
-                      target_range=target_range(model.predictor.method.metadata))  # fmt: skip
-    metrics.set_figures(monitor.figures())
-    batcher = MicroBatcher(model.run, max_wait_ms=settings.batch_wait_ms,
-                           max_rows=settings.batch_rows,
-                           on_batch=metrics.batch_rows.observe)  # fmt: skip
+    batching = BatchSettings(settings.batch_wait_ms, settings.batch_rows)
+    repo = (models if isinstance(models, Repository)
+            else Repository.of_model(models, batching=batching))  # fmt: skip
+    # one bundle: its metrics count every request, as they always did; a folder: requests
+    # that name no model are counted with empty model and version labels
+    first = next(repo.entries(), None)
+    metrics = (first.metrics if first is not None and repo.root is None
+               else ServerMetrics("", "", repo.families))  # fmt: skip
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
-        await batcher.start()
+        await repo.start()
         # Everything loaded so far (torch, the model, the app) lives as long as the server: a
         # full garbage collection would re-scan it all (a pause of about 100 ms, seen as a p99
         # spike); frozen, collections scan only what requests allocate.
         gc.collect()
         gc.freeze()
-        log.info("serving %s (%s, %s)", model.name, model.predictor.method.name, model.task)
+        for e in repo.entries():
+            log.info("serving %s version %d (%s, %s)", e.name, e.version,
+                     e.model.predictor.method.name, e.model.task)  # fmt: skip
         yield
-        await batcher.stop()
+        await repo.stop()
 
     errors = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
               413: {"model": ErrorResponse}}  # fmt: skip
@@ -107,15 +124,16 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
                   description=__doc__, responses=errors, docs_url=None,
                   redoc_url=None)  # fmt: skip
     add_docs(app)  # /docs and /redoc, offline
-    app.state.model, app.state.monitor, app.state.metrics = model, monitor, metrics
-    app.state.batcher, app.state.settings = batcher, settings
+    app.state.repository, app.state.metrics, app.state.settings = repo, metrics, settings
 
     def count(scope: dict, status: int, elapsed: float) -> None:
         route = scope.get("route")
         endpoint = getattr(route, "path", "other")
+        entry = Repository.addressed(scope)  # the model version the request was for, if any
+        metrics = entry.metrics if entry is not None else app.state.metrics
         metrics.request(endpoint, scope.get("method", ""), status, elapsed)
-        if endpoint in ("/v1/predict", "/v2/models/{name}/infer") and status < 400:
-            monitor.latency(elapsed)
+        if endpoint in PREDICT_ENDPOINTS and status < 400 and entry is not None:
+            entry.monitor.latency(elapsed)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -131,7 +149,8 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         key = "error" if request.url.path.startswith("/v2/") else "detail"
         return JSONResponse({key: exc.detail}, exc.status_code, headers=exc.headers)
 
-    async def run_rows(arr: Any, samples: int | None, level: float = 0.9) -> Any:
+    async def run_rows(entry: Entry, arr: Any, samples: int | None, level: float = 0.9) -> Any:
+        model, batcher, metrics = entry.model, entry.batcher, entry.metrics
         if samples is None and model.adaptive is None:
             samples = model.default_samples
         answer = await batcher.submit(PassKey(samples, level), arr)
@@ -144,11 +163,12 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
 
     app.state.run_rows = run_rows
 
-    def record(answer: Any, level: float, alias: str | None = None) -> tuple[str, list[str]]:
+    def record(entry: Entry, answer: Any, level: float,
+               alias: str | None = None) -> tuple[str, list[str]]:  # fmt: skip
         """Remember an answer's rows for feedback: a new request id and its row ids."""
-        return monitor.record_request(answer.records, samples=answer.columns.get("samples"),
-                                      noise_std=answer.noise_std, level=level,
-                                      alias=alias)  # fmt: skip
+        return entry.monitor.record_request(
+            answer.records, samples=answer.columns.get("samples"), noise_std=answer.noise_std,
+            level=level, alias=alias)  # fmt: skip
 
     app.state.record = record
 
@@ -162,11 +182,12 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
 
     app.state.check_limits = check_limits
     bad_input = {422: {"model": ErrorResponse, "description": "A field that cannot be used."}}
+    not_found = {404: {"model": ErrorResponse, "description": "No such model or version served."}}
 
     @app.post(
         "/v1/predict",
         response_model=PredictResponse,
-        responses=bad_input,
+        responses={**bad_input, **not_found},
         openapi_extra=json_body(PredictRequest),
     )
     async def predict(request: Request) -> Response:
@@ -182,6 +203,11 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
                 {"loc": ["body", *d["loc"]], "msg": d["msg"], "type": d["type"]}
                 for d in e.errors(include_url=False, include_context=False)
             ]}, 422)  # fmt: skip
+        try:
+            entry = repo.find(req.model, req.version, request.scope)
+        except UnknownModel as e:
+            return not_served(e)
+        model = entry.model
         too_many = check_limits(len(req.inputs), req.samples, ["body", "inputs"])
         if too_many is not None:
             return too_many
@@ -190,21 +216,23 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         except InputError as e:
             return field_error(e.loc, e.message)
         try:
-            answer = await run_rows(arr, req.samples, req.level)
+            answer = await run_rows(entry, arr, req.samples, req.level)
         except ValueError as e:  # the predictor refused the rows (e.g. a value out of range)
             return field_error(["body", "inputs"], str(e))
         out = []
-        rid, row_ids = record(answer, req.level)
+        rid, row_ids = record(entry, answer, req.level)
         for i, (rec, row_id) in enumerate(zip(answer.records, row_ids, strict=True)):
             rec = dict(rec)
             if req.return_samples:
                 rec["samples"] = answer.columns["samples"][i].tolist()
             rec["request_id"] = row_id
             out.append(rec)
-        return JSONResponse({"model": model.name, "request_id": rid, "predictions": out})
+        return JSONResponse({"model": model.name, "version": entry.version, "request_id": rid,
+                             "predictions": out})  # fmt: skip
 
-    @app.post("/v1/feedback", response_model=FeedbackResponse, responses=bad_input)
-    async def feedback(req: FeedbackRequest) -> Response:
+    @app.post("/v1/feedback", response_model=FeedbackResponse,
+              responses={**bad_input, **not_found})  # fmt: skip
+    async def feedback(req: FeedbackRequest, request: Request) -> Response:
         """True outcomes for rows served earlier: each row's ``request_id`` from ``/v1/predict``
         or the ``request_id`` output of ``/v2/models/{name}/infer``; for a one-row request, the
         request's own id (v1 ``request_id``, the Open Inference Protocol response ``id`` while
@@ -214,7 +242,13 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         the figures as they were). Per outcome the answer says: ``accepted`` (scored),
         ``already_received`` (feedback for that row came before; not counted again),
         ``flagged`` (a regression outcome beyond the bound the monitor keeps; received, not
-        scored) or ``unknown`` (never served or no longer remembered)."""
+        scored) or ``unknown`` (never served or no longer remembered). ``model`` (and
+        ``version``) name the model that served the rows when several are served."""
+        try:
+            entry = repo.find(req.model, req.version, request.scope)
+        except UnknownModel as e:
+            return not_served(e)
+        monitor, metrics = entry.monitor, entry.metrics
         try:
             monitor.check_count(len(req.outcomes))
         except ValueError as e:
@@ -251,11 +285,21 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         return JSONResponse({"accepted": accepted, "unknown": unknown,
                              "already_received": already, "flagged": flagged})  # fmt: skip
 
-    @app.get("/v1/model")
-    async def model_card() -> dict[str, Any]:
+    @app.get("/v1/model", response_model=None, responses=not_found)
+    async def model_card(request: Request, name: str | None = None,
+                         version: int | None = None) -> dict[str, Any] | Response:  # fmt: skip
         """The model card: method, task, input shape, sampling, the deferral policy with its
-        validation figures, limits, and the rolling figures of what was served."""
+        validation figures, limits, and the rolling figures of what was served. When several
+        models are served: the list of them, or with ``?name=`` (and ``&version=``) one's."""
+        if name is None and version is None and not repo.single:
+            return {"models": repo.summaries()}
+        try:
+            entry = repo.find(name, version, request.scope)
+        except UnknownModel as e:
+            return JSONResponse({"detail": str(e)}, 404)
+        model, batcher, monitor = entry.model, entry.batcher, entry.monitor
         card = model.card()
+        card["version"] = entry.version
         card["limits"] = {"max_rows": settings.max_rows, "max_samples": settings.max_samples,
                           "max_body_bytes": settings.max_body_bytes}  # fmt: skip
         card["batching"] = {"enabled": batcher.enabled, "max_wait_ms": settings.batch_wait_ms,
@@ -263,14 +307,29 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         card["monitor"] = monitor.figures()
         return card
 
-    @app.get("/v1/status")
-    async def status() -> dict[str, Any]:
-        """What the status page polls: model summary and the live figures."""
+    @app.get("/v1/status", response_model=None, responses=not_found)
+    async def status(name: str | None = None,
+                     version: int | None = None) -> dict[str, Any] | Response:  # fmt: skip
+        """What the status page polls: the summary and live figures of one model (``?name=``
+        and ``&version=``; default: the first served) and every model with its version and
+        state (``models``)."""
+        models = repo.summaries(unloaded=True)
+        try:
+            if name is None and version is None:
+                entry = next(repo.entries())
+            else:
+                entry = repo.get(name, version)
+        except UnknownModel as e:
+            return JSONResponse({"detail": str(e)}, 404)
+        except StopIteration:  # nothing loaded
+            return {"model": None, "models": models, "time": time.time()}
+        model, monitor = entry.model, entry.monitor
         card = model.card()
         summary = {k: card.get(k) for k in ("name", "method", "task", "input_shape",
                                              "class_names", "sampling", "int8")}  # fmt: skip
+        summary["version"] = entry.version
         return {"model": summary, "deferral": card["deferral"], "monitor": monitor.figures(),
-                "drifting": monitor.drifting, "time": time.time()}  # fmt: skip
+                "drifting": monitor.drifting, "time": time.time(), "models": models}  # fmt: skip
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -279,7 +338,7 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
     @app.get("/metrics", response_class=Response)
     async def prometheus() -> Response:
         """Prometheus text format."""
-        return Response(metrics.text(), media_type="text/plain; version=0.0.4")
+        return Response(repo.metrics_text(), media_type="text/plain; version=0.0.4")
 
     page = resources.files("bayesify.serve").joinpath("static/status.html").read_text()
 
@@ -289,7 +348,7 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
 
     from bayesify.serve.v2 import add_v2_routes
 
-    add_v2_routes(app, model)
+    add_v2_routes(app, repo)
     app.state.drain = Drain()  # started by the listener on SIGTERM
     app.add_middleware(_Gate, limit=settings.max_body_bytes, api_key=api_key, on_response=count,
                        body_timeout=settings.body_timeout_s, drain=app.state.drain)  # fmt: skip

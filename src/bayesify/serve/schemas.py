@@ -6,6 +6,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
+MODEL_HELP = "Model name; needed when the server serves several models."
+VERSION_HELP = "Model version (default: the newest version served)."
+
 
 class PredictRequest(BaseModel):
     """Rows in raw units (the bundle's preprocessing applies): lists of numbers (an image may be
@@ -13,6 +16,8 @@ class PredictRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     inputs: list[Any] = Field(min_length=1, description="One entry per row.")
+    model: str | None = Field(default=None, description=MODEL_HELP)
+    version: int | None = Field(default=None, ge=1, description=VERSION_HELP)
     samples: int | None = Field(
         default=None, ge=1, description="Monte Carlo samples T (default: the server's setting)."
     )
@@ -22,6 +27,7 @@ class PredictRequest(BaseModel):
 
 class PredictResponse(BaseModel):
     model: str
+    version: int
     request_id: str
     predictions: list[dict[str, Any]] = Field(
         description="Per row: the predictor's record (prediction, uncertainty, interval or "
@@ -41,6 +47,8 @@ class Outcome(BaseModel):
 class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     outcomes: list[Outcome] = Field(min_length=1)
+    model: str | None = Field(default=None, description=MODEL_HELP)
+    version: int | None = Field(default=None, ge=1, description=VERSION_HELP)
 
 
 class FlaggedOutcome(BaseModel):

@@ -23,6 +23,11 @@ category group must hold exactly one 1 among 0s. Other bundles take one tensor o
 ``[N, *input_shape]``. Class labels come back as ``label`` in the type the classes had in
 training: ``INT64`` for whole-number classes, ``BYTES`` for text.
 
+Every model route also exists per version, ``/v2/models/{name}/versions/{version}/...`` (without
+it: the newest version served), and the model repository extension lists the models of the
+server's folder (``POST /v2/repository/index``) and loads or unloads one while the server runs
+(``POST /v2/repository/models/{name}/load|unload``), as Triton's does.
+
 Every inference is recorded for feedback as ``/v1/predict`` is, under ids the server makes:
 the ``request_id`` outputs. The response ``id`` is the request's ``id`` when the client gave one
 (at most :data:`MAX_ID_CHARS` characters), else the server's; ``POST /v1/feedback`` takes the
@@ -43,6 +48,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import ValidationError
 
 from bayesify.serve.model import InputError, ServedModel, not_a_number
+from bayesify.serve.repository import Entry, Repository, UnknownModel
 from bayesify.serve.schemas import (
     V2Error,
     V2InferRequest,
@@ -287,14 +293,17 @@ def _check_size(req: V2InferRequest, body_bytes: int, max_rows: int) -> None:
                              "body holds")  # fmt: skip
 
 
-def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
-    """Register the v2 endpoints on ``app`` (which holds ``run_rows`` and ``check_limits``)."""
+def add_v2_routes(app: FastAPI, repo: Repository) -> None:
+    """Register the v2 endpoints on ``app`` (which holds ``run_rows`` and ``check_limits``) for
+    the models of ``repo``."""
     errors = {400: {"model": V2Error}, 404: {"model": V2Error}, 422: {"model": V2Error}}
 
-    def unknown(name: str) -> JSONResponse | None:
-        if name != model.name:
-            return _error(f"unknown model {name!r}; this server serves {model.name!r}", 404)
-        return None
+    def find(request: Request, name: str, version: str | None) -> Entry | JSONResponse:
+        """The entry named, or the 404 that names what is served."""
+        try:
+            return repo.find(name, version, request.scope)
+        except UnknownModel as e:
+            return _error(str(e), 404)
 
     @app.get("/v2/health/live")
     async def live() -> dict[str, bool]:
@@ -306,12 +315,19 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
 
     @app.get("/v2")
     async def server_metadata() -> dict[str, Any]:
-        return {"name": "bayesify", "version": "1", "extensions": ["binary_tensor_data"]}
+        return {"name": "bayesify", "version": "1",
+                "extensions": ["binary_tensor_data", "model_repository"]}  # fmt: skip
 
     @app.get("/v2/models/{name}", response_model=V2ModelMetadata, responses=errors)
-    async def model_metadata(name: str) -> Response:
-        if (bad := unknown(name)) is not None:
-            return bad
+    async def model_metadata(request: Request, name: str) -> Response:
+        return await version_metadata(request, name, None)
+
+    @app.get("/v2/models/{name}/versions/{version}", response_model=V2ModelMetadata,
+             responses=errors)  # fmt: skip
+    async def version_metadata(request: Request, name: str, version: str | None) -> Response:
+        if isinstance(entry := find(request, name, version), JSONResponse):
+            return entry
+        model = entry.model
         fields = model.card().get("fields", [])
         outs = [{"name": f, "datatype": "FP64", "shape": [-1]} for f in fields if f != "samples"]
         prep = model.predictor.preprocessing
@@ -331,8 +347,8 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
         outs += [{"name": "samples_used", "datatype": "INT64", "shape": [-1]},
                  {"name": "request_id", "datatype": "BYTES", "shape": [-1]}]  # fmt: skip
         meta = {
-            "name": model.name, "versions": ["1"], "platform": "bayesify",
-            "inputs": input_metadata(model),
+            "name": model.name, "versions": [str(v) for v in repo.loaded[model.name]],
+            "platform": "bayesify", "inputs": input_metadata(model),
             "outputs": outs,
         }  # fmt: skip
         if prep is not None and prep.features is not None:
@@ -340,23 +356,32 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
         return JSONResponse(meta)
 
     @app.get("/v2/models/{name}/ready", responses=errors)
-    async def model_ready(name: str) -> Response:
-        if (bad := unknown(name)) is not None:
-            return bad
-        return JSONResponse({"name": model.name, "ready": True})
+    async def model_ready(request: Request, name: str) -> Response:
+        return await version_ready(request, name, None)
 
-    @app.post(
-        "/v2/models/{name}/infer",
-        response_model=V2InferResponse,
-        responses=errors,
-        openapi_extra=json_body(V2InferRequest),
-    )
+    @app.get("/v2/models/{name}/versions/{version}/ready", responses=errors)
+    async def version_ready(request: Request, name: str, version: str | None) -> Response:
+        if isinstance(entry := find(request, name, version), JSONResponse):
+            return entry
+        return JSONResponse({"name": entry.name, "version": str(entry.version), "ready": True})
+
+    infer_doc = {"response_model": V2InferResponse, "responses": errors,
+                 "openapi_extra": json_body(V2InferRequest)}  # fmt: skip
+
+    @app.post("/v2/models/{name}/infer", **infer_doc)
     async def infer(name: str, request: Request) -> Response:
         """Inference: one input tensor in, the prediction and its uncertainty as named outputs
-        (``samples`` request parameter: T)."""
-        if (bad := unknown(name)) is not None:
-            return bad
+        (``samples`` request parameter: T), by the newest version served."""
+        return await version_infer(name, None, request)
+
+    @app.post("/v2/models/{name}/versions/{version}/infer", **infer_doc)
+    async def version_infer(name: str, version: str | None, request: Request) -> Response:
+        """Inference by one version of the model."""
         body = await request.body()
+        # no await from here to the rows queued (see Repository.unload)
+        if isinstance(entry := find(request, name, version), JSONResponse):
+            return entry
+        model = entry.model
         header = request.headers.get(HEADER_LENGTH)
         binary = b""
         if header is not None:
@@ -385,11 +410,11 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
             detail = json.loads(limits.body)["detail"][0]
             return _error(f"{'.'.join(map(str, detail['loc']))}: {detail['msg']}", 422)
         try:
-            answer = await app.state.run_rows(arr, samples)
+            answer = await app.state.run_rows(entry, arr, samples)
         except ValueError as e:
             return _error(f"inputs.0: {e}", 422)
         columns = dict(answer.columns)
-        rid, row_ids = app.state.record(answer, 0.9, req.id)  # feedback by id, as /v1/predict
+        rid, row_ids = app.state.record(entry, answer, 0.9, req.id)  # feedback, as /v1/predict
         columns["request_id"] = np.asarray(row_ids, dtype=object)
         outputs = output_tensors(model, columns)
         if req.outputs:
@@ -398,5 +423,66 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
             if missing:
                 return _error(f"outputs: unknown output(s) {missing}; valid: {sorted(have)}", 400)
             outputs = [have[o.name] for o in req.outputs]
-        return JSONResponse({"model_name": model.name, "model_version": "1", "id": req.id or rid,
-                             "outputs": outputs})  # fmt: skip
+        return JSONResponse({"model_name": model.name, "model_version": str(entry.version),
+                             "id": req.id or rid, "outputs": outputs})  # fmt: skip
+
+    add_repository_routes(app, repo)
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    """The request's JSON object, ``{}`` for an empty body (a ``ValueError`` otherwise)."""
+    body = await request.body()
+    if not body.strip():
+        return {}
+    try:
+        value = json.loads(body)
+    except ValueError:
+        raise ValueError("the body must be a JSON object") from None
+    if not isinstance(value, dict):
+        raise ValueError("the body must be a JSON object")
+    return value
+
+
+def add_repository_routes(app: FastAPI, repo: Repository) -> None:
+    """The model repository extension: the index, load and unload."""
+    errors = {400: {"model": V2Error}, 404: {"model": V2Error}}
+
+    @app.post("/v2/repository/index", responses=errors)
+    async def repository_index(request: Request) -> Response:
+        """Every model version in the server's folder or loaded: ``name``, ``version``,
+        ``state`` (``READY`` or ``UNAVAILABLE``) and, when not loaded, ``reason``. Body
+        ``{"ready": true}`` lists only the loaded ones."""
+        try:
+            ready = (await _json_body(request)).get("ready", False)
+        except ValueError as e:
+            return _error(str(e), 400)
+        rows = repo.index()
+        return JSONResponse([r for r in rows if r["state"] == "READY"] if ready is True else rows)
+
+    @app.post("/v2/repository/models/{name}/load", responses=errors)
+    async def load(name: str, request: Request) -> Response:
+        """Load every version of ``name`` found in the server's folder now and not loaded yet
+        (a bundle copied there after start-up included); loaded versions stay as they are."""
+        try:
+            params = (await _json_body(request)).get("parameters") or {}
+        except ValueError as e:
+            return _error(str(e), 400)
+        if params:
+            return _error(f"parameters {sorted(params)}: not taken; bayesify loads bundles from "
+                          "its folder as they are there", 400)  # fmt: skip
+        try:
+            await repo.load(name)
+        except UnknownModel as e:
+            return _error(str(e), 404)
+        except ValueError as e:
+            return _error(f"failed to load {e}", 400)
+        return JSONResponse({})
+
+    @app.post("/v2/repository/models/{name}/unload", responses=errors)
+    async def unload(name: str) -> Response:
+        """Stop serving every version of ``name``; requests already queued are answered."""
+        try:
+            await repo.unload(name)
+        except UnknownModel as e:
+            return _error(str(e), 404)
+        return JSONResponse({})

@@ -1,0 +1,356 @@
+"""The models one server holds: a model repository, as Triton and KServe keep one.
+
+``bayesify serve DIR`` serves every bundle in a folder: ``DIR/<name>/`` is a bundle (version 1
+of model ``name``) or holds integer version folders, ``DIR/<name>/<version>/``, each a bundle
+(the newest version loaded is the model's default). ``bayesify serve BUNDLE`` is a repository of
+one model, version 1. Each loaded version is an :class:`Entry`: its :class:`ServedModel`, its
+:class:`Monitor` (feedback and rolling figures), its :class:`ServerMetrics` and its own
+micro-batcher (passes of different models never mix); the metrics of all of them are one
+:class:`MetricFamilies`, each sample labelled with its model and version. Models are loaded
+and unloaded while the server runs (:meth:`Repository.load`, :meth:`Repository.unload`): a load
+scans the folder again, so a bundle copied into ``DIR`` after start-up can be loaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bayesify.io import CONFIG, WEIGHTS
+from bayesify.serve.batching import MicroBatcher
+from bayesify.serve.metrics import MetricFamilies, ServerMetrics
+from bayesify.serve.model import ServedModel
+from bayesify.serve.monitor import Monitor, target_range
+
+log = logging.getLogger(__name__)
+
+READY, UNAVAILABLE = "READY", "UNAVAILABLE"
+
+
+class UnknownModel(ValueError):
+    """A model name or version that is not served; the message names what is."""
+
+
+class ModelRequired(UnknownModel):
+    """A request that named no model where several are served."""
+
+
+#: the key of an HTTP request's scope that holds the :class:`Entry` it was for
+SCOPE_KEY = "bayesify.entry"
+
+
+def is_bundle(path: Path) -> bool:
+    """Whether folder ``path`` looks like a bundle (it has the bundle's config file)."""
+    return (path / CONFIG).is_file() or (path / WEIGHTS).is_file()
+
+
+def discover(root: Path) -> dict[str, dict[int, Path]]:
+    """The bundles in folder ``root``: model name -> {version: bundle folder}. A subfolder that
+    is a bundle is version 1; otherwise its integer-named subfolders that are bundles are its
+    versions. Hidden folders and anything else are ignored."""
+    found: dict[str, dict[int, Path]] = {}
+    for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if is_bundle(sub):
+            found[sub.name] = {1: sub}
+            continue
+        versions = {
+            int(v.name): v
+            for v in sub.iterdir()
+            if v.is_dir() and v.name.isdigit() and int(v.name) > 0 and is_bundle(v)
+        }
+        if versions:
+            found[sub.name] = dict(sorted(versions.items()))
+    return found
+
+
+def is_folder_of_bundles(path: Path) -> bool:
+    """Whether ``path`` is a folder that is no bundle itself but holds bundles."""
+    return path.is_dir() and not is_bundle(path) and bool(discover(path))
+
+
+@dataclass
+class Entry:
+    """One loaded version of a model and what serves it."""
+
+    model: ServedModel
+    version: int
+    path: Path
+    monitor: Monitor
+    metrics: ServerMetrics
+    batcher: MicroBatcher
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    def summary(self) -> dict[str, Any]:
+        """Name, version, state and the figures the status page lists per model."""
+        m = self.monitor
+        return {"name": self.name, "version": self.version, "state": READY,
+                "task": self.model.task, "method": self.model.predictor.method.name,
+                "served": m.served,
+                "deferral_rate": m.deferred / m.served if m.served else None}  # fmt: skip
+
+
+#: ServedModel.load(path, name) with the server's settings (samples, adaptive, int8)
+Loader = Callable[[str, str], ServedModel]
+
+
+@dataclass
+class BatchSettings:
+    """Micro-batching of every loaded version (see :class:`MicroBatcher`)."""
+
+    max_wait_ms: float = 2.0
+    max_rows: int = 64
+
+
+@dataclass
+class Repository:
+    """Loaded versions by model name; see the module docstring. ``root`` is the folder scanned
+    on every load (``None`` for one bundle, whose ``sources`` are fixed)."""
+
+    loader: Loader
+    root: Path | None = None
+    sources: dict[str, dict[int, Path]] = field(default_factory=dict)
+    batching: BatchSettings = field(default_factory=BatchSettings)
+    #: name -> version -> entry, for every loaded version
+    loaded: dict[str, dict[int, Entry]] = field(default_factory=dict)
+    #: why a model is not loaded ("unloaded", or the error of its last load)
+    reasons: dict[str, str] = field(default_factory=dict)
+    #: the Prometheus families of every version (``/metrics``)
+    families: MetricFamilies = field(default_factory=MetricFamilies)
+    _lock: asyncio.Lock | None = None
+    _started: bool = False
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def open(cls, path: Path, name: str | None, loader: Loader,
+             batching: BatchSettings | None = None) -> Repository:  # fmt: skip
+        """What ``bayesify serve PATH`` serves: the bundle at ``path`` (named ``name``, else
+        by its folder) or, when ``path`` is a folder of bundles, every one of them."""
+        if is_folder_of_bundles(path):
+            if name is not None:
+                raise ValueError(f"--name names one bundle; the models in {path} are named by "
+                                 "their folders")  # fmt: skip
+            return cls.of_folder(path, loader, batching)
+        model = loader(str(path), name or path.resolve().name)
+        return cls.of_model(model, path=path, loader=loader, batching=batching)
+
+    @classmethod
+    def of_model(cls, model: ServedModel, *, path: Path | None = None, loader: Loader | None = None,
+                 batching: BatchSettings | None = None) -> Repository:  # fmt: skip
+        """A repository of one model already loaded, version 1 (``path``: its bundle, loaded
+        again by ``loader`` after an unload)."""
+        repo = cls(loader=loader or _no_loader, sources={model.name: {1: path}} if path else {},
+                   batching=batching or BatchSettings())  # fmt: skip
+        repo._add(repo._entry(model, 1, path or Path(model.name)))
+        return repo
+
+    @classmethod
+    def of_folder(cls, root: Path, loader: Loader,
+                  batching: BatchSettings | None = None) -> Repository:  # fmt: skip
+        """Every bundle in ``root`` loaded (a ``ValueError`` naming the bundle that fails)."""
+        repo = cls(loader=loader, root=root, sources=discover(root),
+                   batching=batching or BatchSettings())  # fmt: skip
+        for name, versions in repo.sources.items():
+            for version, path in versions.items():
+                repo._add(repo._load_entry(name, version, path))
+        return repo
+
+    def _entry(self, model: ServedModel, version: int, path: Path) -> Entry:
+        """The monitor, metrics and micro-batcher of one loaded version."""
+        metrics = ServerMetrics(model.name, str(version), self.families)
+        policy = model.policy
+        monitor = Monitor(model.task, model.class_names, policy.validation if policy else None,
+                          name=model.name, version=str(version),
+                          class_labels=model.predictor.class_labels,
+                          target_range=target_range(model.predictor.method.metadata))  # fmt: skip
+        metrics.set_figures(monitor.figures())
+        batcher = MicroBatcher(model.run, max_wait_ms=self.batching.max_wait_ms,
+                               max_rows=self.batching.max_rows,
+                               on_batch=metrics.batch_rows.observe)  # fmt: skip
+        return Entry(model, version, path, monitor, metrics, batcher)
+
+    def _load_entry(self, name: str, version: int, path: Path) -> Entry:
+        try:
+            model = self.loader(str(path), name)
+        except (ValueError, TypeError, OSError) as e:
+            raise ValueError(f"model {name!r} version {version} ({path}): {e}") from None
+        return self._entry(model, version, path)
+
+    def _add(self, entry: Entry) -> None:
+        self.loaded.setdefault(entry.name, {})[entry.version] = entry
+        self.loaded[entry.name] = dict(sorted(self.loaded[entry.name].items()))
+        self.reasons.pop(entry.name, None)
+
+    # ------------------------------------------------------------------ looking up
+    def entries(self) -> Iterator[Entry]:
+        for versions in list(self.loaded.values()):
+            yield from list(versions.values())
+
+    @property
+    def single(self) -> bool:
+        """Whether one model name is served (requests may leave the model out)."""
+        return len(self.loaded) == 1
+
+    def describe(self) -> str:
+        """What is served, for error messages: ``'a', 'b' (versions 1, 2)``."""
+        if not self.loaded:
+            return "no model (load one with POST /v2/repository/models/{name}/load)"
+        parts = []
+        for name, versions in self.loaded.items():
+            vs = list(versions)
+            if vs == [1]:
+                parts.append(repr(name))
+            else:
+                word = "version" if len(vs) == 1 else "versions"
+                parts.append(f"{name!r} ({word} {', '.join(map(str, vs))})")
+        return ", ".join(parts)
+
+    def get(self, name: str | None, version: int | str | None = None) -> Entry:
+        """The loaded ``version`` of ``name`` (default: its newest); ``name`` may be left out
+        when one model is served. ``UnknownModel`` names what is served."""
+        if name is None:
+            if not self.loaded:
+                raise UnknownModel(f"this server serves {self.describe()}")
+            if not self.single:
+                raise ModelRequired(f"several models are served ({self.describe()}); name one")
+            name = next(iter(self.loaded))
+        versions = self.loaded.get(name)
+        if not versions:
+            if name in self.sources or name in self.reasons:
+                what = f"model {name!r} is not loaded ({self.reasons.get(name, 'unloaded')})"
+            else:
+                what = f"unknown model {name!r}"
+            raise UnknownModel(f"{what}; this server serves {self.describe()}")
+        if version is None:
+            return versions[max(versions)]
+        v = int(version) if isinstance(version, int) or str(version).isdigit() else None
+        if v is None or v not in versions:
+            served = ", ".join(map(str, versions))
+            raise UnknownModel(f"unknown version {str(version)!r} of model {name!r}; served "
+                               f"versions: {served}")  # fmt: skip
+        return versions[v]
+
+    def find(self, name: str | None, version: int | str | None,
+             scope: dict[str, Any] | None = None) -> Entry:  # fmt: skip
+        """:meth:`get`, remembering the entry in the HTTP request's ``scope`` (its metrics
+        then count the request)."""
+        entry = self.get(name, version)
+        if scope is not None:
+            scope[SCOPE_KEY] = entry
+        return entry
+
+    @staticmethod
+    def addressed(scope: dict[str, Any]) -> Entry | None:
+        """The entry a request was for (set by :meth:`find`), if any."""
+        return scope.get(SCOPE_KEY)
+
+    def summaries(self, unloaded: bool = False) -> list[dict[str, Any]]:
+        """:meth:`Entry.summary` of every loaded version; with ``unloaded``, also a row per
+        version known but not loaded (``state`` ``UNAVAILABLE`` and its ``reason``)."""
+        rows = [e.summary() for e in self.entries()]
+        if unloaded:
+            rows += [{**r, "version": int(r["version"]) if "version" in r else None}
+                     for r in self.index(rescan=False) if r["state"] != READY]  # fmt: skip
+        return sorted(rows, key=lambda r: (r["name"], r["version"] or 0))
+
+    def index(self, rescan: bool = True) -> list[dict[str, str]]:
+        """Every model version on disk (``rescan``: looked up again now) or loaded, with its
+        state (``READY`` or ``UNAVAILABLE``) and, when not loaded, the reason."""
+        if rescan:
+            self._rescan()
+        rows = []
+        for name in sorted(set(self.sources) | set(self.loaded) | set(self.reasons)):
+            loaded = self.loaded.get(name, {})
+            versions = sorted(set(self.sources.get(name, {})) | set(loaded))
+            if not versions:
+                rows.append({"name": name, "state": UNAVAILABLE,
+                             "reason": self.reasons.get(name, "no bundle")})  # fmt: skip
+            for v in versions:
+                row = {"name": name, "version": str(v), "state": READY if v in loaded
+                       else UNAVAILABLE}  # fmt: skip
+                if v not in loaded:
+                    row["reason"] = self.reasons.get(name, "unloaded")
+                rows.append(row)
+        return rows
+
+    def _rescan(self) -> None:
+        if self.root is not None and self.root.is_dir():
+            self.sources = discover(self.root)
+            known = set(self.sources) | set(self.loaded)  # forget models gone from the folder
+            self.reasons = {n: r for n, r in self.reasons.items() if n in known}
+
+    # ------------------------------------------------------------------ loading
+    def _get_lock(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    async def start(self) -> None:
+        """Start the micro-batchers (in the server's event loop)."""
+        self._started = True
+        for e in self.entries():
+            await e.batcher.start()
+
+    async def stop(self) -> None:
+        """Finish what is queued on every model, then stop."""
+        for e in self.entries():
+            await e.batcher.stop()
+
+    async def load(self, name: str) -> list[Entry]:
+        """Load the versions of ``name`` found on disk now and not loaded yet (those loaded
+        stay as they are); ``UnknownModel`` when the folder holds no such model, ``ValueError``
+        when a bundle fails to load (the model's state then says why)."""
+        async with self._get_lock():
+            self._rescan()
+            versions = self.sources.get(name)
+            if not versions:
+                where = f"in {self.root}" if self.root is not None else "to this server"
+                known = ", ".join(map(repr, self.sources)) or "none"
+                raise UnknownModel(f"no model {name!r} {where}; models there: {known}")
+            have = self.loaded.get(name, {})
+            new = []
+            for version, path in versions.items():
+                if version in have:
+                    continue
+                try:
+                    entry = await asyncio.to_thread(self._load_entry, name, version, path)
+                except ValueError as e:
+                    self.reasons[name] = str(e)
+                    raise
+                new.append(entry)
+            for entry in new:
+                if self._started:
+                    await entry.batcher.start()
+                self._add(entry)
+                log.info("loaded %s version %d from %s", name, entry.version, entry.path)
+            return new
+
+    async def unload(self, name: str) -> None:
+        """Stop serving every version of ``name`` (requests already queued are answered: a
+        request finds its entry and queues its rows without yielding to the event loop in
+        between, so every request that found it is queued before its batcher stops)."""
+        async with self._get_lock():
+            versions = self.loaded.pop(name, None)
+            if versions is None:
+                raise UnknownModel(f"model {name!r} is not loaded; this server serves "
+                                   f"{self.describe()}")  # fmt: skip
+            self.reasons[name] = "unloaded"
+            for entry in versions.values():
+                await entry.batcher.stop()
+            log.info("unloaded %s", name)
+
+    # ------------------------------------------------------------------ metrics
+    def metrics_text(self) -> bytes:
+        """Prometheus text of every version's metrics (and those of requests that named no
+        model), each sample labelled with its model and version."""
+        return self.families.text()
+
+
+def _no_loader(path: str, name: str) -> ServedModel:
+    raise ValueError(f"cannot load {path}: this server was given its model already loaded")
