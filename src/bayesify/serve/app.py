@@ -205,10 +205,11 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         key = "error" if request.url.path.startswith("/v2/") else "detail"
         return JSONResponse({key: exc.detail}, exc.status_code, headers=exc.headers)
 
-    async def run_rows(arr: Any, samples: int | None, level: float = 0.9) -> Any:
+    async def run_rows(arr: Any, samples: int | None, level: float = 0.9,
+                       seed: int | None = None) -> Any:  # fmt: skip
         if samples is None and model.adaptive is None:
             samples = model.default_samples
-        answer = await batcher.submit(PassKey(samples, level), arr)
+        answer = await batcher.submit(PassKey(samples, level, seed), arr)
         if answer.error is not None:
             raise ValueError(answer.error)
         recs = answer.records
@@ -256,7 +257,7 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         except InputError as e:
             return field_error(e.loc, e.message)
         try:
-            answer = await run_rows(arr, req.samples, req.level)
+            answer = await run_rows(arr, req.samples, req.level, req.seed)
         except ValueError as e:  # the predictor refused the rows (e.g. a value out of range)
             return field_error(["body", "inputs"], str(e))
         rid = uuid.uuid4().hex
@@ -268,7 +269,10 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
                 rec["samples"] = answer.columns["samples"][i].tolist()
             rec["request_id"] = row_id
             out.append(rec)
-        return JSONResponse({"model": model.name, "request_id": rid, "predictions": out})
+        body = {"model": model.name, "request_id": rid, "predictions": out}
+        if answer.warnings:
+            body["warnings"] = answer.warnings
+        return JSONResponse(body)
 
     @app.post("/v1/feedback", response_model=FeedbackResponse, responses=bad_input)
     async def feedback(req: FeedbackRequest) -> Response:

@@ -10,13 +10,14 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
 from bayesify.posthoc.deferral import DeferralPolicy
+from bayesify.posthoc.sampling import SamplingPolicy
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +46,8 @@ class PassKey:
 
     samples: int | None  # fixed T, or None for the server's adaptive sampling
     level: float = 0.9
+    #: a request's seed: its rows run in a pass of their own (draws do not depend on company)
+    seed: int | None = None
 
 
 @dataclass
@@ -55,6 +58,8 @@ class Answer:
     records: list[dict[str, Any]]
     columns: dict[str, np.ndarray]
     error: str | None = None
+    #: guarantees the answer does not carry (e.g. conformal calibrated under another policy)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _finite_rows(columns: dict[str, np.ndarray], n: int) -> np.ndarray:
@@ -255,6 +260,8 @@ class ServedModel:
         finite numbers) gets an answer with ``error`` set, and the others their predictions:
         when the shared pass fails, each request is run on its own."""
         assert isinstance(key, PassKey)
+        if key.seed is not None and len(arrays) > 1:  # seeded requests: one pass each
+            return [a for arr in arrays for a in self.run(key, [arr])]
         try:
             return self._run(key, arrays)
         except ValueError as e:
@@ -274,10 +281,11 @@ class ServedModel:
             a = self.adaptive
             res = self.predictor.predict(x, samples="adaptive", level=key.level, tol=a.tol,
                                          start=a.start, max_samples=a.max_samples,
-                                         encoded=True)  # fmt: skip
+                                         encoded=True, seed=key.seed)  # fmt: skip
         else:
             res = self.predictor.predict(x, samples=key.samples or self.default_samples,
-                                         level=key.level, encoded=True)  # fmt: skip
+                                         level=key.level, encoded=True,
+                                         seed=key.seed)  # fmt: skip
         columns = dict(res.columns)
         if "samples_used" not in columns:
             columns["samples_used"] = np.full(len(x), res.predictive.num_samples)
@@ -295,7 +303,8 @@ class ServedModel:
                                       "was trained on?)"))  # fmt: skip
             else:
                 answers.append(Answer(records[start:stop],
-                                      {k: v[start:stop] for k, v in columns.items()}))  # fmt: skip
+                                      {k: v[start:stop] for k, v in columns.items()},
+                                      warnings=list(res.warnings)))  # fmt: skip
             start = stop
         return answers
 
@@ -309,4 +318,13 @@ class ServedModel:
             else {"mode": "fixed", "samples": self.default_samples}
         )  # fmt: skip
         card["deferral"] = self.policy.to_dict() if self.policy else None
+        card["warnings"] = self.predictor.guarantee_notes(self.sampling_policy)
         return card
+
+    @property
+    def sampling_policy(self) -> SamplingPolicy:
+        """The policy a request without ``samples`` is served with."""
+        a = self.adaptive
+        if a is not None:
+            return SamplingPolicy.adaptive(a.tol, a.start, a.max_samples)
+        return SamplingPolicy.fixed(self.default_samples)

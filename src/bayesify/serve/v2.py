@@ -8,7 +8,8 @@ One input tensor (any name; ``shape [N, *input_shape]`` or ``[N, F]``, numeric d
 ``defer_score``, ``defer_threshold`` with a deferral policy, ``samples_used``, and
 ``request_id`` (BYTES, one per row: ``<id>-<row>``). Outputs are returned as JSON data (a client
 asking for binary outputs gets JSON, which the protocol allows). Request parameter ``samples``
-sets T. Errors are ``{"error": message}``.
+sets T, ``seed`` the draws (the request then runs in a pass of its own). Errors are
+``{"error": message}``.
 
 The input tensor holds the rows as the network's encoded columns, unscaled: for a bundle
 trained on a table, one column per number feature and one 0/1 column per category
@@ -174,6 +175,8 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
             outs += [{"name": "defer", "datatype": "BOOL", "shape": [-1]},
                      {"name": "defer_score", "datatype": "FP64", "shape": [-1]},
                      {"name": "defer_threshold", "datatype": "FP64", "shape": [-1]}]  # fmt: skip
+            if model.policy.decision is not None:  # samples its sequential decision used
+                outs.append({"name": "defer_samples", "datatype": "INT64", "shape": [-1]})
         outs += [{"name": "samples_used", "datatype": "INT64", "shape": [-1]},
                  {"name": "request_id", "datatype": "BYTES", "shape": [-1]}]  # fmt: skip
         meta = {
@@ -223,6 +226,10 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
         if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)
                                     or samples < 1):  # fmt: skip
             return _error(f"parameters.samples: a positive integer, got {samples!r}", 422)
+        seed = (req.parameters or {}).get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                                 or not 0 <= seed < 2**63):  # fmt: skip
+            return _error(f"parameters.seed: an integer >= 0, got {seed!r}", 422)
         try:
             arr = _input_array(model, req, binary)
         except InputError as e:
@@ -232,7 +239,7 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
             detail = json.loads(limits.body)["detail"][0]
             return _error(f"{'.'.join(map(str, detail['loc']))}: {detail['msg']}", 422)
         try:
-            answer = await app.state.run_rows(arr, samples)
+            answer = await app.state.run_rows(arr, samples, seed=seed)
         except ValueError as e:
             return _error(f"inputs.0: {e}", 422)
         columns = dict(answer.columns)
@@ -246,5 +253,7 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
                 return _error(f"outputs: unknown output(s) {missing}; valid: {sorted(have)}", 400)
             outputs = [have[o.name] for o in req.outputs]
         app.state.monitor.record_request(rid, answer.records)  # feedback by id, as /v1/predict
-        return JSONResponse({"model_name": model.name, "model_version": "1", "id": rid,
-                             "outputs": outputs})  # fmt: skip
+        out = {"model_name": model.name, "model_version": "1", "id": rid, "outputs": outputs}
+        if answer.warnings:
+            out["parameters"] = {"warnings": answer.warnings}
+        return JSONResponse(out)
