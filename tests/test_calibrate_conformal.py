@@ -76,8 +76,8 @@ def test_conformal_sets_from_a_table(tmp_path, labels):
     torch.testing.assert_close(stored.calibrations[SamplingPolicy.fixed(16)].scores, ref.scores)
     # served sets on the held-out rows (seed 1, as calibrate checks them) cover as printed
     res = p.predict(test, samples=16, seed=1)
-    covered = np.mean([str(y) in [str(c) for c in s]
-                       for y, s in zip(test["label"], res.columns["prediction_set"], strict=True)])  # fmt: skip
+    sets = res.columns["prediction_set"]
+    covered = np.mean([str(y) in map(str, s) for y, s in zip(test["label"], sets, strict=True)])
     assert _printed(text, "T=16") == pytest.approx(covered, abs=1e-4)
     assert abs(covered - 0.9) < 0.05 and res.warnings == []
 
