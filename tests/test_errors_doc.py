@@ -17,6 +17,8 @@ from bayesify.app.table_jobs import build_table_training, decide_task
 from bayesify.data.preprocessing import Preprocessing
 from bayesify.data.tables import table_format
 from bayesify.models import net_from_reference
+from bayesify.posthoc.conformal import Conformal, ConformalByPolicy
+from bayesify.posthoc.sampling import SamplingPolicy, parse_policies
 from bayesify.predictor import Predictor
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
@@ -103,6 +105,10 @@ CASES = {
         {"x0": [0.0, 1.0], "x1": [1.0, 0.0], "label": ["cat", "fox"]}), method=_named_classifier()),
     "calibrate-width": lambda p: _calibrate(p, pd.DataFrame(
         {"a": [1.0], "b": [2.0], "c": [3.0], "y": [4.0]}), target="y", method=_plain_method()),
+    "calibrate-sampling-policy": lambda p: parse_policies("8,32,adaptive:x"),
+    "conformal-several-policies": lambda p: Conformal.from_dict(ConformalByPolicy({
+        SamplingPolicy.fixed(t): Conformal("normalized", torch.rand(5)) for t in (8, 32)
+    }).to_dict()),
     "load-custom-network": lambda p: bayesify.load(_custom_bundle(p)),
     "load-bad-net-reference": lambda p: net_from_reference("mynets"),
     "load-net-not-importable": lambda p: net_from_reference("nosuch_module:make"),
