@@ -94,11 +94,10 @@ def held_out(name: str, info: dict):
     if name == "regression":
         test = pd.read_csv(info["paths"]["test"])
         return test.drop(columns=["y"]), test["y"].to_numpy()
-    from bayesify.app.calibration import bundle_splits
-    from bayesify.methods import load
+    from bayesify.data import load_fashion_mnist
 
-    _, test = bundle_splits(load(info["shipped"]))
-    return test.x[:1000].numpy(), test.y[:1000].numpy()
+    test = load_fashion_mnist("test", limit=1000, normalize=False)  # raw pixels, as served
+    return (test.x * 255).numpy(), test.y.numpy()
 
 
 def covered(cols: dict, y: np.ndarray, names: list | None) -> np.ndarray:

@@ -164,6 +164,10 @@ def calibrate(
     if conf is not None:
         _print_conformal(conf, level, test_limit)
     console.print(f"saved to {bundle}/config.json")
+    if samples is not None and not conformal and sequential is not None:
+        console.print("[yellow]warning:[/] --samples is not used by a sequential deferral "
+                      f"decision (it starts at --decision-start {decision_start}); it goes with "
+                      "--conformal or --decision single")  # fmt: skip
 
 
 def _print_deferral(res, test_limit: int | None) -> None:
