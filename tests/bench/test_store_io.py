@@ -213,3 +213,52 @@ def test_a_recomputation_agrees_to_float32_precision_not_bit_by_bit():
     assert same_numbers(recovered, full)
     assert not same_numbers(recovered, {**full, "rmse": 2.1315})
     assert not same_numbers({**recovered, "chosen": 32.0}, {**full, "chosen": 128.0})
+
+
+def test_an_import_refuses_a_row_without_its_experiments_metrics(tmp_path):
+    """A row with a valid key and hash but metrics {"bogus": 1} is not marked done: it would be
+    skipped by the runner and break every page of the store."""
+    store, export = tmp_path / "a.db", tmp_path / "store.jsonl"
+    jobs = [mc_dropout_job("yacht", s, "homoscedastic", "quick") for s in (0, 1)]
+    run_jobs(GAL_EXPERIMENT, jobs, _score, store, progress=False)
+    export_rows(store, export)
+    good, other = (json.loads(line) for line in export.read_text().splitlines())
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(good) + "\n" + json.dumps({**other, "metrics": {"bogus": 1}}) + "\n")
+    fresh, page = tmp_path / "b.db", tmp_path / "uci.md"
+    args = ["bench", "uci", "--report-only", "--store", str(fresh), "--seed-from", str(bad),
+            "--out", str(page)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "bad.jsonl row 2: metrics lack rmse, ll (a finished gal-uci row has rmse, ll)" in said
+    assert "Traceback" not in said and not page.exists()
+    with ResultsStore(fresh) as db:
+        assert db.records(status=None) == []  # checked before anything is written
+
+
+def test_a_damaged_store_or_file_of_rows_is_one_line(tmp_path):
+    garbage = tmp_path / "results.db"
+    garbage.write_bytes(b"not a database at all" * 100)
+    result = CliRunner().invoke(app, ["report", str(garbage)])
+    assert result.exit_code == 2 and "is not a readable results store" in result.output
+    assert "Traceback" not in result.output
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"experiment": "gal-uci"}\n{not json\n')
+    for source in (garbage, rows):
+        args = ["bench", "uci", "--report-only", "--store", str(tmp_path / "s.db"),
+                "--seed-from", str(source), "--out", str(tmp_path / "uci.md")]  # fmt: skip
+        result = CliRunner().invoke(app, args)
+        said = " ".join(result.output.split())
+        assert result.exit_code == 2 and said.startswith("error: "), result.output
+        assert "Traceback" not in said
+    assert "rows.jsonl:2: not a JSON row" in said
+    # a store holding a done row without its metrics (imported before the check) is named
+    with ResultsStore(tmp_path / "old.db") as db:
+        job = mc_dropout_job("yacht", 0, "homoscedastic", "quick")
+        db.finish(job_key(GAL_EXPERIMENT, job), {"bogus": 1}, 1.0, job_config(job))
+    args = ["bench", "uci", "--report-only", "--store", str(tmp_path / "old.db"),
+            "--out", str(tmp_path / "uci.md")]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "is marked done but its metrics lack rmse, ll" in said

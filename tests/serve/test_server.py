@@ -92,7 +92,7 @@ def _post(server, body, path="/v1/predict"):
         ('{"inputs": [[1, 2, true, 4]]}', ["body", "inputs", 0, 2], "true/false, not a number"),
         ('{"inputs": [[1, 2, 3, 4], [1, null, 3, 4]]}', ["body", "inputs", 1, 1], "null, not"),
         ('{"inputs": [[1, 2, 3, 1' + "0" * 400 + "]]}", ["body", "inputs", 0, 3], "float64"),
-        ('{"inputs": [[1e300, 2, 3, 4]]}', ["body", "inputs", 0, 0], "beyond the largest"),
+        ('{"inputs": [[1e300, 2, 3, 4]]}', ["body", "inputs", 0, 0], "beyond the float32 range"),
         (
             '{"outcomes": [{"request_id": "a", "outcome": 1' + "0" * 400 + "}]}",
             ["body", "outcomes", 0, "outcome"],

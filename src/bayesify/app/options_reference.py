@@ -13,8 +13,8 @@ import inspect
 import re
 import sys
 from enum import Enum
-from pathlib import Path
 
+from bayesify.atomic import write_text
 from bayesify.methods import METHODS
 from bayesify.methods.base import MethodConfig
 
@@ -121,7 +121,7 @@ def main(argv: list[str]) -> None:  # pragma: no cover
     """``python -m bayesify.app.options_reference [PATH]``: write the page (stdout without)."""
     text = options_reference()
     if len(argv) > 1:
-        Path(argv[1]).write_text(text)
+        write_text(argv[1], text)
     else:
         sys.stdout.write(text)
 

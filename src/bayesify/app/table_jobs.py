@@ -1,13 +1,17 @@
 """Training jobs on the user's own table (CSV, Parquet, ``.npz``): checks, task, split, scaling.
 
 The columns are checked before any training (missing values, non-numeric values, constant
-columns: one-line errors naming the column and how many rows); string feature columns are
-one-hot encoded with their categories kept in the bundle's preprocessing; inputs (and
-regression targets) are standardised with statistics of the training rows only.
+columns: every problem of the table in one line, naming the columns and rows); columns that
+look like row ids (:func:`id_like`) are left out of the features with a note; string feature
+columns are one-hot encoded with their categories kept in the bundle's preprocessing; inputs
+(and regression targets) are standardised with statistics of the training rows only; the
+bundle records the class labels' type and the range of values each number feature accepts
+(``Preprocessing.bounds``).
 """
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,7 +21,12 @@ import torch
 
 from bayesify.app.jobs import MC_DROPOUT_RATE, Job, hidden_sizes
 from bayesify.data.errors import DataError
-from bayesify.data.preprocessing import Preprocessing
+from bayesify.data.preprocessing import (
+    FLOAT32_MAX,
+    RANGE_MARGIN,
+    Preprocessing,
+    describe_row_errors,
+)
 from bayesify.data.tables import read_table
 from bayesify.methods import get_method
 from bayesify.models import mlp
@@ -32,6 +41,8 @@ MAX_AUTO_CLASSES = 20
 #: a string feature column with more distinct values than this is refused, not one-hot encoded
 MAX_CATEGORIES = 50
 VAL_FRACTION = 0.2
+#: name parts that mark a row id (``house_id``, ``sample id``, ``Index``, ``rowKey``, ...)
+ID_WORDS = {"id", "ids", "key", "index", "idx", "uuid", "guid", "pk", "rowid", "identifier"}
 
 
 class TaskChoice(StrEnum):
@@ -88,6 +99,46 @@ def decide_task(y: pd.Series, name: str, task: TaskChoice | str) -> tuple[Task, 
     )
 
 
+def _name_words(name: str) -> set[str]:
+    """``"houseID"``, ``"sample id"``, ``"row_key"`` -> their lower-case words."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", str(name))
+    return {w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w}
+
+
+def id_like(col: pd.Series, name: str) -> str | None:
+    """Why column ``name`` looks like a row id rather than a feature, or None: a different
+    whole number in every row with an id-like name (``id``, ``key``, ``index``, ...) or forming
+    a run of consecutive numbers (a saved pandas index), or a different text in every row with
+    an id-like name."""
+    n = len(col)
+    if n < 2 or col.isna().any() or col.nunique() != n:
+        return None
+    named = bool(_name_words(name) & ID_WORDS)
+    if _is_text(col):
+        return "a different text in every row and an id-like name" if named else None
+    values = col.to_numpy(np.float64)
+    if not np.all(values == np.round(values)):
+        return None
+    if named:
+        return "a different whole number in every row and an id-like name"
+    if values.max() - values.min() == n - 1:
+        return "the consecutive whole numbers of a row index"
+    return None
+
+
+def label_type(y: pd.Series) -> str:
+    """The type class labels are handed back in: ``"int"`` for whole numbers (3.0 included),
+    ``"float"``, ``"bool"`` or ``"str"``."""
+    import pandas as pd
+
+    if pd.api.types.is_bool_dtype(y):
+        return "bool"
+    if _is_text(y):
+        return "str"
+    values = y.to_numpy(np.float64)
+    return "int" if np.all(values == np.round(values)) else "float"
+
+
 def label_strings(y: pd.Series) -> list[str]:
     """Class labels as text: whole numbers without a decimal point (3.0 -> "3")."""
     if not _is_text(y):
@@ -105,49 +156,121 @@ def _sorted_classes(labels: list[str], y: pd.Series) -> list[str]:
     return sorted(uniq)
 
 
-def check_columns(frame: pd.DataFrame, features: list[str], path: Path) -> dict[str, list[str]]:
-    """One-line DataErrors for unusable feature columns; returns the categorical columns
-    (strings) with their sorted categories."""
+def check_columns(
+    frame: pd.DataFrame, features: list[str], path: Path, problems: list[str] | None = None
+) -> dict[str, list[str]]:
+    """Checks the feature columns; returns the categorical columns (strings) with their sorted
+    categories. Every problem found is appended to ``problems`` (one sentence each); without
+    ``problems`` they raise one ``DataError`` listing them all."""
     import pandas as pd
 
+    found: list[str] = [] if problems is None else problems
+    start = len(found)
     categories: dict[str, list[str]] = {}
     for f in features:
         col = frame[f]
         missing = col.isna().to_numpy()
         if missing.any():
-            raise DataError(
-                f"{path}: column {f!r} has missing values in {_rows(missing)}; "
-                "fill or drop them, or leave the column out with --features"
+            found.append(
+                f"column {f!r} has missing values in {_rows(missing)}; "
+                "fill or drop them, or leave the column out with --exclude"
             )
+            continue
         if _is_text(col):
             numbers = pd.to_numeric(col, errors="coerce")
             bad = numbers.isna().to_numpy()
             if bad.mean() < 0.5:  # mostly numbers: the others are typos, not categories
                 value = col.iloc[int(np.flatnonzero(bad)[0])]
-                raise DataError(
-                    f"{path}: column {f!r} has non-numeric values in {_rows(bad)} "
-                    f"(e.g. {value!r}) among numbers"
+                found.append(
+                    f"column {f!r} has non-numeric values in {_rows(bad)} "
+                    f"(e.g. {_plain(value)!r}) among numbers"
                 )
+                continue
             cats = sorted(col.astype(str).unique().tolist())
             if len(cats) > MAX_CATEGORIES:
-                raise DataError(
-                    f"{path}: column {f!r} is text with {len(cats)} distinct values "
+                found.append(
+                    f"column {f!r} is text with {len(cats)} distinct values "
                     f"(more than {MAX_CATEGORIES} to one-hot encode); leave it out "
-                    "with --features"
+                    "with --exclude"
                 )
-            if len(cats) == 1:
-                raise DataError(
-                    f"{path}: column {f!r} is constant ({cats[0]!r} in all "
-                    f"{len(col)} rows); leave it out with --features"
+            elif len(cats) == 1:
+                found.append(
+                    f"column {f!r} is constant ({cats[0]!r} in all "
+                    f"{len(col)} rows); leave it out with --exclude"
                 )
-            categories[f] = cats
+            else:
+                categories[f] = cats
+        elif (big := np.abs(col.to_numpy(np.float64)) > FLOAT32_MAX).any():
+            found.append(f"column {f!r} has numbers beyond the float32 range in {_rows(big)}")
         elif col.nunique() == 1:
-            value = col.iloc[0].item() if hasattr(col.iloc[0], "item") else col.iloc[0]
-            raise DataError(
-                f"{path}: column {f!r} is constant ({value!r} in all "
-                f"{len(col)} rows); leave it out with --features"
+            found.append(
+                f"column {f!r} is constant ({_plain(col.iloc[0])!r} in all "
+                f"{len(col)} rows); leave it out with --exclude"
             )
+    if problems is None and len(found) > start:
+        raise DataError(problems_message(path, found))
     return categories
+
+
+def _plain(v: Any) -> Any:
+    """A numpy scalar as the Python value it holds (``1``, not ``np.int64(1)``)."""
+    return v.item() if isinstance(v, np.generic) else v
+
+
+def problems_message(path: Path | str, problems: list[str]) -> str:
+    """All of a table's problems in one line: ``t.csv: <problem>`` or
+    ``t.csv: 3 problems: (1) ...; (2) ...; (3) ...``."""
+    if len(problems) == 1:
+        return f"{path}: {problems[0]}"
+    listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
+    return f"{path}: {len(problems)} problems: {listed}"
+
+
+def number_bounds(prep: Preprocessing, x: np.ndarray) -> dict[str, list[float]]:
+    """``{feature: [low, high]}`` for the number features of the encoded training rows
+    ``x [N, F_enc]``: their extremes widened by ``RANGE_MARGIN`` standard deviations."""
+    out: dict[str, list[float]] = {}
+    for j, name in enumerate(prep.encoded_names):
+        if name in prep.categories or name not in (prep.features or []):
+            continue
+        v = x[:, j]
+        margin = RANGE_MARGIN * float(v.std())
+        out[name] = [float(v.min()) - margin, float(v.max()) + margin]
+    return out
+
+
+def choose_features(
+    frame: pd.DataFrame,
+    path: Path,
+    target: str,
+    features: str | None,
+    exclude: str | None,
+    notes: list[str],
+) -> list[str]:
+    """The feature columns: ``features`` (comma-separated) as given, else every column but the
+    target, the ``exclude`` ones and the ones that look like row ids (a note says which)."""
+
+    def names(text: str | None) -> list[str]:
+        return [f.strip() for f in (text or "").split(",") if f.strip()]
+
+    asked, dropped = names(features), names(exclude)
+    unknown = [f for f in [*asked, *dropped] if f not in frame.columns]
+    if unknown:
+        raise DataError(f"{path}: no column(s) {unknown}; columns: {list(frame.columns)}")
+    if target in asked:
+        raise ValueError(f"--features lists the target {target!r}")
+    if asked:
+        return [f for f in asked if f not in dropped]
+    feats = [c for c in frame.columns if c != target and c not in dropped]
+    kept = []
+    for c in feats:
+        why = id_like(frame[c], c)
+        if why is None:
+            kept.append(c)
+        else:
+            notes.append(f"column {c!r} looks like a row id ({why}): left out of the features; "
+                         "to use it, list it with the other features in --features")  # fmt: skip
+    return kept
 
 
 def _split(n: int, labels: np.ndarray | None, fraction: float, seed: int) -> np.ndarray:
@@ -173,6 +296,7 @@ def build_table_training(
     target: str | None,
     *,
     features: str | None = None,
+    exclude: str | None = None,
     val: str | Path | None = None,
     val_fraction: float = VAL_FRACTION,
     task: TaskChoice | str = TaskChoice.AUTO,
@@ -182,7 +306,8 @@ def build_table_training(
     seed: int = 0,
     options: dict[str, Any] | None = None,
 ) -> tuple[Job, list[str]]:
-    """A fresh method on the table at ``path`` and notes for the user (task decided, split).
+    """A fresh method on the table at ``path`` and notes for the user (task decided, columns
+    left out as row ids, split). ``features``/``exclude``: comma-separated column names.
 
     The job's "test" set is the validation rows (the table has no test split); its
     preprocessing maps raw rows to network inputs and outputs back to target units.
@@ -196,26 +321,32 @@ def build_table_training(
     frame = read_table(path)
     if target not in frame.columns:
         raise DataError(f"{path}: no target column {target!r}; columns: {list(frame.columns)}")
-    if features:
-        feats = [f.strip() for f in features.split(",") if f.strip()]
-        unknown = [f for f in feats if f not in frame.columns]
-        if unknown:
-            raise DataError(f"{path}: no column(s) {unknown}; columns: {list(frame.columns)}")
-        if target in feats:
-            raise ValueError(f"--features lists the target {target!r}")
-    else:
-        feats = [c for c in frame.columns if c != target]
+    id_notes: list[str] = []
+    feats = choose_features(frame, path, target, features, exclude, id_notes)
     if not feats:
         raise DataError(f"{path}: no feature columns besides the target {target!r}")
+    problems: list[str] = []
     y_col = frame[target]
     missing = y_col.isna().to_numpy()
     if missing.any():
-        raise DataError(f"{path}: target {target!r} has missing values in {_rows(missing)}")
-    kind, why = decide_task(y_col, target, task)
-    categories = check_columns(frame, feats, path)
+        problems.append(f"target {target!r} has missing values in {_rows(missing)}")
+        kind, why = Task.REGRESSION, ""
+    else:
+        kind, why = decide_task(y_col, target, task)
+    if kind is Task.REGRESSION and not missing.any():
+        import pandas as pd
+
+        bad_y = pd.to_numeric(y_col, errors="coerce").isna().to_numpy()
+        if bad_y.any():
+            problems.append(f"target {target!r} has non-numeric values in {_rows(bad_y)}; "
+                            "pass --task classification for labels")  # fmt: skip
+    categories = check_columns(frame, feats, path, problems)
+    if problems:
+        raise DataError(problems_message(path, problems))
     prep = Preprocessing(features=feats, categories=categories, target=target)
     x_all, bad = prep.encode(frame)
-    assert not bad  # checked above
+    if bad:  # numbers beyond float32
+        raise DataError(f"{path}: {describe_row_errors(bad)}")
     class_names: list[str] | None = None
     if kind is Task.CLASSIFICATION:
         labels = label_strings(y_col)
@@ -227,21 +358,13 @@ def build_table_training(
     else:
         import pandas as pd
 
-        y_num = pd.to_numeric(y_col, errors="coerce")
-        bad_y = y_num.isna().to_numpy()
-        if bad_y.any():
-            raise DataError(
-                f"{path}: target {target!r} has non-numeric values in {_rows(bad_y)}; "
-                "pass --task classification for labels"
-            )
-        y_all = y_num.to_numpy(np.float64)
-    notes = [why]
+        y_all = pd.to_numeric(y_col, errors="coerce").to_numpy(np.float64)
+    notes = [why, *id_notes]
     if val is not None:
         vframe = read_table(val)
         x_val, vbad = prep.encode(vframe)
         if vbad:
-            first = min(vbad)
-            raise DataError(f"{val}: row {first}: {vbad[first]}")
+            raise DataError(f"{val}: {describe_row_errors(vbad)}")
         if target not in vframe.columns:
             raise DataError(f"{val}: no target column {target!r}")
         if class_names is not None:
@@ -275,6 +398,7 @@ def build_table_training(
     y_mean = y_std = None
     if kind is Task.REGRESSION:
         y_mean, y_std = float(y_tr.mean()), float(y_tr.std()) or 1.0
+    bounds = number_bounds(prep, x_tr)
     prep = Preprocessing(
         features=feats,
         categories=categories,
@@ -285,6 +409,8 @@ def build_table_training(
         y_std=y_std,
         target=target,
         class_names=class_names,
+        label_type=label_type(y_col) if class_names else None,
+        bounds=bounds,
     )
 
     def tensors(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

@@ -30,6 +30,8 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from bayesify.atomic import write_text
+from bayesify.bench.store import StoreError
 from bayesify.data.errors import DataError
 from bayesify.io import BundleError
 
@@ -147,9 +149,7 @@ def command_line(options: Any) -> str:
 
 def write_report(path: str | Path, text: str) -> str:
     """Write a markdown report (creating its folder); returns the text."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    write_text(path, text)
     return text
 
 
@@ -159,8 +159,9 @@ def _first_paragraph(doc: str | None) -> str:
 
 def add_bench_command(app: typer.Typer, cls: type[O], run: Callable[[O], str]) -> None:
     """Register ``cls.command`` on ``app``: parse the options, call ``run``, print its markdown;
-    a :class:`~bayesify.data.errors.DataError` or :class:`~bayesify.io.BundleError` (missing
-    data or saved network) is a one-line error, exit code 2.
+    a :class:`~bayesify.data.errors.DataError`, :class:`~bayesify.io.BundleError` or
+    :class:`~bayesify.bench.store.StoreError` (missing data, a damaged bundle, store or file of
+    rows) is a one-line error, exit code 2.
 
     The help text is the first paragraph of ``run``'s module docstring."""
 
@@ -169,7 +170,7 @@ def add_bench_command(app: typer.Typer, cls: type[O], run: Callable[[O], str]) -
         logging.getLogger("bayesify.bench").setLevel(logging.INFO)  # progress on stderr
         try:
             text = run(options)
-        except (DataError, BundleError) as e:  # missing data or bundle: the message says which
+        except (DataError, BundleError, StoreError) as e:  # the message says which file
             typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
             raise typer.Exit(code=2) from None
         typer.echo(text)

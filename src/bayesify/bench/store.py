@@ -55,6 +55,10 @@ RUNNING, DONE, FAILED = "running", "done", "failed"
 STATUSES = (RUNNING, DONE, FAILED)
 
 
+class StoreError(ValueError):
+    """A results store, or a file of rows to import, that cannot be read: one line saying which."""
+
+
 class RowDoneError(RuntimeError):
     """A result was written for a row that is already done (another run finished it first)."""
 
@@ -115,6 +119,14 @@ class ResultsStore:
         """Open (or create) the store at ``path``; ``readonly=True`` opens an existing file
         for reading only (sqlite's ``mode=ro``: nothing is created, migrated or written)."""
         self.path = str(path)
+        try:
+            self._open(path, timeout, readonly)
+        except sqlite3.DatabaseError as e:
+            if hasattr(self, "conn"):
+                self.conn.close()
+            raise StoreError(f"{path} is not a readable results store (sqlite: {e})") from None
+
+    def _open(self, path: str | Path, timeout: float, readonly: bool) -> None:
         if readonly:
             if not Path(path).is_file():
                 raise FileNotFoundError(f"no results store at {path}")
@@ -275,20 +287,28 @@ class ResultsStore:
             where.append("status=?")
             args.append(status)
         sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
-        cur = self.conn.execute(sql + " ORDER BY experiment, dataset, method, split, seed", args)
-        names = [d[0] for d in cur.description]
         out = []
-        for values in cur:
-            row = dict(zip(names, values, strict=True))
-            row["config"] = json.loads(row["config"])
-            row["metrics"] = json.loads(row["metrics"]) if row["metrics"] else {}
-            out.append(row)
+        try:
+            cur = self.conn.execute(sql + " ORDER BY experiment, dataset, method, split, seed",
+                                    args)  # fmt: skip
+            names = [d[0] for d in cur.description]
+            for values in cur:
+                row = dict(zip(names, values, strict=True))
+                where_row = f"{self.path}: row {RowKey.of(row)}"
+                row["config"] = _object(row["config"], f"{where_row}: config")
+                row["metrics"] = _object(row["metrics"] or "{}", f"{where_row}: metrics")
+                out.append(row)
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is not a readable results store (sqlite: {e})") from None
         return out
 
     def experiments(self) -> list[str]:
         """The experiments that have rows, sorted."""
-        cur = self.conn.execute("SELECT DISTINCT experiment FROM runs ORDER BY experiment")
-        return [r[0] for r in cur]
+        try:
+            cur = self.conn.execute("SELECT DISTINCT experiment FROM runs ORDER BY experiment")
+            return [r[0] for r in cur]
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"{self.path} is not a readable results store (sqlite: {e})") from None
 
     # ------------------------------------------------------------------ the cell API
     def add(
@@ -312,6 +332,17 @@ class ResultsStore:
             {"dataset": r["dataset"], "split": r["split"], "method": r["method"], **r["metrics"]}
             for r in self.records(experiment)
         ]
+
+
+def _object(text: str, where: str) -> dict[str, Any]:
+    """A stored JSON object; a damaged one is a :class:`StoreError` naming ``where``."""
+    try:
+        value = json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        value = None
+    if not isinstance(value, dict):
+        raise StoreError(f"{where} is not a JSON object; the store is damaged")
+    return value
 
 
 class _Transaction:

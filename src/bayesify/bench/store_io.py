@@ -15,19 +15,24 @@ a flat table, without the plot data) is replaced by a full row of the same key, 
 every number the recovered row holds equals the full row's to float32 precision (a
 recomputation that reproduces it); otherwise the recovered row is kept and the import counts a
 conflict.
+
+Every row is checked before anything is written: its key, that its configuration hash is its
+configuration's, and that its metrics hold what a finished row of its experiment holds (the
+caller's ``required`` names); a file or row that fails is one :class:`StoreError` line naming it.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bayesify.atomic import write_text
 from bayesify.bench.runner import config_hash
-from bayesify.bench.store import ResultsStore, RowKey
+from bayesify.bench.store import ResultsStore, RowKey, StoreError
 
 KEY_FIELDS = ("experiment", "method", "dataset", "split", "seed", "config_hash")
 RECOVERED = "recovered_from"  # metrics key of a row recovered from a flat table (no plot data)
@@ -81,11 +86,7 @@ def export_rows(
     with ResultsStore(store, readonly=True) as db:
         rows = db.records()
     rows.sort(key=lambda r: tuple(r[k] for k in KEY_FIELDS))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(export_line(r, digits) + "\n" for r in rows))
-    tmp.replace(path)
+    write_text(path, "".join(export_line(r, digits) + "\n" for r in rows))
     return len(rows)
 
 
@@ -98,29 +99,54 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         with ResultsStore(path, readonly=True) as db:
             return db.records()
     rows = []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        lines = path.read_text().splitlines()
+    except UnicodeDecodeError:
+        raise StoreError(f"{path} is not a JSON Lines file of rows (not UTF-8 text)") from None
+    for n, line in enumerate(lines, 1):
         if line.strip():
             try:
                 rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path}:{n}: not a JSON row ({e})") from None
+            except (ValueError, RecursionError) as e:
+                raise StoreError(f"{path}:{n}: not a JSON row ({e})") from None
     return rows
 
 
-def checked_key(row: dict[str, Any], where: str = "row") -> RowKey:
-    """The row's key, after checking its fields and that ``config_hash`` is its config's hash."""
+def checked_key(
+    row: dict[str, Any], where: str = "row", required: Mapping[str, Sequence[str]] | None = None
+) -> RowKey:
+    """The row's key, after checking its fields, that ``config_hash`` is its config's hash and
+    that its metrics hold ``required[experiment]`` (numbers; null for a non-finite one)."""
+    if not isinstance(row, dict):
+        raise StoreError(f"{where} is not a JSON object")
     missing = [k for k in (*KEY_FIELDS, "config", "metrics") if k not in row]
     if missing:
-        raise ValueError(f"{where} lacks {', '.join(missing)}")
+        raise StoreError(f"{where} lacks {', '.join(missing)}")
     if not isinstance(row["config"], dict) or not isinstance(row["metrics"], dict):
-        raise ValueError(f"{where}: config and metrics must be JSON objects")
+        raise StoreError(f"{where}: config and metrics must be JSON objects")
+    text = [k for k in KEY_FIELDS[:3] if not isinstance(row[k], str)]
+    whole = [k for k in ("split", "seed") if type(row[k]) is not int]
+    if text or whole or not isinstance(row["config_hash"], str):
+        raise StoreError(f"{where}: experiment, method, dataset and config_hash must be text, "
+                         "split and seed whole numbers")  # fmt: skip
     if config_hash(row["config"]) != row["config_hash"]:
-        raise ValueError(
+        raise StoreError(
             f"{where}: config_hash {row['config_hash']} is not the hash of its config "
             f"({config_hash(row['config'])})"
         )
-    return RowKey(*(row[k] for k in KEY_FIELDS[:3]), int(row["split"]), int(row["seed"]),
-                  row["config_hash"])  # fmt: skip
+    needed = (required or {}).get(row["experiment"], ())
+    bad = [k for k in needed if not _number_or_null(row["metrics"].get(k, "absent"))]
+    if bad:
+        raise StoreError(
+            f"{where}: metrics lack {', '.join(bad)} (a finished {row['experiment']} row has "
+            f"{', '.join(needed)}); not imported"
+        )
+    return RowKey(*(row[k] for k in KEY_FIELDS[:3]), row["split"], row["seed"], row["config_hash"])
+
+
+def _number_or_null(value: Any) -> bool:
+    """A metric as a store holds it: a number, or null (a non-finite number)."""
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
 def same_numbers(recovered: dict[str, Any], full: dict[str, Any], rel_tol: float = 1e-5) -> bool:
@@ -136,10 +162,18 @@ def same_numbers(recovered: dict[str, Any], full: dict[str, Any], rel_tol: float
     return all(equal(v, full.get(k)) for k, v in recovered.items() if k != RECOVERED)
 
 
-def import_rows(store: str | Path, rows: Iterable[dict[str, Any]]) -> ImportSummary:
+def import_rows(
+    store: str | Path,
+    rows: Iterable[dict[str, Any]],
+    *,
+    source: str = "",
+    required: Mapping[str, Sequence[str]] | None = None,
+) -> ImportSummary:
     """Add ``rows`` (export lines or store records) to the store file ``store`` as done rows;
-    every row is checked before anything is written."""
-    checked = [(checked_key(r, f"row {i}"), r) for i, r in enumerate(rows, 1)]
+    every row is checked (:func:`checked_key`, ``required``: metric names per experiment)
+    before anything is written. ``source`` names the rows' file in errors (``file row 3``)."""
+    prefix = f"{source} " if source else ""
+    checked = [(checked_key(r, f"{prefix}row {i}", required), r) for i, r in enumerate(rows, 1)]
     summary = ImportSummary()
     with ResultsStore(store) as db:
         for key, row in checked:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bayesify.atomic import write_text
 from bayesify.bench.store import DONE, FAILED, RUNNING, ResultsStore
 
 MAX_PANELS = 6  # metrics per dataset figure
@@ -223,9 +224,9 @@ def write_store_report(store: str | Path, out: str | Path) -> tuple[Path, Path]:
                         f"{html.escape(f.caption)}</figcaption></figure>")  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     md_path, html_path = out / "report.md", out / "report.html"
-    md_path.write_text("\n".join(md) + "\n")
+    write_text(md_path, "\n".join(md) + "\n")
     page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>'
             f"{html.escape(title)}</title><style>{_CSS}</style></head><body>\n"
             + "\n".join(body) + "\n</body></html>\n")  # fmt: skip
-    html_path.write_text(page)
+    write_text(html_path, page)
     return html_path, md_path

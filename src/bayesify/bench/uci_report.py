@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from bayesify.atomic import write_text
 from bayesify.bench.machine import machine_description
 from bayesify.bench.store import ResultsStore
 from bayesify.bench.summary import markdown_table, significance
@@ -118,7 +119,7 @@ def run_uci_benchmark(
     rows.sort(key=lambda r: (r["dataset"], r["method"], r["split"]))
     minutes = (time.time() - start) / 60
     text = render_markdown(rows, datasets, splits, settings, seed_rows=seed_rows, minutes=minutes)
-    (out / "uci_mcbn.md").write_text(text)
+    write_text(out / "uci_mcbn.md", text)
     return text, rows
 
 

@@ -18,8 +18,9 @@ console = Console()
 
 
 def fail(message: str) -> typer.Exit:
-    """Print ``error: message`` and return the exit (code 2) for the caller to raise."""
-    console.print(f"[bold red]error:[/] {message}")
+    """Print ``error: message`` on one line (never wrapped to the terminal's width) and return
+    the exit (code 2) for the caller to raise."""
+    console.print(f"[bold red]error:[/] {message}", soft_wrap=True)
     return typer.Exit(code=2)
 
 

@@ -57,7 +57,7 @@ def predict(
     console = Console()
 
     def fail(message: str) -> typer.Exit:
-        console.print(f"[bold red]error:[/] {message}", highlight=False)
+        console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
         return typer.Exit(code=2)
 
     if out.exists() and not overwrite:

@@ -16,11 +16,16 @@ def report(
 ) -> None:
     """Write one self-contained HTML page (figures embedded) and a markdown file with every
     table and figure of a results store [default folder: STORE's name without .db + _report]."""
+    from bayesify.bench.store import StoreError
     from bayesify.bench.store_report import write_store_report
 
     if not store.is_file():
         typer.secho(f"error: no results store at {store}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2)
     out = out if out is not None else store.with_name(store.stem + "_report")
-    html_path, md_path = write_store_report(store, out)
+    try:
+        html_path, md_path = write_store_report(store, out)
+    except StoreError as e:
+        typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2) from None
     typer.echo(f"wrote {html_path} and {md_path}")

@@ -22,7 +22,14 @@ def train(
     ] = "bostonHousing",
     target: Annotated[str | None, typer.Option(help="Target column (--data a file).")] = None,
     features: Annotated[
-        str | None, typer.Option(help="Feature columns, comma-separated [default: all others].")
+        str | None,
+        typer.Option(
+            help="Feature columns, comma-separated [default: all others but --exclude and row ids]."
+        ),
+    ] = None,
+    exclude: Annotated[
+        str | None,
+        typer.Option(help="Columns to leave out of the features, comma-separated (COL[,COL])."),
     ] = None,
     val: Annotated[
         Path | None, typer.Option(help="Validation table [default: a seeded 20% split].")
@@ -81,15 +88,16 @@ def train(
         if is_table_path(data):
             from bayesify.app.table_jobs import build_table_training
 
-            job, notes = build_table_training(method, data, target, features=features, val=val,
+            job, notes = build_table_training(method, data, target, features=features,
+                                              exclude=exclude, val=val,
                                               task=task, hidden=hidden, norm=norm,
                                               dropout=dropout, seed=seed,
                                               options=options)  # fmt: skip
             console.print("\n".join(notes), highlight=False)
         else:
-            if target or features or val:
-                raise ValueError(f"--target, --features and --val are for tables; {data!r} is "
-                                 "a built-in dataset")  # fmt: skip
+            if target or features or exclude or val:
+                raise ValueError(f"--target, --features, --exclude and --val are for tables; "
+                                 f"{data!r} is a built-in dataset")  # fmt: skip
             job = jobs.build_training(method, data, split=split, protocol=protocol, model=model,
                                       hidden=hidden, norm=norm, dropout=dropout, limit=limit,
                                       seed=seed, options=options)  # fmt: skip

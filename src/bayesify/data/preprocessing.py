@@ -11,7 +11,16 @@ loaded bundle predicts in the units of the user's data:
   encoded column or a single number for every input value (images: pixel scaling);
 * ``y_mean`` / ``y_std``: regression, user target = y_mean + y_std * network output;
 * ``target``, ``class_names``: the target column and, for classification, the class names in the
-  network's output order.
+  network's output order (text);
+* ``label_type``: the type the class labels had in the training table (``"int"``, ``"float"``,
+  ``"bool"`` or ``"str"``; ``None``, from older bundles, reads as ``"str"``): predicted labels
+  are handed back in that type, so ``label == y`` holds for integer classes;
+* ``bounds``: ``{feature: [low, high]}`` for number features, the raw values the model accepts:
+  the training rows' smallest and largest value widened by :data:`RANGE_MARGIN` training
+  standard deviations on each side. A value outside (a sentinel such as ``1e30``, a unit mix-up
+  by orders of magnitude), or beyond the float32 range for any bundle, makes its row unusable
+  with an error naming the row, the column and the bound, in Python, ``bayesify predict`` and
+  the server alike.
 
 Encoded columns: each numeric feature is one column, each categorical feature one 0/1 column per
 category (``name=category``), in ``features`` order.
@@ -35,10 +44,52 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from bayesify.predictive import Predictive
 
-__all__ = ["Preprocessing", "RowErrors"]
+__all__ = ["FLOAT32_MAX", "RANGE_MARGIN", "Preprocessing", "RowErrors", "describe_row_errors"]
 
 #: row index (0-based, within the inputs handed in) -> why the row cannot be used
 RowErrors = dict[int, str]
+
+#: how far beyond the training rows' extremes a number feature may go, in training standard
+#: deviations: far enough for any real extrapolation, near enough to catch sentinels (1e30),
+#: overflow and unit mix-ups of several orders of magnitude
+RANGE_MARGIN = 100.0
+#: the largest float32 (networks read float32 unless they were converted)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+#: problems listed in one error before "and N more"
+MAX_LISTED = 10
+#: class label types a bundle records, and how a class name (text) becomes a label of the type
+LABEL_TYPES = {"int": int, "float": float, "bool": lambda s: s == "True", "str": str}
+
+
+def overflow_message(value: float) -> str:
+    """The one wording of a value beyond float32, in Python, the CLI and the server."""
+    return f"{value:g} is beyond the float32 range (±{FLOAT32_MAX:.4g})"
+
+
+def bound_message(value: float, low: float, high: float) -> str:
+    """The one wording of a value outside the range a bundle records from its training rows."""
+    return (
+        f"{value:g} is outside the range this model accepts [{low:.6g}, {high:.6g}] (the "
+        f"training rows' extremes ± {RANGE_MARGIN:g} standard deviations)"
+    )
+
+
+def describe_row_errors(bad: RowErrors, limit: int = MAX_LISTED) -> str:
+    """Every problem of ``bad`` in one line, rows with the same problem together:
+    ``row 3: column 'b': missing value`` or ``rows 2, 9: ...; row 5: ...`` (at most ``limit``
+    problems, then how many more)."""
+    groups: dict[str, list[int]] = {}
+    for row in sorted(bad):
+        groups.setdefault(bad[row], []).append(row)
+    parts = []
+    for why, rows in list(groups.items())[:limit]:
+        shown = ", ".join(str(r) for r in rows[:5])
+        extra = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+        parts.append(f"row{'s' * (len(rows) > 1)} {shown}{extra}: {why}")
+    if len(groups) > limit:
+        parts.append(f"and {len(groups) - limit} more problem(s)")
+    text = "; ".join(parts)
+    return text if len(bad) == 1 else f"{len(bad)} rows cannot be used: {text}"
 
 
 def _floats(v: Any) -> list[float] | float | None:
@@ -62,6 +113,8 @@ class Preprocessing:
     y_std: float | None = None
     target: str | None = None
     class_names: list[str] | None = None
+    label_type: str | None = None
+    bounds: dict[str, list[float]] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "x_mean", _floats(self.x_mean))
@@ -74,6 +127,9 @@ class Preprocessing:
             raise ValueError("preprocessing: give both y_mean and y_std, or neither")
         if self.y_std is not None and not (math.isfinite(self.y_std) and self.y_std > 0):
             raise ValueError(f"preprocessing: y_std must be finite and > 0, got {self.y_std}")
+        if self.label_type is not None and self.label_type not in LABEL_TYPES:
+            raise ValueError(f"preprocessing: label_type must be one of {', '.join(LABEL_TYPES)}, "
+                             f"got {self.label_type!r}")  # fmt: skip
         if self.features is not None:
             unknown = set(self.categories) - set(self.features)
             if unknown:
@@ -88,7 +144,8 @@ class Preprocessing:
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
-        return {
+        """JSON fields; ``label_type`` and ``bounds`` only when set (older readers lack them)."""
+        out = {
             "features": self.features,
             "categories": self.categories,
             "input_shape": self.input_shape,
@@ -99,6 +156,11 @@ class Preprocessing:
             "target": self.target,
             "class_names": self.class_names,
         }
+        if self.label_type is not None:
+            out["label_type"] = self.label_type
+        if self.bounds is not None:
+            out["bounds"] = self.bounds
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Preprocessing:
@@ -122,56 +184,134 @@ class Preprocessing:
             out.extend([f"{f}={c}" for c in cats] if cats is not None else [f])
         return out
 
+    @property
+    def class_labels(self) -> list[Any] | None:
+        """The class names as labels of the type the training table had (``"2"`` -> ``2``)."""
+        if self.class_names is None:
+            return None
+        typed = LABEL_TYPES[self.label_type or "str"]
+        return [typed(c) for c in self.class_names]
+
     def encode(self, frame: pd.DataFrame, first_row: int = 0) -> tuple[np.ndarray, RowErrors]:
         """Raw table rows -> encoded, unscaled float64 ``[N, F_enc]`` and the rows that cannot be
-        used (``{row: reason}``, rows numbered from ``first_row``; their values are zeros).
+        used (``{row: reason}``, rows numbered from ``first_row``, every problem of the row in
+        its reason; their values are zeros).
 
-        Missing feature columns raise a ``DataError``; extra columns are ignored.
+        Missing feature columns raise a ``DataError`` that also lists the problems of the rows
+        in the columns present; extra columns are ignored.
         """
-        import pandas as pd
-
         if self.features is None:
             raise ValueError("this preprocessing has no feature names; pass an array")
         missing = [f for f in self.features if f not in frame.columns]
-        if missing:
-            raise DataError(f"input has no column(s) {missing}; the model reads {self.features}")
         n = len(frame)
         parts: list[np.ndarray] = []
         bad: RowErrors = {}
 
-        def flag(mask: np.ndarray, why: str) -> None:
+        def flag(mask: np.ndarray, why: Any) -> None:
             for i in np.flatnonzero(mask):
-                bad.setdefault(first_row + int(i), why)
+                text = why(int(i)) if callable(why) else why
+                row = first_row + int(i)
+                bad[row] = f"{bad[row]} and {text}" if row in bad else text
 
         for f in self.features:
-            col = frame[f]
+            if f in missing:
+                continue
+            cats = self.categories.get(f)
+            parts.append(self._encode_column(frame[f], f, cats, flag))
+        if missing:
+            also = f"; also {describe_row_errors(bad)}" if bad else ""
+            raise DataError(
+                f"input has no column(s) {missing}; the model reads {self.features}{also}"
+            )
+        return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0)), bad
+
+    def _encode_column(self, col: pd.Series, f: str, cats: list[str] | None, flag: Any):
+        """One raw column -> its encoded columns ``[N, 1]`` or ``[N, K]``; problems flagged."""
+        import pandas as pd
+
+        if cats is None:
+            values = pd.to_numeric(col, errors="coerce").to_numpy(np.float64, na_value=np.nan)
+            finite = np.isfinite(values)
+            if not finite.all():
+                missing_v = col.isna().to_numpy()
+                flag(~finite & missing_v, f"column {f!r}: missing value")
+                text = pd.to_numeric(col, errors="coerce").isna().to_numpy() & ~missing_v
+                flag(text, lambda i: f"column {f!r}: {_plain(col.iloc[i])!r} is not a number")
+                flag(~finite & ~missing_v & ~text, f"column {f!r}: not a finite number")
+            big = finite & (np.abs(values) > FLOAT32_MAX)
+            flag(big, lambda i: f"column {f!r}: {overflow_message(values[i])}")
+            out = np.zeros_like(big)
+            if self.bounds and f in self.bounds:
+                low, high = self.bounds[f]
+                out = finite & ~big & ((values < low) | (values > high))
+                flag(out, lambda i: f"column {f!r}: {bound_message(values[i], low, high)}")
+            unusable = ~finite | big | out
+            if unusable.any():
+                values = np.where(unusable, 0.0, values)
+            return values[:, None]
+        codes = pd.Index(cats).get_indexer(col.astype("string"))
+        unknown = codes < 0
+
+        def why(i: int) -> str:
+            v = col.iloc[i]
+            if pd.isna(v):
+                return f"column {f!r}: missing value"
+            v = v.item() if isinstance(v, np.generic) else v
+            return f"column {f!r}: unknown category {v!r} (known: {cats})"
+
+        flag(unknown, why)
+        onehot = np.zeros((len(col), len(cats)), dtype=np.float64)
+        ok = np.flatnonzero(~unknown)
+        onehot[ok, codes[ok]] = 1.0
+        return onehot
+
+    def check_encoded(self, arr: np.ndarray, first_row: int = 0) -> RowErrors:
+        """The unusable rows of an already encoded float array ``[N, ...]`` (what
+        :meth:`rows_to_array` returns, e.g. a client's one-hot columns): values that are not
+        finite or beyond float32, number columns outside ``bounds``, and one-hot groups that
+        are not exactly one 1 among 0s."""
+        bad: RowErrors = {}
+        flat = arr.reshape(len(arr), -1)
+
+        def flag(rows: np.ndarray, why: Any) -> None:
+            for i in rows:
+                row = first_row + int(i)
+                text = why(int(i))
+                bad[row] = f"{bad[row]} and {text}" if row in bad else text
+
+        finite = np.isfinite(flat)
+        flag(np.flatnonzero(~finite.all(1)), lambda i: "missing or non-finite value")
+        big = finite & (np.abs(flat) > FLOAT32_MAX)
+        flag(np.flatnonzero(big.any(1)),
+             lambda i: overflow_message(flat[i][big[i]][0]))  # fmt: skip
+        if self.features is None or flat.shape[1] != len(self.encoded_names):
+            return bad
+        ok = finite & ~big
+        col = 0
+        for f in self.features:
             cats = self.categories.get(f)
             if cats is None:
-                values = pd.to_numeric(col, errors="coerce").to_numpy(np.float64, na_value=np.nan)
-                nonfinite = ~np.isfinite(values)
-                if nonfinite.any():
-                    missing_v = col.isna().to_numpy()
-                    flag(nonfinite & missing_v, f"column {f!r}: missing value")
-                    flag(nonfinite & ~missing_v, f"column {f!r}: not a finite number")
-                    values = np.where(nonfinite, 0.0, values)
-                parts.append(values[:, None])
-            else:
-                codes = pd.Index(cats).get_indexer(col.astype("string"))
-                unknown = codes < 0
-                if unknown.any():
-                    for i in np.flatnonzero(unknown):
-                        v = col.iloc[int(i)]
-                        why = (
-                            f"column {f!r}: missing value"
-                            if pd.isna(v)
-                            else f"column {f!r}: unknown category {v!r} (known: {cats})"
-                        )
-                        bad.setdefault(first_row + int(i), why)
-                onehot = np.zeros((n, len(cats)), dtype=np.float64)
-                ok = np.flatnonzero(~unknown)
-                onehot[ok, codes[ok]] = 1.0
-                parts.append(onehot)
-        return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0)), bad
+                v = flat[:, col]
+                if self.bounds and f in self.bounds:
+                    low, high = self.bounds[f]
+                    out = ok[:, col] & ((v < low) | (v > high))
+                    flag(np.flatnonzero(out),
+                         lambda i, v=v, f=f, lo=low, hi=high:
+                         f"column {f!r}: {bound_message(v[i], lo, hi)}")  # fmt: skip
+                col += 1
+                continue
+            group = flat[:, col : col + len(cats)]
+            names = ", ".join(f"{f}={c}" for c in cats)
+            binary = ((group == 0) | (group == 1)).all(1)
+            flag(np.flatnonzero(ok[:, col : col + len(cats)].all(1) & ~binary),
+                 lambda i, g=group, f=f, names=names: f"columns of category {f!r} ({names}): "
+                 f"{_plain(g[i][(g[i] != 0) & (g[i] != 1)][0]):g} is not 0 or 1")  # fmt: skip
+            ones = (group == 1).sum(1)
+            flag(np.flatnonzero(binary & (ones != 1)),
+                 lambda i, ones=ones, f=f, names=names: f"columns of category {f!r} ({names}) "
+                 f"hold {int(ones[i])} ones; one-hot columns hold exactly one 1")  # fmt: skip
+            col += len(cats)
+        return bad
 
     # ------------------------------------------------------------------ inputs
     def rows_to_array(self, inputs: Any, first_row: int = 0) -> tuple[np.ndarray, RowErrors]:
@@ -197,11 +337,9 @@ class Preprocessing:
                 )
         bad: RowErrors = {}
         if arr.ndim >= 1 and len(arr):
-            nonfinite = ~np.isfinite(arr.reshape(len(arr), -1)).all(axis=1)
-            for i in np.flatnonzero(nonfinite):
-                bad[first_row + int(i)] = "missing or non-finite value"
-            if nonfinite.any():
-                arr = np.where(np.isfinite(arr), arr, 0.0)
+            bad = self.check_encoded(arr, first_row)
+            if bad:
+                arr = np.where(np.isfinite(arr) & (np.abs(arr) <= FLOAT32_MAX), arr, 0.0)
         return arr, bad
 
     def as_frame(self, inputs: Any) -> pd.DataFrame:
@@ -244,12 +382,13 @@ class Preprocessing:
     def inputs(self, x: Any, dtype: torch.dtype = torch.float32) -> Tensor:
         """Raw inputs -> network inputs; a row that cannot be used is a ``DataError`` naming it."""
         if isinstance(x, Tensor) and self.features is not None and not self.categories:
-            return self.scale(x.to(dtype))  # numeric table already in feature order
+            bad = self.check_encoded(x.detach().cpu().double().numpy())  # numeric, feature order
+            if bad:
+                raise DataError(describe_row_errors(bad))
+            return self.scale(x.to(dtype))
         arr, bad = self.rows_to_array(x)
         if bad:
-            first = min(bad)
-            more = f" (and {len(bad) - 1} more row(s))" if len(bad) > 1 else ""
-            raise DataError(f"row {first}: {bad[first]}{more}")
+            raise DataError(describe_row_errors(bad))
         return self.scale(torch.as_tensor(arr, dtype=dtype))
 
     # ------------------------------------------------------------------ outputs
@@ -259,6 +398,11 @@ class Preprocessing:
         if self.y_mean is None or pred.task.value != "regression":
             return pred
         return pred.affine(self.y_mean, self.y_std)
+
+
+def _plain(v: Any) -> Any:
+    """A numpy scalar as the Python number it holds (errors show ``1``, not ``np.int64(1)``)."""
+    return v.item() if isinstance(v, np.generic) else v
 
 
 def _to_numpy(x: Any) -> np.ndarray:

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bayesify.atomic import Replacement
+
 from .errors import DataError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -164,7 +166,11 @@ def iter_table(path: str | Path, chunk_rows: int = 65536) -> Iterator[pd.DataFra
 
 class TableWriter:
     """Writes DataFrames chunk by chunk to CSV / Parquet (streamed) or ``.npz`` (kept in
-    memory and written on close). Use as a context manager."""
+    memory and written on close). Use as a context manager.
+
+    Rows stream into a temporary file beside ``path`` that replaces ``path`` only when the
+    block ends without an error (:mod:`bayesify.atomic`): a failed or killed run leaves an
+    earlier file at ``path`` exactly as it was, and no new one."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -174,37 +180,47 @@ class TableWriter:
         self._rows = 0
         if self.path.exists() and self.path.is_dir():
             raise DataError(f"{self.path} is a folder; the output is a file")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.format == "csv":
-            self.path.write_text("")
+        self._new: Replacement | None = Replacement(self.path)
+        self._tmp = self._new.path
 
     def write(self, frame: pd.DataFrame) -> None:
         if self.format == "csv":
-            frame.to_csv(self.path, mode="a", header=self._rows == 0, index=False)
+            frame.to_csv(self._tmp, mode="a", header=self._rows == 0, index=False)
         elif self.format == "parquet":
             import pyarrow as pa
             import pyarrow.parquet as pq
 
             table = pa.Table.from_pandas(frame, preserve_index=False)
             if self._parquet is None:
-                self._parquet = pq.ParquetWriter(self.path, table.schema)
+                self._parquet = pq.ParquetWriter(self._tmp, table.schema)
             self._parquet.write_table(table.cast(self._parquet.schema))
         else:
             self._npz.append(frame)
         self._rows += len(frame)
 
-    def close(self) -> None:
-        if self._parquet is not None:
-            self._parquet.close()
-            self._parquet = None
-        if self.format == "npz" and self._npz:
-            import pandas as pd
+    def close(self, error: BaseException | None = None) -> None:
+        """Finish the file and put it in place; after an ``error``, remove it instead."""
+        new, self._new = self._new, None
+        if new is None:
+            return
+        try:
+            if self._parquet is not None:
+                self._parquet.close()
+                self._parquet = None
+            if error is None and self.format == "npz" and self._npz:
+                import pandas as pd
 
-            frame = pd.concat(self._npz, ignore_index=True)
-            arrays = {k: frame[k].to_numpy() for k in frame.columns}
-            arrays = {k: (v.astype(str) if v.dtype == object else v) for k, v in arrays.items()}
-            np.savez(self.path, **arrays)
+                frame = pd.concat(self._npz, ignore_index=True)
+                arrays = {k: frame[k].to_numpy() for k in frame.columns}
+                arrays = {k: (v.astype(str) if v.dtype == object else v) for k, v in arrays.items()}
+                with open(self._tmp, "wb") as f:
+                    np.savez(f, **arrays)
             self._npz = []
+            # a CSV of no rows is an empty file; Parquet and .npz of no rows: no file, as before
+            if error is None and (self.format == "csv" or self._rows):
+                new.commit()
+        finally:
+            new.discard()
 
     def __enter__(self) -> TableWriter:
         return self
@@ -215,4 +231,4 @@ class TableWriter:
         value: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.close()
+        self.close(value)

@@ -112,7 +112,7 @@ class BayesByBackprop(Method):
             net.register_parameter(LOG_NOISE, nn.Parameter(init.to(ref.device)))
         # the parameter itself: during training self.net may be a wrapper (e.g. DDP)
         self.log_noise: nn.Parameter | None = getattr(net, LOG_NOISE, None)
-        if self._learns_noise:
+        if self._learns_noise and not self.log_noise.is_meta:  # meta: a bundle's check (load)
             self.noise_variance = float(self.log_noise.detach().exp())
 
     @property

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import warnings
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 
 from bayesify.data.preprocessing import Preprocessing
-from bayesify.io import BundleError, read_bundle, resize_like
+from bayesify.io import (
+    BundleError,
+    check_fits,
+    read_config,
+    read_weights,
+    resize_like,
+    tensor_specs,
+)
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop
 from bayesify.methods.deterministic import Deterministic
@@ -63,13 +75,67 @@ def load(path: str | Path, net: nn.Module | str | None = None, device: str | Non
     torch layers are rebuilt from the bundle; for any other network pass ``net``: a freshly
     constructed instance of the same architecture, or ``"package.module:factory"`` naming a
     function that returns one.
+
+    Nothing is allocated before the weights file's header (tensor names, shapes, dtypes) is
+    checked against the network the config describes, built first on the meta device; a
+    malformed ``config.json`` is one :class:`BundleError`.
     """
     if device is not None:
         check_device(device)  # before any work: CUDA asked for where there is none
-    tensors, cfg = read_bundle(path)
-    cls = get_method(cfg["method"])
+    cfg, weights = read_config(path)
+    specs = tensor_specs(weights)
     if isinstance(net, str):
         net = net_from_reference(net)
+    with _config_errors(path):
+        if net is None:
+            with torch.device("meta"), _quiet():  # shapes and dtypes without a byte of memory
+                check_fits(path, _method(path, cfg, None).net, specs)
+        method = _method(path, cfg, net)
+        if net is not None:
+            check_fits(path, method.net, specs)
+    tensors = read_weights(weights)
+    resize_like(method.net, tensors)
+    method.net.load_state_dict(tensors)
+    with _config_errors(path):
+        _restore(method, cfg)
+    if device is not None:
+        method.to(device)
+    method.net.eval()
+    return method
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No warnings or log lines from the meta build (the real build says them once)."""
+    previous = logging.root.manager.disable
+    logging.disable(logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        logging.disable(previous)
+
+
+@contextlib.contextmanager
+def _config_errors(path: str | Path) -> Iterator[None]:
+    """Any error reading the config's values becomes one :class:`BundleError` line."""
+    try:
+        yield
+    except BundleError:
+        raise
+    except RecursionError:
+        raise BundleError(f"bundle {path}: config.json is nested too deeply") from None
+    except KeyError as e:
+        raise BundleError(f"bundle {path}: config.json lacks {e}") from None
+    except (TypeError, ValueError, AttributeError, IndexError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise BundleError(f"bundle {path}: config.json is malformed ({reason})") from None
+
+
+def _method(path: str | Path, cfg: dict[str, Any], net: nn.Module | None) -> Method:
+    """The method the config describes around ``net`` (None: the network it records)."""
+    cls = get_method(cfg["method"])
     if net is None:
         if not cfg.get("model"):
             kind = cfg.get("network_class") or "a custom network"
@@ -81,23 +147,18 @@ def load(path: str | Path, net: nn.Module | str | None = None, device: str | Non
             )
         net = build_model(cfg["model"])
     config = cls.Config.from_dict(resolve_method_names(cls.Config, cfg["config"]))
-    method = cls(net, config, inplace=True)  # a network built here: no copy needed
-    resize_like(method.net, tensors)
-    missing, unexpected = method.net.load_state_dict(tensors, strict=False)
-    if missing or unexpected:
-        raise BundleError(
-            f"bundle {path} does not fit the network: missing {missing[:5]}, "
-            f"unexpected {unexpected[:5]}"
-        )
+    return cls(net, config, inplace=True)  # a network built here: no copy needed
+
+
+def _restore(method: Method, cfg: dict[str, Any]) -> None:
+    """The fitted state the config holds besides the weights."""
     method.noise_variance = float(cfg["noise_variance"])
     method.noise_fitted = bool(cfg.get("noise_fitted", True))  # bundles before the flag: trust
     method.constant_variance = cfg.get("constant_variance")
     method.input_shape = tuple(cfg["input_shape"]) if cfg.get("input_shape") else None
-    method.metadata = cfg.get("metadata", {})
+    method.metadata = cfg.get("metadata") or {}
+    if not isinstance(method.metadata, dict):
+        raise TypeError("metadata must be a JSON object")
     if cfg.get("preprocessing"):
         method.preprocessing = Preprocessing.from_dict(cfg["preprocessing"])
     method.load_extra_state(cfg.get("extra", {}))
-    if device is not None:
-        method.to(device)
-    method.net.eval()
-    return method

@@ -11,6 +11,8 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from bayesify.atomic import atomic_path
+
 
 def new_figure(*, figsize: tuple[float, float], **subplots: Any) -> tuple[Figure, Any]:
     """A figure and its axes (``Figure.subplots`` keywords: ``nrows``, ``ncols``, ``sharex``...)."""
@@ -21,6 +23,6 @@ def new_figure(*, figsize: tuple[float, float], **subplots: Any) -> tuple[Figure
 def save_figure(fig: Figure, path: str | Path | None, dpi: int = 110) -> Figure:
     """Save ``fig`` as ``path`` (folders created) when a path is given; returns ``fig``."""
     if path is not None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=dpi, bbox_inches="tight")
+        with atomic_path(path) as tmp:  # the suffix of tmp is path's: it picks the format
+            fig.savefig(tmp, dpi=dpi, bbox_inches="tight")
     return fig

@@ -142,7 +142,7 @@ def run_sequential(
         t = pred.num_samples
         s, e = score_and_error(pred, score_fn, decision.groups)
         sure = (s - threshold).abs() > decision.z * e
-        done = sure | (t >= decision.max_samples)
+        done = sure | (t >= decision.max_samples) | ~torch.isfinite(s)  # NaN: no more draws
         score[rows[done]], se[rows[done]] = s[done], e[done]
         used[rows[done]], confident[rows[done]] = t, sure[done]
         if done.all():

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from bayesify.data.errors import DataError
-from bayesify.data.preprocessing import Preprocessing, RowErrors
+from bayesify.data.preprocessing import Preprocessing, RowErrors, describe_row_errors
 from bayesify.methods import Method
 from bayesify.methods.registry import load as load_method
 from bayesify.posthoc.conformal import METADATA_KEY as CONFORMAL_KEY
@@ -176,6 +176,12 @@ class Predictor:
     def class_names(self) -> list[str] | None:
         return self._prep.class_names
 
+    @property
+    def class_labels(self) -> list[Any] | None:
+        """The classes as the labels records hand back: of the type the training table had
+        (``int`` for whole-number classes), in ``class_names`` order."""
+        return self._prep.class_labels
+
     def card(self) -> dict[str, Any]:
         """A JSON model card: what the bundle is, what it reads and what it returns."""
         m = self.method
@@ -196,6 +202,7 @@ class Predictor:
             "categories": self._prep.categories,
             "target": self._prep.target,
             "class_names": self.class_names,
+            "label_type": self._prep.label_type or ("str" if self.class_names else None),
             "default_samples": self.default_samples,
             "intervals": "conformal" if self.conformal is not None else "predictive",
             "fields": [*fields, "samples"],
@@ -246,10 +253,8 @@ class Predictor:
         generator = _generator(seed, generator)
         arr, bad = self._encoded(inputs) if encoded else self.encode(inputs, first_row)
         if bad and on_error is OnError.FAIL:
-            first = min(bad)
-            more = f" (and {len(bad) - 1} more row(s))" if len(bad) > 1 else ""
             raise DataError(
-                f"row {first}: {bad[first]}{more}; use on_error='skip' to leave such rows out"
+                f"{describe_row_errors(bad)}; use on_error='skip' to leave such rows out"
             )
         rows = np.arange(first_row, first_row + len(arr))
         if bad:
@@ -269,6 +274,20 @@ class Predictor:
             if w not in self._warned:  # once per predictor: a file's chunks, a server's passes
                 self._warned.add(w)
                 log.warning(w)
+        finite = _finite_rows(cols, len(rows))
+        if not finite.all():  # a bundle without bounds, fed values far outside its training
+            why = ("the model's output is not a finite number (an input far outside the range "
+                   "it was trained on?)")  # fmt: skip
+            out = {int(r): why for r in rows[~finite]}
+            if on_error is OnError.FAIL:
+                raise DataError(describe_row_errors(out))
+            bad = {**bad, **out}
+            keep = torch.as_tensor(finite)
+            pred, rows = pred[keep], rows[finite]
+            cols = {k: v[finite] for k, v in cols.items()}
+            if len(rows) == 0:
+                return PredictionResult(None, self._empty_columns(), rows, bad, self.class_names,
+                                        warnings)  # fmt: skip
         return PredictionResult(pred, cols, rows, bad, self.class_names, warnings)
 
     def predictive(
@@ -301,9 +320,7 @@ class Predictor:
     def _usable(self, inputs: Any) -> np.ndarray:
         arr, bad = self._prep.rows_to_array(inputs)
         if bad:
-            first = min(bad)
-            more = f" (and {len(bad) - 1} more row(s))" if len(bad) > 1 else ""
-            raise DataError(f"row {first}: {bad[first]}{more}")
+            raise DataError(describe_row_errors(bad))
         if len(arr) == 0:
             raise DataError("no rows to predict")
         return arr
@@ -322,14 +339,14 @@ class Predictor:
         return self._prep.rows_to_array(inputs, first_row)
 
     def _encoded(self, inputs: Any) -> tuple[np.ndarray, RowErrors]:
-        """Already encoded inputs, checked against the network's input shape."""
+        """Already encoded inputs, checked against the network's input shape, the bundle's
+        bounds and one-hot groups (:meth:`Preprocessing.check_encoded`)."""
         arr = np.asarray(inputs, dtype=np.float64)
         shape = self.input_shape
         if shape is not None and arr.shape[1:] != shape:
             raise DataError(f"encoded inputs must have shape [N, {', '.join(map(str, shape))}], "
                             f"got {list(arr.shape)}")  # fmt: skip
-        bad = {i: "missing or non-finite value" for i in
-               np.flatnonzero(~np.isfinite(arr.reshape(len(arr), -1)).all(1)).tolist()}  # fmt: skip
+        bad = self._prep.check_encoded(arr)
         return (np.where(np.isfinite(arr), arr, 0.0) if bad else arr), bad
 
     def _inputs(self, arr: np.ndarray) -> torch.Tensor:
@@ -392,8 +409,8 @@ class Predictor:
             return cols
         probs = pred.mean  # [N, C]
         idx = probs.argmax(-1).cpu().numpy()
-        names = self.class_names
-        labels = np.asarray([names[i] for i in idx], dtype=object) if names else idx
+        names = self.class_labels
+        labels = _label_array([names[i] for i in idx]) if names else idx
         cols = {
             "label": labels,
             "probabilities": np_(probs),
@@ -464,3 +481,22 @@ class Predictor:
 
     def _empty_columns(self) -> dict[str, np.ndarray]:
         return {}
+
+
+def _finite_rows(columns: dict[str, np.ndarray], n: int) -> np.ndarray:
+    """``[N]`` bool: every float figure of the row is finite."""
+    ok = np.ones(n, dtype=bool)
+    for v in columns.values():
+        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
+            ok &= np.isfinite(v.reshape(n, -1)).all(axis=1)
+    return ok
+
+
+def _label_array(labels: list[Any]) -> np.ndarray:
+    """Labels ``[N]`` as numbers where they are numbers (int64, float64, bool), else text."""
+    kinds = {type(v) for v in labels}
+    if kinds in ({int}, {float}, {bool}):
+        return np.asarray(labels)
+    out = np.empty(len(labels), dtype=object)
+    out[:] = labels
+    return out

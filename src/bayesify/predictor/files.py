@@ -3,6 +3,8 @@
 Memory is bounded by one chunk: rows are read ``chunk_rows`` at a time (CSV, Parquet; a
 ``.npz`` is read whole), predicted, and the chunk's records appended to the output before the
 next is read. Rows that cannot be used are reported by row number (0-based, header excluded).
+The output is written beside its path and renamed into place only when every row is done, so a
+run that fails or is killed leaves an earlier output exactly as it was.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from bayesify.atomic import atomic_path
 from bayesify.data.preprocessing import RowErrors
 from bayesify.data.tables import TableWriter, count_rows, iter_table, read_arrays, table_format
 from bayesify.predictor.core import OnError, Predictor
@@ -111,12 +114,15 @@ def predict_file(
             first += len(chunk)
             bar.update(len(chunk))
     summary.seconds = time.perf_counter() - start
+    side = skipped_path(output)
     if summary.skipped:
         import pandas as pd
 
-        summary.skipped_file = skipped_path(output)
         rows = sorted(summary.skipped)
-        pd.DataFrame({"row": rows, "reason": [summary.skipped[r] for r in rows]}).to_csv(
-            summary.skipped_file, index=False
-        )
+        with atomic_path(side) as tmp:
+            frame = pd.DataFrame({"row": rows, "reason": [summary.skipped[r] for r in rows]})
+            frame.to_csv(tmp, index=False)
+        summary.skipped_file = side
+    else:
+        side.unlink(missing_ok=True)  # an earlier run's list does not describe this output
     return summary

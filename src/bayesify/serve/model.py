@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bayesify.data.preprocessing import FLOAT32_MAX, describe_row_errors, overflow_message
 from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.posthoc.sampling import SamplingPolicy
 
@@ -205,11 +206,10 @@ class ServedModel:
             bad = _first_bad(arr)
             what = "NaN" if np.isnan(arr[bad]) else "infinite"
             raise InputError([*loc, *bad], f"{what} value; inputs must be finite numbers")
-        big = np.abs(arr) > self._largest
+        big = np.abs(arr) > min(self._largest, FLOAT32_MAX)
         if big.any():
             where = [int(i) for i in np.argwhere(big)[0]]
-            raise InputError([*loc, *where], f"{arr[tuple(where)]:g} is beyond the largest "
-                             f"number the model reads ({self._largest:.4g})")  # fmt: skip
+            raise InputError([*loc, *where], overflow_message(arr[tuple(where)]))
         return arr
 
     def _encode_table(self, inputs: list, loc: list[str | int]) -> np.ndarray:
@@ -237,17 +237,29 @@ class ServedModel:
                     raise InputError([*loc, i, k], "not a finite number")
                 if isinstance(v, int) and _too_large(v)[1]:
                     raise InputError([*loc, i, k], "number too large for a float64")
-                if isinstance(v, int | float) and abs(v) > self._largest:
-                    raise InputError([*loc, i, k], f"{v:g} is beyond the largest number the "
-                                     f"model reads ({self._largest:.4g})")  # fmt: skip
+        # values beyond float32 or the bundle's bounds: the predictor's own per-row errors
+        return self.encode_frame(inputs, loc)
+
+    def encode_frame(self, rows: Any, loc: list[str | int]) -> np.ndarray:
+        """Table rows (a DataFrame, or lists/objects) -> the checked encoded array, through the
+        predictor's preprocessing; unusable rows are an ``InputError`` naming the first row
+        and listing every problem (the words ``bayesify predict`` and Python use)."""
         try:
-            arr, bad = self.predictor.encode(inputs)
+            arr, bad = self.predictor.encode(rows)
         except ValueError as e:
             raise InputError(loc, str(e)) from None
         if bad:
-            row = min(bad)
-            raise InputError([*loc, row], str(bad[row]))
+            raise InputError([*loc, min(bad)], describe_row_errors(bad))
         return self.check_array(arr, loc)
+
+    def check_encoded(self, arr: np.ndarray, loc: list[str | int]) -> np.ndarray:
+        """An array of encoded columns sent by a client (v2): one-hot groups of exactly one 1
+        among 0s and number columns within the bundle's bounds, or an ``InputError``."""
+        prep = self.predictor.preprocessing
+        bad = prep.check_encoded(arr) if prep is not None else {}
+        if bad:
+            raise InputError([*loc, min(bad)], describe_row_errors(bad))
+        return arr
 
     def _shape_hint(self) -> str:
         return f" (each row {list(self.input_shape)})" if self.input_shape else ""

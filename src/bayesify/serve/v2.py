@@ -1,7 +1,7 @@
 """The Open Inference Protocol (v2) REST endpoints used by KServe, Seldon and Triton clients.
 
-One input tensor (any name; ``shape [N, *input_shape]`` or ``[N, F]``, numeric datatype, JSON
-``data`` or the binary tensor extension) -> named output tensors per row: the prediction
+Input tensors (one per feature for a table bundle, else one tensor ``[N, *input_shape]``; JSON
+``data`` or the binary tensor extension; see below) -> named output tensors per row: the prediction
 (``mean`` / ``probabilities``, ``label`` and ``class_index``), the uncertainty figures
 (``std``, ``epistemic_variance``, ``aleatoric_variance``, ``entropy``, ``mutual_information``,
 ``expected_entropy``), intervals or prediction sets where the predictor gives them, ``defer``,
@@ -11,11 +11,18 @@ asking for binary outputs gets JSON, which the protocol allows). Request paramet
 sets T, ``seed`` the draws (the request then runs in a pass of its own). Errors are
 ``{"error": message}``.
 
-The input tensor holds the rows as the network's encoded columns, unscaled: for a bundle
-trained on a table, one column per number feature and one 0/1 column per category
-(``name=category``), in the order the model metadata lists under ``parameters.input_columns``;
-for a table of numbers only these are the raw feature values in feature order. Named features,
-text categories included, go to ``/v1/predict``.
+Bundles trained on a table take their rows as raw feature values, one input tensor per
+feature named as the feature (as MLServer's pandas codec sends a DataFrame's columns): shape
+``[N]`` or ``[N, 1]``, a numeric datatype for a number feature, ``BYTES`` (the protocol's
+string type, JSON strings or the binary length-prefixed form) for a category feature. The
+server applies the bundle's preprocessing, exactly as ``/v1/predict`` and ``bayesify predict``
+do: unknown categories, missing values and numbers outside the bundle's bounds are 422s naming
+the row and column; the model metadata lists these inputs. Such a bundle also still takes one
+tensor ``[N, F]`` of its encoded columns (one column per number feature, one 0/1 column per
+category ``name=category``, in the order of ``parameters.input_columns``), checked: every
+category group must hold exactly one 1 among 0s. Other bundles take one tensor of numbers
+``[N, *input_shape]``. Class labels come back as ``label`` in the type the classes had in
+training: ``INT64`` for whole-number classes, ``BYTES`` for text.
 
 Every inference is recorded for feedback as ``/v1/predict`` is: the response ``id`` is the
 request's ``id`` when the client gave one (at most :data:`MAX_ID_CHARS` characters), else a new
@@ -83,7 +90,7 @@ def output_tensors(model: ServedModel, columns: dict[str, np.ndarray]) -> list[d
         if name == "samples":
             continue
         arr = np.asarray(col) if not isinstance(col, np.ndarray) else col
-        if name == "label" and arr.dtype != object:
+        if name == "label" and arr.dtype != object and not _typed_labels(model):
             arr = arr.astype(object)
         datatype, data = _datatype(arr)
         shape = list(arr.shape) if datatype != "BYTES" or arr.ndim == 1 else [len(arr)]
@@ -91,13 +98,142 @@ def output_tensors(model: ServedModel, columns: dict[str, np.ndarray]) -> list[d
             data = [json.dumps(_plain(row)) for row in arr]
         out.append({"name": name, "shape": shape, "datatype": datatype, "data": data})
         if name == "label" and model.class_names:
-            index = np.asarray([model.class_names.index(v) for v in arr], dtype=np.int64)
+            code = {c: i for i, c in enumerate(model.predictor.class_labels)}
+            index = np.asarray([code[_plain(v)] for v in arr], dtype=np.int64)
             out.append({"name": "class_index", "shape": [len(index)], "datatype": "INT64",
                         "data": index.tolist()})  # fmt: skip
     return out
 
 
+#: the protocol datatype of typed class labels (``Preprocessing.label_type``)
+LABEL_DATATYPES = {"int": "INT64", "float": "FP64", "bool": "BOOL"}
+
+
+def _typed_labels(model: ServedModel) -> bool:
+    prep = model.predictor.preprocessing
+    return prep is not None and prep.label_type in LABEL_DATATYPES
+
+
+def input_metadata(model: ServedModel) -> list[dict[str, Any]]:
+    """The model metadata's ``inputs``: one tensor per feature for a table bundle (BYTES for
+    a category, FP64 for a number), else one tensor of numbers ``[-1, *input_shape]``."""
+    prep = model.predictor.preprocessing
+    if prep is not None and prep.features:
+        return [{"name": f, "datatype": "BYTES" if f in prep.categories else "FP64",
+                 "shape": [-1]} for f in prep.features]  # fmt: skip
+    shape = list(model.input_shape) if model.input_shape else [-1]
+    return [{"name": "input", "datatype": "FP32", "shape": [-1, *shape]}]
+
+
+def _bytes_elements(raw: bytes, count: int, loc: list[str | int]) -> list[str]:
+    """The binary form of a BYTES tensor: each element a 4-byte little-endian length, then
+    that many bytes (UTF-8 text here)."""
+    out, at = [], 0
+    while at < len(raw):
+        if at + 4 > len(raw):
+            raise InputError(loc, "BYTES element cut short (a 4-byte length must precede each)")
+        size = int.from_bytes(raw[at : at + 4], "little")
+        if at + 4 + size > len(raw):
+            raise InputError(loc, f"BYTES element of {size} bytes runs past the tensor's data")
+        try:
+            out.append(raw[at + 4 : at + 4 + size].decode("utf-8"))
+        except UnicodeDecodeError:
+            raise InputError(loc, f"element {len(out)} is not UTF-8 text") from None
+        at += 4 + size
+    if len(out) != count:
+        raise InputError(loc, f"{len(out)} BYTES elements for {count} rows")
+    return out
+
+
+def _feature_column(model: ServedModel, t: Any, raw: bytes | None, loc: list[str | int]):
+    """One feature's input tensor -> its values ``[N]`` (float64, or text for a category)."""
+    prep = model.predictor.preprocessing
+    category = t.name in prep.categories
+    if len(t.shape) not in (1, 2) or (len(t.shape) == 2 and t.shape[1] != 1) or t.shape[0] < 1:
+        raise InputError([*loc, "shape"], f"{t.shape}; a feature tensor is [N] or [N, 1]")
+    n = t.shape[0]
+    if category:
+        if t.datatype != "BYTES":
+            raise InputError([*loc, "datatype"], f"{t.datatype!r}; feature {t.name!r} is a "
+                             f"category: send BYTES, one of {prep.categories[t.name]}")  # fmt: skip
+        if raw is not None:
+            return np.asarray(_bytes_elements(raw, n, [*loc, "data"]), dtype=object)
+        flat = np.asarray(t.data, dtype=object).reshape(-1) if t.data is not None else None
+        if flat is None or any(not isinstance(v, str) for v in flat):
+            raise InputError([*loc, "data"], "a BYTES tensor's data are strings")
+        if len(flat) != n:
+            raise InputError([*loc, "data"], f"{len(flat)} values for shape {t.shape}")
+        return flat
+    if t.datatype not in NUMERIC or t.datatype == "BOOL":
+        raise InputError([*loc, "datatype"], f"{t.datatype!r}; feature {t.name!r} is a number: "
+                         "send FP32, FP64 or an integer type")  # fmt: skip
+    if raw is not None:
+        dtype = np.dtype(NUMERIC[t.datatype])
+        if len(raw) != n * dtype.itemsize:
+            raise InputError([*loc, "shape"], f"{t.shape} needs {n * dtype.itemsize} bytes of "
+                             f"{t.datatype}, got {len(raw)}")  # fmt: skip
+        return np.frombuffer(raw, dtype=dtype).astype(np.float64)
+    if t.data is None:
+        raise InputError([*loc, "data"], "missing (and no binary_data_size parameter)")
+    odd = not_a_number(t.data, [])
+    if odd is not None:
+        raise InputError([*loc, "data", *odd[0]], f"{odd[1]}, not a {t.datatype} number")
+    try:
+        arr = np.asarray(t.data, dtype=np.float64).reshape(-1)
+    except OverflowError:
+        raise InputError([*loc, "data"], "number too large for a float64") from None
+    except (ValueError, TypeError):
+        raise InputError([*loc, "data"], "must be numbers (flat or nested)") from None
+    if arr.size != n:
+        raise InputError([*loc, "data"], f"{arr.size} values for shape {t.shape}")
+    return arr
+
+
+def _feature_tensors(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.ndarray:
+    """Raw feature values, one tensor per feature -> the checked encoded array, through the
+    bundle's preprocessing (the path of ``/v1/predict``)."""
+    import pandas as pd
+
+    names = model.predictor.feature_names
+    seen = [t.name for t in req.inputs]
+    for i, t in enumerate(req.inputs):
+        if t.name not in names:
+            raise InputError(["inputs", i, "name"], f"{t.name!r} is not a feature; send one "
+                             f"tensor per feature, named {names}")  # fmt: skip
+        if seen.count(t.name) > 1:
+            raise InputError(["inputs", i, "name"], f"feature {t.name!r} sent twice")
+    missing = [f for f in names if f not in seen]
+    if missing:
+        raise InputError(["inputs"], f"missing feature tensor(s) {missing}; send one tensor "
+                         f"per feature, named {names}")  # fmt: skip
+    columns, at, rows = {}, 0, None
+    for i, t in enumerate(req.inputs):
+        loc: list[str | int] = ["inputs", i]
+        raw = None
+        size = (t.parameters or {}).get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or size < 0 or at + size > len(binary):
+                left = len(binary) - at
+                raise InputError(
+                    [*loc, "parameters", "binary_data_size"],
+                    f"{size}, but {left} bytes are left after the JSON header",
+                )
+            raw, at = binary[at : at + size], at + size
+        columns[t.name] = _feature_column(model, t, raw, loc)
+        if rows is not None and len(columns[t.name]) != rows:
+            raise InputError([*loc, "shape"], f"{len(columns[t.name])} rows; the other feature "
+                             f"tensors have {rows}")  # fmt: skip
+        rows = len(columns[t.name])
+    if at != len(binary):
+        raise InputError(["inputs"], f"{len(binary) - at} bytes after the JSON header belong to "
+                         "no input tensor")  # fmt: skip
+    return model.encode_frame(pd.DataFrame(columns)[names], ["inputs"])
+
+
 def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.ndarray:
+    names = model.predictor.feature_names
+    if names and any(t.name in names for t in req.inputs):  # raw feature values
+        return _feature_tensors(model, req, binary)
     if len(req.inputs) != 1:
         raise InputError(["inputs"], f"exactly one input tensor, got {len(req.inputs)}")
     t = req.inputs[0]
@@ -133,12 +269,11 @@ def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.n
         if arr.size != size:
             raise InputError([*loc, "data"], f"{arr.size} values for shape {t.shape} "
                              f"({size} values)")  # fmt: skip
-    return model.check_array(arr.reshape(t.shape), loc)
+    return model.check_encoded(model.check_array(arr.reshape(t.shape), loc), loc)
 
 
 def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
     """Register the v2 endpoints on ``app`` (which holds ``run_rows`` and ``check_limits``)."""
-    shape = list(model.input_shape) if model.input_shape else [-1]
     errors = {400: {"model": V2Error}, 404: {"model": V2Error}, 422: {"model": V2Error}}
 
     def unknown(name: str) -> JSONResponse | None:
@@ -164,9 +299,12 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
             return bad
         fields = model.card().get("fields", [])
         outs = [{"name": f, "datatype": "FP64", "shape": [-1]} for f in fields if f != "samples"]
+        prep = model.predictor.preprocessing
         for o in outs:
             if o["name"] in ("label", "prediction_set"):  # a name; a JSON list of names per row
                 o["datatype"] = "BYTES"
+            if o["name"] == "label" and _typed_labels(model):
+                o["datatype"] = LABEL_DATATYPES[prep.label_type]
             if o["name"] == "probabilities":
                 o["shape"] = [-1, len(model.class_names or []) or -1]
         if model.class_names and "label" in fields:
@@ -181,10 +319,9 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
                  {"name": "request_id", "datatype": "BYTES", "shape": [-1]}]  # fmt: skip
         meta = {
             "name": model.name, "versions": ["1"], "platform": "bayesify",
-            "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, *shape]}],
+            "inputs": input_metadata(model),
             "outputs": outs,
         }  # fmt: skip
-        prep = model.predictor.preprocessing
         if prep is not None and prep.features is not None:
             meta["parameters"] = {"input_columns": prep.encoded_names}
         return JSONResponse(meta)

@@ -28,6 +28,7 @@ from bayesify.bench.experiments.uci_jobs import (
     mc_dropout_job,
     method_job,
 )
+from bayesify.bench.experiments.uci_rows import REQUIRED_METRICS
 from bayesify.bench.runner import job_config, job_key
 from bayesify.bench.store_io import RECOVERED, ImportSummary, import_rows, read_rows
 
@@ -103,7 +104,7 @@ def seed_store(store: str | Path, paths: Sequence[str | Path]) -> ImportSummary:
                 log.warning("not recovered: %s", text)
         else:
             rows = read_rows(path)
-        summary = import_rows(store, rows)
+        summary = import_rows(store, rows, source=Path(path).name, required=REQUIRED_METRICS)
         for key in summary.conflicts:
             log.warning("kept the recovered row %s: the full row's numbers differ", key)
         log.info("imported %s into %s: %s", path, store, summary)

@@ -18,10 +18,15 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from bayesify.atomic import atomic_open
 from bayesify.bench.experiments.uci_jobs import GAL_EXPERIMENT, METHODS_EXPERIMENT, TEYE_EXPERIMENT
-from bayesify.bench.store import ResultsStore, RowKey
+from bayesify.bench.store import ResultsStore, RowKey, StoreError
 
 PROTOCOL_OF = {GAL_EXPERIMENT: "gal", METHODS_EXPERIMENT: "gal", TEYE_EXPERIMENT: "teye"}
+#: metrics every finished row of each experiment holds (the page reads them); a row without
+#: them is refused on import and reported when a store is read
+REQUIRED_METRICS = {GAL_EXPERIMENT: ("rmse", "ll"), METHODS_EXPERIMENT: ("rmse", "ll"),
+                    TEYE_EXPERIMENT: ("rmse", "pll")}  # fmt: skip
 #: columns of the CSV, in order (metrics absent from a row are left empty)
 CSV_FIELDS = (
     "protocol", "experiment", "method", "likelihood", "dataset", "split", "seed", "config_hash",
@@ -74,10 +79,19 @@ def load_records(stores: Sequence[str | Path]) -> list[dict[str, Any]]:
             for experiment in PROTOCOL_OF:
                 for row in store.records(experiment):
                     key = RowKey.of(row)
+                    _check_done(path, key, row["metrics"])
                     if key not in seen:
                         seen.add(key)
                         out.append(flat_record(row))
     return out
+
+
+def _check_done(path: str | Path, key: RowKey, metrics: dict[str, Any]) -> None:
+    """A done row without its experiment's :data:`REQUIRED_METRICS` is a damaged store."""
+    lacking = [k for k in REQUIRED_METRICS[key.experiment] if k not in metrics]
+    if lacking:
+        raise StoreError(f"{path}: row {key} is marked done but its metrics lack "
+                         f"{', '.join(lacking)}; the store is damaged")  # fmt: skip
 
 
 def cells(records: Iterable[dict[str, Any]]) -> dict[Cell, list[dict[str, Any]]]:
@@ -113,9 +127,8 @@ def mean_se(values: Sequence[float]) -> tuple[float, float]:
 def write_csv(path: str | Path, records: Sequence[dict[str, Any]]) -> Path:
     """Every record as one CSV line (:data:`CSV_FIELDS`)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     ordered = sorted(records, key=lambda r: tuple(str(r[k]) for k in CSV_FIELDS[:6]))
-    with path.open("w", newline="") as f:
+    with atomic_open(path, "w", newline="") as f:
         w = csv.DictWriter(f, CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
         for r in ordered:
