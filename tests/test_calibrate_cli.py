@@ -34,7 +34,7 @@ def bundle(tmp_path_factory):
 def test_calibrate_stores_the_policy_fitted_on_validation(bundle):
     weights = (bundle / "weights.safetensors").read_bytes()
     args = ["calibrate", str(bundle), "--score", "std", "--coverage", "0.8", "--samples", "16",
-            "--decision", "single"]
+            "--decision", "single"]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "validation:" in result.output and "test:" in result.output
