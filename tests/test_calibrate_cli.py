@@ -85,7 +85,7 @@ def test_a_test_table_of_the_split_rows_gives_the_built_in_test_figures(bundle, 
     frame["resistance"] = s.original_targets("test").numpy()
     frame.to_csv(tmp_path / "test.csv", index=False)
     args = ["calibrate", str(bundle), "--score", "std", "--coverage", "0.8", "--samples", "16",
-            "--decision", "single"]
+            "--decision", "single"]  # fmt: skip
     built_in = runner.invoke(app, args)
     table = runner.invoke(app, [*args, "--test", str(tmp_path / "test.csv"), "--target",
                                 "resistance"])  # fmt: skip
