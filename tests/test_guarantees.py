@@ -97,8 +97,8 @@ def test_sequential_deferral_is_stable_where_one_draw_flips():
     assert seq.validation["coverage"] == pytest.approx(0.8, abs=1 / 300)
     seq.store(method.metadata)
     flips_seq, rates = _flips(predictor, xt.numpy())
-    assert flips_single > 0.15 and flips_seq < 0.1, (flips_single, flips_seq)
-    assert np.abs(rates - 0.2).max() < 0.08  # the fitted rate, on 200 held-out rows
+    assert flips_single > 0.25 and flips_seq < 0.12, (flips_single, flips_seq)  # 0.355, 0.06
+    assert np.abs(rates - 0.2).max() < 0.1  # the fitted rate, on 200 held-out rows
     res = predictor.predict(xt.numpy(), samples=16, seed=0)
     used = res.columns["defer_samples"]
     assert used.min() == 16 and used.max() <= 1024 and res.warnings == []
