@@ -139,7 +139,24 @@ def coverage_table(results: dict, adaptive: dict[str, str], seeds: int) -> str:
     return "\n".join(lines)
 
 
-def deferral_table(results: dict, seeds: int, repeats: int) -> str:
+def larger_max(results: dict, most: int, only: str | None) -> dict:
+    """Copies of the shipped bundles whose sequential decision goes up to ``most`` samples."""
+    out = {}
+    for name, info in results.items():
+        if only and name != only:
+            continue
+        bundle = info["shipped"].with_name(f"{info['shipped'].name}_max{most}")
+        data = ["--data", info["paths"]["val"]] if name == "regression" else []
+        score = "std" if name == "regression" else "mi"
+        if not bundle.exists():
+            shutil.copytree(info["shipped"], bundle)
+            run("calibrate", bundle, *data, "--score", score, "--coverage", "0.8",
+                "--decision-max", str(most), "--test-limit", "0")  # fmt: skip
+        out[name] = {**info, "shipped": bundle}
+    return out
+
+
+def deferral_table(results: dict, seeds: int, repeats: int, which_ones=None) -> str:
     from bayesify.posthoc.deferral import DeferralPolicy
     from bayesify.predictor import Predictor
 
@@ -148,7 +165,7 @@ def deferral_table(results: dict, seeds: int, repeats: int) -> str:
              "rows |", "|---|---|---:|---|---:|---:|---:|---:|"]  # fmt: skip
     for name, info in results.items():
         x, _ = held_out(name, info)
-        for which, samples in (("before", 32), ("before", 256), ("shipped", 32)):
+        for which, samples in which_ones or (("before", 32), ("before", 256), ("shipped", 32)):
             p = Predictor.load(info[which])
             policy = DeferralPolicy.from_metadata(p.method.metadata)
             decisions, rates, used, secs = [], [], [], []
@@ -178,6 +195,13 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="Repeats of the flip rate.")
     ap.add_argument("--coverage-seeds", type=int, default=3)
     ap.add_argument("--part", choices=("all", "coverage", "deferral"), default="all")
+    ap.add_argument(
+        "--decision-max",
+        type=int,
+        default=None,
+        help="Also (only) measure deferral with a sequential decision up to this T.",
+    )
+    ap.add_argument("--only", choices=("regression", "classification"), default=None)
     args = ap.parse_args()
     import torch
 
@@ -191,6 +215,10 @@ def main() -> None:
     print(f"Machine: {machine_description()}\n")
     for name, info in results.items():
         print(f"Calibrating the {name} bundle as shipped took {info['seconds']:.0f} s.\n")
+    if args.decision_max:
+        results = larger_max(results, args.decision_max, args.only)
+        print(deferral_table(results, args.seeds, args.repeats, (("shipped", 32),)) + "\n")
+        return
     if args.part in ("all", "coverage"):
         print(coverage_table(results, adaptive, args.coverage_seeds) + "\n")
     if args.part in ("all", "deferral"):
