@@ -78,7 +78,7 @@ def calibrate(
     ] = 32,
     decision_max: Annotated[
         int, typer.Option(help="Sequential decision: most samples per row.", min=2)
-    ] = 2048,
+    ] = 8192,
     decision_z: Annotated[
         float,
         typer.Option(

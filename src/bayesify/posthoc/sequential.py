@@ -36,7 +36,7 @@ class SequentialDecision:
     """Settings of the sequential decision; see the module docstring."""
 
     start: int = 32
-    max_samples: int = 2048
+    max_samples: int = 8192
     z: float = 3.0
     groups: int = 16
 
@@ -64,7 +64,7 @@ class SequentialDecision:
     def from_dict(cls, d: dict[str, Any]) -> SequentialDecision:
         if not isinstance(d, dict) or d.get("mode") != "sequential":
             raise ValueError(f"not a sequential decision: {d!r:.80}")
-        return cls(d.get("start", 32), d.get("max_samples", 2048), d.get("z", 3.0),
+        return cls(d.get("start", 32), d.get("max_samples", 8192), d.get("z", 3.0),
                    d.get("groups", 16))  # fmt: skip
 
 
