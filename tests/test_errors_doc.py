@@ -21,6 +21,7 @@ from bayesify.models import net_from_reference
 from bayesify.posthoc.conformal import Conformal, ConformalByPolicy
 from bayesify.posthoc.sampling import SamplingPolicy, parse_policies
 from bayesify.predictor import Predictor
+from bayesify.serve.monitor import Monitor
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "errors.md"
 
@@ -121,6 +122,9 @@ CASES = {
     "conformal-several-policies": lambda p: Conformal.from_dict(ConformalByPolicy({
         SamplingPolicy.fixed(t): Conformal("normalized", torch.rand(5)) for t in (8, 32)
     }).to_dict()),
+    "feedback-reused-id": lambda p: _feedback_id(["scan-1", "scan-1"], 1, "scan-1"),
+    "feedback-several-rows": lambda p: _feedback_id([None], 3),
+    "feedback-too-many": lambda p: Monitor("regression").check_count(101),
     "load-custom-network": lambda p: bayesify.load(_custom_bundle(p)),
     "load-bad-net-reference": lambda p: net_from_reference("mynets"),
     "load-net-not-importable": lambda p: net_from_reference("nosuch_module:make"),
@@ -138,6 +142,15 @@ CASES = {
     "import-missing-metrics": lambda p: _import_bogus(p),
     "store-damaged": lambda p: _damaged_store(p),
 }  # fmt: skip
+
+
+def _feedback_id(aliases: list, rows: int, name: str | None = None) -> None:
+    """Check a feedback id after one request of ``rows`` rows per client id in ``aliases``
+    (``name`` None: the last request's own id)."""
+    mon = Monitor("classification", ["a", "b"])
+    for alias in aliases:
+        rid, _ = mon.record_request([{"probabilities": [0.5, 0.5]}] * rows, alias=alias)
+    mon.check_id(name or rid)
 
 
 def _edited_bundle(tmp_path, change=None, text=None):

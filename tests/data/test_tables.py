@@ -100,6 +100,15 @@ def test_table_job_encodes_and_scales(tmp_path, frame):
     assert len(x_train) + len(job.val[0]) == 250
 
 
+def test_a_regression_table_job_records_the_training_targets_range(tmp_path, frame):
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    job, _ = build_table_training("mc-dropout", tmp_path / "t.csv", "y", features="x")
+    y_train = job.train[1].numpy() * job.scale + job.loc  # back to the table's units
+    low, high = job.metadata["target_range"]
+    assert low == pytest.approx(y_train.min(), abs=1e-5)
+    assert high == pytest.approx(y_train.max(), abs=1e-5)
+
+
 @pytest.mark.parametrize(
     "change, target, features, message",
     [

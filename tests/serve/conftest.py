@@ -41,6 +41,37 @@ def make_bundle(path: Path) -> Path:
     return path
 
 
+def regression_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Three features; a target around 100 in its own units."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 3, generator=g)
+    return x, 100 + 8 * x[:, 0] - 4 * x[:, 1] + 3 * torch.randn(n, generator=g)
+
+
+def make_regression_bundle(path: Path) -> Path:
+    """MC dropout MLP regression trained on standardised targets (preprocessing maps back to
+    the target's units), with a deferral policy on std at 80 % coverage and the training
+    targets' range recorded as table training records it."""
+    from bayesify.data.preprocessing import Preprocessing
+    from bayesify.methods import MCDropout
+    from bayesify.models import mlp
+    from bayesify.posthoc.deferral import DeferralPolicy
+
+    torch.manual_seed(0)
+    x, y = regression_data(500, 0)
+    yt = (y - 100.0) / 9.0
+    method = MCDropout(mlp(3, 1, (32,), norm=None, dropout=0.2), task="regression")
+    method.fit((x[:400], yt[:400]), val=(x[400:], yt[400:]), epochs=10, lr=1e-2,
+               progress=False)  # fmt: skip
+    method.preprocessing = Preprocessing(input_shape=[3], y_mean=100.0, y_std=9.0)
+    xv, yv = regression_data(300, 1)
+    pred = method.preprocessing.outputs(method.to_predictive(method.sample(xv, 16, seed=0)))
+    DeferralPolicy.fit(pred, yv, score="std", target_coverage=0.8).store(method.metadata)
+    method.metadata["target_range"] = [float(y[:400].min()), float(y[:400].max())]
+    method.save(path)
+    return path
+
+
 def start_server(bundle: Path, log: Path, *args: str, env: dict | None = None,
                  wait: bool = True) -> ServerProcess:  # fmt: skip
     return _start(bundle, log, "--threads", "1", *args, name="toy", env=env, wait=wait)
@@ -53,6 +84,11 @@ def stop_server(server: ServerProcess) -> int:
 @pytest.fixture(scope="session")
 def toy_bundle(tmp_path_factory) -> Path:
     return make_bundle(tmp_path_factory.mktemp("bundle") / "toy")
+
+
+@pytest.fixture(scope="session")
+def regression_bundle(tmp_path_factory) -> Path:
+    return make_regression_bundle(tmp_path_factory.mktemp("bundle") / "reg")
 
 
 @pytest.fixture(scope="module")

@@ -126,6 +126,15 @@ def test_bad_input_is_a_422_naming_the_field(server, body, loc, msg):
             {"name": "x", "shape": [1, 4], "datatype": "INT64", "data": [1, 2, 3, 10**400]},
             "too large for a float64",
         ),
+        # element counts past 2**64: numpy's product wrapped to 0 and passed (a 500)
+        (
+            {"name": "x", "shape": [2**32, 2**32], "datatype": "FP32", "data": []},
+            "0.shape: 4294967296 rows",
+        ),
+        (
+            {"name": "x", "shape": [1, 2**32, 2**32], "datatype": "FP32", "data": []},
+            "0.shape: [1, 4294967296",
+        ),
     ],
 )
 def test_v2_bad_input_is_a_422_with_an_error_message(server, tensor, msg):
@@ -157,7 +166,8 @@ def test_feedback_updates_rolling_figures_and_metrics(server):
                 for p, t in zip(preds, y, strict=True)]  # fmt: skip
     outcomes.append({"request_id": "never-served", "outcome": 0})
     r = httpx.post(f"{server.url}/v1/feedback", json={"outcomes": outcomes})
-    assert r.json() == {"accepted": 80, "unknown": ["never-served"]}
+    assert r.json() == {"accepted": 80, "unknown": ["never-served"], "already_received": [],
+                        "flagged": []}  # fmt: skip
     probs = torch.tensor([p["probabilities"] for p in preds], dtype=torch.float64)
     accuracy = float((probs.argmax(1) == y).double().mean())
     nll = float(-probs[torch.arange(80), y].log().mean())
@@ -172,8 +182,17 @@ def test_feedback_updates_rolling_figures_and_metrics(server):
         assert mon["accepted"]["accuracy"] == pytest.approx(acc_kept)
     assert card["deferral"]["validation"]["coverage"] == pytest.approx(0.8, abs=0.01)
     text = httpx.get(f"{server.url}/metrics").text
-    got = float(re.search(r'bayesify_rolling_accuracy\{cases="all"\} (\S+)', text).group(1))
+    pattern = r'bayesify_rolling\{figure="accuracy",model="toy",part="all",version="1"\} (\S+)'
+    got = float(re.search(pattern, text).group(1))
     assert got == pytest.approx(mon["all"]["accuracy"])
+    validation = card["deferral"]["validation"]
+    for fig in ("error", "nll", "ece"):  # each baseline beside its live figure
+        for part in ("all", "accepted"):
+            pattern = (rf'bayesify_validation\{{figure="{fig}",model="toy",part="{part}",'
+                       rf'version="1"\}} (\S+)')  # fmt: skip
+            got = float(re.search(pattern, text).group(1))
+            assert got == pytest.approx(validation[f"{fig}_{part}"])
+            assert f'bayesify_rolling{{figure="{fig}",model="toy",part="{part}"' in text
     for name in ("bayesify_request_latency_seconds_bucket", "bayesify_batch_rows_bucket",
                  "bayesify_deferral_rate", "bayesify_samples_used_bucket"):  # fmt: skip
         assert name in text
@@ -187,7 +206,10 @@ def test_feedback_updates_rolling_figures_and_metrics(server):
 
 def _feedback_422s(server) -> float:
     text = httpx.get(f"{server.url}/metrics").text
-    pattern = r'bayesify_request_errors_total\{code="422",endpoint="/v1/feedback"\} (\S+)'
+    pattern = (
+        r'bayesify_request_errors_total\{code="422",endpoint="/v1/feedback",'
+        r'model="toy",version="1"\} (\S+)'
+    )
     m = re.search(pattern, text)
     return float(m.group(1)) if m else 0.0
 
@@ -215,8 +237,8 @@ def test_concurrent_requests_share_passes_and_each_gets_its_own_answer(server):
 
 def _batches(server) -> tuple[float, float]:
     text = httpx.get(f"{server.url}/metrics").text
-    count = float(re.search(r"bayesify_batch_rows_count (\S+)", text).group(1))
-    total = float(re.search(r"bayesify_batch_rows_sum (\S+)", text).group(1))
+    count = float(re.search(r"bayesify_batch_rows_count\{[^}]*\} (\S+)", text).group(1))
+    total = float(re.search(r"bayesify_batch_rows_sum\{[^}]*\} (\S+)", text).group(1))
     return count, total
 
 

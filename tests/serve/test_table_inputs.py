@@ -82,6 +82,26 @@ def test_v1_labels_are_integers(served):
     assert all(type(p["label"]) is int for p in preds)
 
 
+def test_feedback_reads_integer_classes_as_labels(served):
+    """Classes 1..3: an outcome of 1 is class 1 (the label the server returned), not index 1."""
+    srv, _ = served
+    rows = _table(1, 3)
+    body = {"inputs": rows.drop(columns="fault").to_dict("records"), "samples": 4}
+    pred = httpx.post(f"{srv.url}/v1/predict", json=body).json()["predictions"][0]
+    label = pred["label"]
+    answer = httpx.post(f"{srv.url}/v1/feedback",
+                        json={"outcomes": [{"request_id": pred["request_id"],
+                                            "outcome": label}]}).json()  # fmt: skip
+    assert answer["accepted"] == 1
+    status = httpx.get(f"{srv.url}/v1/model").json()["monitor"]
+    assert status["all"]["error"] == 0.0  # scored as the predicted class, so no error
+    bad = httpx.post(
+        f"{srv.url}/v1/feedback",
+        json={"outcomes": [{"request_id": pred["request_id"], "outcome": 0}]},
+    )
+    assert bad.status_code == 422 and "unknown class 0" in bad.text
+
+
 def _v2(srv, inputs):
     return httpx.post(f"{srv.url}/v2/models/toy/infer", json={"inputs": inputs})
 

@@ -167,12 +167,10 @@ def test_a_request_the_model_cannot_answer_fails_alone(table_server):
 
 def _passes(srv) -> float:
     text = httpx.get(f"{srv.url}/metrics").text
-    return float(re.search(r"bayesify_batch_rows_count (\S+)", text).group(1))
+    return float(re.search(r"bayesify_batch_rows_count\{[^}]*\} (\S+)", text).group(1))
 
 
 def test_v2_regression_feedback_by_the_response_id(table_server):
-    from scipy.stats import norm
-
     rows, y = _rows(1, 6)
     r = rows[0]
     data = [[r["a"], float(r["c"] == "north"), float(r["c"] == "south")]]
@@ -187,5 +185,5 @@ def test_v2_regression_feedback_by_the_response_id(table_server):
     mon = httpx.get(f"{table_server.url}/v1/model").json()["monitor"]["all"]
     assert before["n"] == 0 and mon["n"] == 1
     assert mon["error"] == pytest.approx(abs(out["mean"] - y[0]), rel=1e-6)  # RMSE of one row
-    nll = -norm.logpdf(y[0], out["mean"], out["std"])  # the served Gaussian, target units
-    assert mon["nll"] == pytest.approx(nll, rel=1e-6)
+    # (the NLL is the served mixture's, checked from the returned samples in
+    # test_monitor_server.py)

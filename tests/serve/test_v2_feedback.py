@@ -1,8 +1,9 @@
 """Open Inference Protocol (v2) inferences are recorded for feedback as /v1/predict rows are:
-the response ``id`` (the client's, else a new one) and the per-row ``request_id`` output name
-the rows in ``POST /v1/feedback``, and the rolling figures are those of the rows served, checked
-against an independent computation from the returned probabilities. A real server process and
-tritonclient, a client nobody here wrote."""
+the per-row ``request_id`` outputs (ids the server makes) and the response ``id`` (the
+client's, else the server's) name the rows in ``POST /v1/feedback``; a client id another
+request reuses names neither row; feedback for a row already scored says so; and the rolling
+figures are those of the rows served, checked against an independent computation from the
+returned probabilities. A real server process and tritonclient, a client nobody here wrote."""
 
 from __future__ import annotations
 
@@ -41,13 +42,14 @@ def test_oip_ids_name_rows_for_feedback_and_the_rolling_figures_follow(server):
     x, y = x.numpy(), y.numpy()
     scored: list[tuple[np.ndarray, int]] = []  # (probabilities served, true class)
 
-    # a client-given id comes back as the response id and names the one row
+    # a client-given id comes back as the response id and names the one row; the row id is
+    # the server's
     rid, ids, probs = _infer(server, x[:1], request_id="client-7")
-    assert rid == "client-7" and ids == ["client-7-0"]
+    assert rid == "client-7" and len(ids) == 1 and re.fullmatch(r"[0-9a-f]{32}-0", ids[0])
     r = _feedback(server, [("client-7", CLASSES[y[0]])])
-    assert r.json() == {"accepted": 1, "unknown": []}, r.text
+    assert r.json() == _answer(accepted=1), r.text
     scored.append((probs[0], y[0]))
-    assert _feedback(server, [("client-7", 0)]).json()["unknown"] == ["client-7"]  # used up
+    assert _feedback(server, [("client-7", 0)]).json() == _answer(already_received=["client-7"])
 
     # no id: the server makes one; each row has its own; the bare id of a 6-row request is
     # refused naming the row ids
@@ -57,7 +59,7 @@ def test_oip_ids_name_rows_for_feedback_and_the_rolling_figures_follow(server):
     assert r.status_code == 422 and r.json()["detail"][0]["loc"][-1] == "request_id", r.text
     assert "6 rows" in r.json()["detail"][0]["msg"] and f"{rid}-5" in r.json()["detail"][0]["msg"]
     r = _feedback(server, [(i, int(t)) for i, t in zip(ids, y[1:], strict=True)])
-    assert r.json() == {"accepted": 6, "unknown": []}
+    assert r.json() == _answer(accepted=6)
     scored += list(zip(probs, y[1:], strict=True))
 
     # the rolling figures are those of the 7 rows served, computed here from what was returned
@@ -69,22 +71,50 @@ def test_oip_ids_name_rows_for_feedback_and_the_rolling_figures_follow(server):
     assert mon["all"]["accuracy"] == pytest.approx(float((p.argmax(1) == t).mean()))
     assert mon["all"]["nll"] == pytest.approx(float(-np.log(p[np.arange(7), t]).mean()), rel=1e-6)
     text = httpx.get(f"{server.url}/metrics").text
-    got = float(re.search(r'bayesify_rolling_nll\{cases="all"\} (\S+)', text).group(1))
-    assert got == pytest.approx(mon["all"]["nll"])
+    pattern = r'bayesify_rolling\{figure="nll",model="toy",part="all",version="1"\} (\S+)'
+    assert float(re.search(pattern, text).group(1)) == pytest.approx(mon["all"]["nll"])
 
 
-def test_a_reused_client_id_names_the_newest_row(server):
-    x = toy_data(2, 12)[0].numpy()
-    _infer(server, x[:1], request_id="again")
-    _, _, newest = _infer(server, x[1:], request_id="again")
-    before = _monitor(server)["all"]
-    assert _feedback(server, [("again", 2)]).json()["accepted"] == 1
-    after = _monitor(server)["all"]
+def _answer(accepted=0, unknown=(), already_received=(), flagged=()):
+    return {"accepted": accepted, "unknown": list(unknown),
+            "already_received": list(already_received), "flagged": list(flagged)}  # fmt: skip
+
+
+def _added_nll(before: dict, after: dict) -> float:
+    """The -log p of the one row scored between two monitor snapshots."""
     n = before["n"]
-    # the new mean NLL includes exactly -log p_2 of the newest row
-    added = after["nll"] * (n + 1) - before["nll"] * n
-    p = newest[0] / newest[0].sum()
-    assert added == pytest.approx(-math.log(p[2]), rel=1e-6)
+    return after["nll"] * (n + 1) - before["nll"] * n
+
+
+def test_a_reused_client_id_cannot_take_over_another_clients_row(server):
+    x = toy_data(2, 12)[0].numpy()
+    _, ids_a, probs_a = _infer(server, x[:1], request_id="again")  # client A
+    _, ids_b, probs_b = _infer(server, x[1:], request_id="again")  # client B reuses A's id
+    assert ids_a != ids_b  # B's row did not replace A's
+    # the shared id names neither row now; the row ids still name each client's own
+    r = _feedback(server, [("again", 2)])
+    assert r.status_code == 422 and "2 requests" in r.json()["detail"][0]["msg"], r.text
+    before = _monitor(server)["all"]
+    assert _feedback(server, [(ids_a[0], 2)]).json() == _answer(accepted=1)
+    after = _monitor(server)["all"]
+    p = probs_a[0] / probs_a[0].sum()  # A's outcome scored A's prediction
+    assert _added_nll(before, after) == pytest.approx(-math.log(p[2]), rel=1e-6)
+    assert _feedback(server, [(ids_b[0], 0)]).json() == _answer(accepted=1)
+    q = probs_b[0] / probs_b[0].sum()
+    assert _added_nll(after, _monitor(server)["all"]) == pytest.approx(-math.log(q[0]), rel=1e-6)
+
+
+def test_repeated_feedback_says_already_received_and_counts_once(server):
+    x = toy_data(2, 15)[0].numpy()
+    _, ids, _ = _infer(server, x)
+    assert _feedback(server, [(ids[0], 1)]).json() == _answer(accepted=1)
+    before = _monitor(server)["all"]
+    # again, and twice in one request: each says already received, nothing is counted
+    r = _feedback(server, [(ids[0], 2), (ids[1], 0), (ids[1], 2), ("never-served", 1)])
+    assert r.json() == _answer(accepted=1, already_received=[ids[0], ids[1]],
+                               unknown=["never-served"]), r.text  # fmt: skip
+    after = _monitor(server)["all"]
+    assert after["n"] == before["n"] + 1
 
 
 def test_v1_one_row_request_id_names_its_row(server):
@@ -120,3 +150,8 @@ def test_a_bad_outcome_leaves_the_figures_as_they_were(server):
                                                                        "outcome"]  # fmt: skip
     assert _monitor(server)["all"] == before  # the first, valid outcome was not used either
     assert _feedback(server, [(ids[0], 1), (ids[1], 0)]).json()["accepted"] == 2
+
+
+def test_one_feedback_request_is_limited_to_a_tenth_of_the_window(server):
+    r = _feedback(server, [(f"row-{i}", 0) for i in range(101)])
+    assert r.status_code == 422 and "at most 100 per request" in r.json()["detail"][0]["msg"]

@@ -427,5 +427,7 @@ def build_table_training(
         meth = cls(net, task=kind.value, **(options or {}))
     val_t = tensors(x_val, y_val)
     meta = {"table": str(path), "target": target, "task_reason": why}
+    if kind is Task.REGRESSION:  # the server flags feedback far outside it (serve/monitor.py)
+        meta["target_range"] = [float(y_tr.min()), float(y_tr.max())]
     job = Job(meth, val_t, tensors(x_tr, y_tr), val_t, y_mean or 0.0, y_std or 1.0, meta, prep)
     return job, notes

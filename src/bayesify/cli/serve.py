@@ -37,6 +37,26 @@ def serve(
     max_rows: Annotated[int, typer.Option(help="Most rows per request.", min=1)] = 256,
     max_samples: Annotated[int, typer.Option(help="Most samples per request.", min=1)] = 256,
     max_body: Annotated[int, typer.Option(help="Largest request body, bytes.", min=1)] = 4 * 2**20,
+    max_connections: Annotated[
+        int, typer.Option(help="Most open connections; requests beyond get 503.", min=1)
+    ] = 256,
+    header_timeout: Annotated[
+        float, typer.Option(help="Seconds for a request's headers to arrive (408 after).", min=0.01)
+    ] = 10.0,
+    body_timeout: Annotated[
+        float, typer.Option(help="Seconds for a request's body to arrive (408 after).", min=0.01)
+    ] = 30.0,
+    keep_alive: Annotated[
+        int, typer.Option(help="Seconds an idle keep-alive connection stays open.", min=1)
+    ] = 5,
+    grace_period: Annotated[
+        float,
+        typer.Option(
+            help="On SIGTERM: seconds requests in flight may take to finish; those still "
+            "running after it are answered 503 with Retry-After.",
+            min=0,
+        ),
+    ] = 30.0,
     int8: Annotated[
         bool, typer.Option("--int8", help="Dynamic int8 quantisation of linear layers.")
     ] = False,
@@ -44,17 +64,29 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve a bundle over HTTP: /v1/predict, the Open Inference Protocol (/v2/...), /metrics,
-    feedback and a status page at /. Set BAYESIFY_API_KEY to require an API key."""
+    feedback and a status page at /. Set BAYESIFY_API_KEY to require an API key (sent as
+    X-API-Key or Authorization: Bearer)."""
     import logging
+    import os
 
-    import torch
-    import uvicorn
+    from rich.markup import escape
 
     from bayesify.cli.common import console, fail
-    from bayesify.methods.adaptive import check_options
-    from bayesify.serve.app import Settings, create_app
-    from bayesify.serve.model import Adaptive, ServedModel
 
+    try:  # the server's packages first: without them, fail before loading torch
+        from bayesify.serve import listener
+        from bayesify.serve.app import API_KEY_ENV, Settings, create_app
+        from bayesify.serve.model import Adaptive, ServedModel
+    except ModuleNotFoundError as e:
+        raise fail(escape(f'bayesify serve needs {e.name}: pip install -e ".[serve]"')) from None
+    import torch
+
+    from bayesify.methods.adaptive import check_options
+
+    if not os.environ.get(API_KEY_ENV) and not _loopback(host):
+        console.print(f"[bold yellow]warning:[/] serving without an API key on {host}: anyone "
+                      f"who can reach it can predict and post feedback; set {API_KEY_ENV} to "
+                      "require one")  # fmt: skip
     if threads is not None:
         torch.set_num_threads(threads)
     adaptive = None
@@ -67,9 +99,25 @@ def serve(
     except (ValueError, TypeError, OSError) as e:
         raise fail(str(e)) from None
     settings = Settings(max_body_bytes=max_body, max_rows=max_rows, max_samples=max_samples,
-                        batch_wait_ms=batch_wait_ms, batch_rows=batch_rows)  # fmt: skip
+                        batch_wait_ms=batch_wait_ms, batch_rows=batch_rows,
+                        body_timeout_s=body_timeout)  # fmt: skip
     app = create_app(model, settings)
     logging.getLogger("bayesify").setLevel(logging.INFO)
     console.print(f"serving {model.name} ({model.predictor.method.name}, {model.task}) on "
                   f"http://{host}:{port}/")  # fmt: skip
-    uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=30)
+    limits = listener.ListenerSettings(header_timeout=header_timeout, keep_alive=keep_alive,
+                                       max_connections=max_connections,
+                                       grace=grace_period)  # fmt: skip
+    listener.run(app, host, port, limits, log_level)
+
+
+def _loopback(host: str) -> bool:
+    """Whether ``host`` (a name or address) only reaches this machine."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # another host name: it may resolve to anything
+        return False

@@ -6,6 +6,18 @@ Endpoints: ``POST /v1/predict``, ``POST /v1/feedback``, ``GET /v1/model``, ``GET
 ``/v2/health/live|ready``, ``GET /v2/models/{name}[/ready]``, ``POST /v2/models/{name}/infer``.
 Every error is JSON: ``{"detail": ...}`` (v1; field errors as FastAPI lists them) or
 ``{"error": ...}`` (v2). Bad input is a 4xx naming the field, never a 500.
+
+Feedback (:mod:`.monitor`) is only as trusted as its senders: **without an API key anyone who
+can reach the server can post outcomes**, and with one every key holder can. What feedback can
+change is the monitoring, never a prediction: the rolling figures, the drift gauges and
+warnings, the status page. Its limits: outcomes name rows by ids the server made (a client's
+own v2 ``id`` only while no other request carried it), so no client replaces another's row or
+scores it by reusing an id; each row is scored at most once (later feedback for it is answered
+``already_received``); outcomes must be finite numbers or known classes, and a regression
+outcome beyond the bundle's recorded target range (widened by its width) or, without one, 1000
+served standard deviations from the served mean is flagged and not scored; one request carries
+at most a tenth of the rolling window, and a figure counts as drifting only if it does with any
+one request's rows left out, so no single request raises a drift warning.
 """
 
 from __future__ import annotations
@@ -13,9 +25,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import secrets
 import time
-import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from importlib import resources
@@ -28,9 +38,11 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from bayesify.serve.batching import MicroBatcher
+from bayesify.serve.docs import add_docs
+from bayesify.serve.gate import Drain, _Gate
 from bayesify.serve.metrics import ServerMetrics
 from bayesify.serve.model import InputError, PassKey, ServedModel
-from bayesify.serve.monitor import AmbiguousId, Monitor
+from bayesify.serve.monitor import ACCEPTED, ALREADY, FLAGGED, AmbiguousId, Monitor, target_range
 from bayesify.serve.schemas import (
     ErrorResponse,
     FeedbackRequest,
@@ -42,8 +54,6 @@ from bayesify.serve.schemas import (
 
 log = logging.getLogger(__name__)
 API_KEY_ENV = "BAYESIFY_API_KEY"
-#: reachable without the API key: probes and the (data-free) status page shell
-OPEN_PATHS = {"/healthz", "/v2/health/live", "/v2/health/ready", "/", "/openapi.json", "/docs"}
 
 
 @dataclass
@@ -56,107 +66,25 @@ class Settings:
     batch_wait_ms: float = 2.0
     batch_rows: int = 64  # 0: micro-batching off
     api_key: str | None = None
+    body_timeout_s: float = 30.0  # for the whole body, from the end of the headers
 
 
 def field_error(loc: list[str | int], msg: str, status: int = 422) -> JSONResponse:
     return JSONResponse({"detail": [{"loc": loc, "msg": msg, "type": "value_error"}]}, status)
 
 
-_GONE = Response(status_code=499)
-
-
-class _Gate:
-    """The server's one ASGI middleware (plain ASGI: no task per request): reads the body
-    first, at most ``limit`` bytes with or without a Content-Length (413 when larger), checks
-    the API key where one is set (401), turns an unhandled error into a JSON 500, and counts
-    every HTTP request in the metrics (``on_response(scope, status, seconds)``)."""
-
-    def __init__(self, app: Any, limit: int, api_key: str | None, on_response: Any) -> None:
-        self.app, self.limit, self.api_key, self.on_response = app, limit, api_key, on_response
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        start = time.perf_counter()
-        status = 500
-        started = False
-
-        async def send_counted(message: dict) -> None:
-            nonlocal status, started
-            if message["type"] == "http.response.start":
-                status, started = message["status"], True
-            await send(message)
-
-        try:
-            refusal, receive = await self._read_body(scope, receive)
-            if refusal is _GONE:
-                status = 499  # the client went away before its body arrived: nobody to answer
-                return None
-            if refusal is None:
-                refusal = self._check_key(scope)
-            if refusal is not None:
-                return await refusal(scope, receive, send_counted)
-            try:
-                await self.app(scope, receive, send_counted)
-            except Exception:  # noqa: BLE001 - logged; the client gets a JSON 500
-                log.exception("unhandled error on %s", scope.get("path"))
-                if not started:
-                    await JSONResponse({"detail": "internal error"}, 500)(scope, receive,
-                                                                          send_counted)  # fmt: skip
-        finally:
-            self.on_response(scope, status, time.perf_counter() - start)
-
-    async def _read_body(self, scope: dict, receive: Any) -> tuple[Response | None, Any]:
-        """A 413 response, or None and a ``receive`` that replays the body read."""
-        too_big = JSONResponse({"detail": f"request body over {self.limit} bytes"}, 413)
-        length = dict(scope.get("headers", [])).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.limit):
-            return too_big, receive
-        chunks, seen = [], 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":  # the client went away
-                return _GONE, receive
-            chunks.append(message.get("body", b""))
-            seen += len(chunks[-1])
-            if seen > self.limit:
-                return too_big, receive
-            if not message.get("more_body", False):
-                break
-        body, sent = b"".join(chunks), False
-
-        async def replay() -> dict:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        return None, replay
-
-    def _check_key(self, scope: dict) -> Response | None:
-        path = scope.get("path", "")
-        if not self.api_key or path in OPEN_PATHS:
-            return None
-        headers = dict(scope.get("headers", []))
-        given = headers.get(b"x-api-key", b"").decode("latin-1")
-        auth = headers.get(b"authorization", b"").decode("latin-1")
-        if auth.lower().startswith("bearer "):
-            given = auth[7:]
-        if secrets.compare_digest(given.encode(), self.api_key.encode()):
-            return None
-        detail = "missing or wrong API key (X-API-Key or Authorization: Bearer)"
-        return JSONResponse({"error": detail} if path.startswith("/v2/") else
-                            {"detail": detail}, 401)  # fmt: skip
-
-
 def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
     """The server for ``model``; ``settings.api_key`` (else ``$BAYESIFY_API_KEY``) guards it."""
     settings = settings or Settings()
     api_key = settings.api_key or os.environ.get(API_KEY_ENV) or None
-    metrics = ServerMetrics()
+    version = "1"
+    metrics = ServerMetrics(model.name, version)
     policy = model.policy
-    monitor = Monitor(model.task, model.class_names, policy.validation if policy else None)
+    monitor = Monitor(model.task, model.class_names, policy.validation if policy else None,
+                      name=model.name, version=version,
+                      class_labels=model.predictor.class_labels,
+                      target_range=target_range(model.predictor.method.metadata))  # fmt: skip
+    metrics.set_figures(monitor.figures())
     batcher = MicroBatcher(model.run, max_wait_ms=settings.batch_wait_ms,
                            max_rows=settings.batch_rows,
                            on_batch=metrics.batch_rows.observe)  # fmt: skip
@@ -176,18 +104,16 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
     errors = {400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
               413: {"model": ErrorResponse}}  # fmt: skip
     app = FastAPI(title="bayesify prediction server", version="1", lifespan=lifespan,
-                  description=__doc__, responses=errors)  # fmt: skip
+                  description=__doc__, responses=errors, docs_url=None,
+                  redoc_url=None)  # fmt: skip
+    add_docs(app)  # /docs and /redoc, offline
     app.state.model, app.state.monitor, app.state.metrics = model, monitor, metrics
     app.state.batcher, app.state.settings = batcher, settings
 
     def count(scope: dict, status: int, elapsed: float) -> None:
         route = scope.get("route")
         endpoint = getattr(route, "path", "other")
-        code = str(status)
-        metrics.requests.labels(endpoint, scope.get("method", ""), code).inc()
-        if status >= 400:
-            metrics.errors.labels(endpoint, code).inc()
-        metrics.latency.labels(endpoint).observe(elapsed)
+        metrics.request(endpoint, scope.get("method", ""), status, elapsed)
         if endpoint in ("/v1/predict", "/v2/models/{name}/infer") and status < 400:
             monitor.latency(elapsed)
 
@@ -218,6 +144,14 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
         return answer
 
     app.state.run_rows = run_rows
+
+    def record(answer: Any, level: float, alias: str | None = None) -> tuple[str, list[str]]:
+        """Remember an answer's rows for feedback: a new request id and its row ids."""
+        return monitor.record_request(answer.records, samples=answer.columns.get("samples"),
+                                      noise_std=answer.noise_std, level=level,
+                                      alias=alias)  # fmt: skip
+
+    app.state.record = record
 
     def check_limits(n_rows: int, samples: int | None, loc: list) -> JSONResponse | None:
         if n_rows > settings.max_rows:
@@ -260,9 +194,8 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
             answer = await run_rows(arr, req.samples, req.level, req.seed)
         except ValueError as e:  # the predictor refused the rows (e.g. a value out of range)
             return field_error(["body", "inputs"], str(e))
-        rid = uuid.uuid4().hex
         out = []
-        row_ids = monitor.record_request(rid, answer.records)
+        rid, row_ids = record(answer, req.level)
         for i, (rec, row_id) in enumerate(zip(answer.records, row_ids, strict=True)):
             rec = dict(rec)
             if req.return_samples:
@@ -278,10 +211,18 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
     async def feedback(req: FeedbackRequest) -> Response:
         """True outcomes for rows served earlier: each row's ``request_id`` from ``/v1/predict``
         or the ``request_id`` output of ``/v2/models/{name}/infer``; for a one-row request, the
-        request's own id (v1 ``request_id``, the Open Inference Protocol response ``id``) also
-        names its row. Updates the rolling accuracy, NLL and ECE in ``/metrics``,
-        ``/v1/model`` and the status page. Every outcome is checked before any is used: a 422
-        leaves the figures as they were."""
+        request's own id (v1 ``request_id``, the Open Inference Protocol response ``id`` while
+        no other request carried the same client id) also names its row. Updates the rolling
+        figures in ``/metrics``, ``/v1/model`` and the status page. At most a tenth of the
+        rolling window per request; every outcome is checked before any is used (a 422 leaves
+        the figures as they were). Per outcome the answer says: ``accepted`` (scored),
+        ``already_received`` (feedback for that row came before; not counted again),
+        ``flagged`` (a regression outcome beyond the bound the monitor keeps; received, not
+        scored) or ``unknown`` (never served or no longer remembered)."""
+        try:
+            monitor.check_count(len(req.outcomes))
+        except ValueError as e:
+            return field_error(["body", "outcomes"], str(e))
         values = []
         for i, item in enumerate(req.outcomes):
             try:
@@ -292,19 +233,27 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
                 values.append(monitor.outcome_value(item.outcome))
             except ValueError as e:
                 return field_error(["body", "outcomes", i, "outcome"], str(e))
-        accepted, unknown = 0, []
-        for i, (item, value) in enumerate(zip(req.outcomes, values, strict=True)):
-            try:
-                ok = monitor.feedback(item.request_id, value)
-            except ValueError as e:  # a class index beyond the row's classes (no class names)
-                return field_error(["body", "outcomes", i, "outcome"], str(e))
-            if ok:
-                accepted += 1
-            else:
-                unknown.append(item.request_id)
-        metrics.feedback.inc(accepted)
-        metrics.set_rolling(monitor.figures())
-        return JSONResponse({"accepted": accepted, "unknown": unknown})
+        accepted, unknown, already, flagged = 0, [], [], []
+        try:
+            for i, (item, value) in enumerate(zip(req.outcomes, values, strict=True)):
+                try:
+                    status, reason = monitor.feedback(item.request_id, value)
+                except ValueError as e:  # a class index beyond the row's classes (no names)
+                    return field_error(["body", "outcomes", i, "outcome"], str(e))
+                if status == ACCEPTED:
+                    accepted += 1
+                elif status == ALREADY:
+                    already.append(item.request_id)
+                elif status == FLAGGED:
+                    flagged.append({"request_id": item.request_id, "reason": reason})
+                else:
+                    unknown.append(item.request_id)
+        finally:
+            metrics.feedback(accepted, len(flagged))
+            monitor.refresh()
+            metrics.set_figures(monitor.figures())
+        return JSONResponse({"accepted": accepted, "unknown": unknown,
+                             "already_received": already, "flagged": flagged})  # fmt: skip
 
     @app.get("/v1/model")
     async def model_card() -> dict[str, Any]:
@@ -345,5 +294,7 @@ def create_app(model: ServedModel, settings: Settings | None = None) -> FastAPI:
     from bayesify.serve.v2 import add_v2_routes
 
     add_v2_routes(app, model)
-    app.add_middleware(_Gate, limit=settings.max_body_bytes, api_key=api_key, on_response=count)
+    app.state.drain = Drain()  # started by the listener on SIGTERM
+    app.add_middleware(_Gate, limit=settings.max_body_bytes, api_key=api_key, on_response=count,
+                       body_timeout=settings.body_timeout_s, drain=app.state.drain)  # fmt: skip
     return app

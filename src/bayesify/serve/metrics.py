@@ -1,62 +1,115 @@
-"""Prometheus metrics of one server (its own registry, so several apps can live in a process)."""
+"""Prometheus metrics: one :class:`MetricFamilies` per server (its own registry, so several
+apps can live in a process) and one :class:`ServerMetrics` per served model, which labels
+every sample it writes with ``model`` and ``version``.
+
+Drift is exported as gauges side by side: ``bayesify_rolling{figure, part}`` (the live value
+over the feedback window; ``part`` is ``all`` or ``accepted``), ``bayesify_validation{figure,
+part}`` (its baseline: the deferral policy's validation figure, or for ``interval_coverage``
+the nominal level served) and ``bayesify_drifting{figure, part}`` (1 while past the baseline).
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5)
 POWERS_OF_TWO = tuple(float(2**k) for k in range(11))
+MODEL = ("model", "version")
+#: rolling figures exported (where the window has them)
+ROLLING = ("accuracy", "error", "nll", "ece", "interval_coverage")
 
 
-class ServerMetrics:
-    """Requests, errors, latency, batch sizes, deferral and samples used; rolling calibration."""
+class MetricFamilies:
+    """Every metric family of one server, all labelled by model and version."""
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
         self.requests = Counter("bayesify_requests", "HTTP requests.",
-                                ["endpoint", "method", "code"], registry=r)  # fmt: skip
+                                [*MODEL, "endpoint", "method", "code"], registry=r)  # fmt: skip
         self.errors = Counter("bayesify_request_errors", "HTTP requests answered with an error.",
-                              ["endpoint", "code"], registry=r)  # fmt: skip
+                              [*MODEL, "endpoint", "code"], registry=r)  # fmt: skip
         self.latency = Histogram("bayesify_request_latency_seconds", "Request latency.",
-                                 ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)  # fmt: skip
-        self.batch_rows = Histogram("bayesify_batch_rows", "Rows per vectorised pass.",
+                                 [*MODEL, "endpoint"], buckets=LATENCY_BUCKETS,
+                                 registry=r)  # fmt: skip
+        self.batch_rows = Histogram("bayesify_batch_rows", "Rows per vectorised pass.", MODEL,
                                     buckets=POWERS_OF_TWO, registry=r)  # fmt: skip
-        self.rows = Counter("bayesify_rows", "Rows predicted.", registry=r)
-        self.deferred = Counter("bayesify_deferred_rows", "Rows flagged defer.", registry=r)
-        self.deferral_rate = Gauge("bayesify_deferral_rate", "Deferred / predicted rows.",
+        self.rows = Counter("bayesify_rows", "Rows predicted.", MODEL, registry=r)
+        self.deferred = Counter("bayesify_deferred_rows", "Rows flagged defer.", MODEL,
+                                registry=r)  # fmt: skip
+        self.deferral_rate = Gauge("bayesify_deferral_rate", "Deferred / predicted rows.", MODEL,
                                    registry=r)  # fmt: skip
         self.samples_used = Histogram("bayesify_samples_used", "Monte Carlo samples per row.",
-                                      buckets=POWERS_OF_TWO, registry=r)  # fmt: skip
-        self.feedback = Counter("bayesify_feedback_rows", "Outcomes received.", registry=r)
-        self.rolling = {
-            name: Gauge(
-                f"bayesify_rolling_{name}",
-                f"Rolling {name} of served rows with feedback.",
-                ["cases"],
-                registry=r,
-            )  # fmt: skip
-            for name in ("accuracy", "error", "nll", "ece")
-        }
-        self._rows = self._deferred = 0
-
-    def served(self, defer: list[bool], samples_used: list[int]) -> None:
-        self.rows.inc(len(defer))
-        d = sum(defer)
-        self.deferred.inc(d)
-        self._rows += len(defer)
-        self._deferred += d
-        self.deferral_rate.set(self._deferred / self._rows)
-        for s in samples_used:
-            self.samples_used.observe(s)
-
-    def set_rolling(self, figures: dict[str, Any]) -> None:
-        for cases in ("all", "accepted"):
-            for name, gauge in self.rolling.items():
-                value = figures.get(cases, {}).get(name)
-                if value is not None:
-                    gauge.labels(cases=cases).set(value)
+                                      MODEL, buckets=POWERS_OF_TWO, registry=r)  # fmt: skip
+        self.feedback = Counter("bayesify_feedback_rows", "Outcomes received, by status "
+                                "(accepted: scored; flagged: out of range, not scored).",
+                                [*MODEL, "status"], registry=r)  # fmt: skip
+        self.rolling = Gauge("bayesify_rolling", "Rolling figure of served rows with feedback.",
+                             [*MODEL, "figure", "part"], registry=r)  # fmt: skip
+        self.validation = Gauge("bayesify_validation", "Baseline of a rolling figure: the "
+                                "validation figure, or the nominal level for interval coverage.",
+                                [*MODEL, "figure", "part"], registry=r)  # fmt: skip
+        self.drifting = Gauge("bayesify_drifting", "1 while a rolling figure drifts past its "
+                              "baseline.", [*MODEL, "figure", "part"], registry=r)  # fmt: skip
 
     def text(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class ServerMetrics:
+    """One model's metrics: requests, errors, latency, batch sizes, deferral, samples used,
+    feedback, and the rolling figures beside their baselines."""
+
+    def __init__(self, name: str, version: str = "1",
+                 families: MetricFamilies | None = None) -> None:  # fmt: skip
+        f = self.families = families or MetricFamilies()
+        self.labels = (name, version)
+        self.batch_rows = f.batch_rows.labels(*self.labels)
+        self._rows, self._deferred = f.rows.labels(*self.labels), f.deferred.labels(*self.labels)
+        self._rate = f.deferral_rate.labels(*self.labels)
+        self._samples = f.samples_used.labels(*self.labels)
+        self._n_rows = self._n_deferred = 0
+
+    def request(self, endpoint: str, method: str, code: int, seconds: float) -> None:
+        """Count one HTTP request answered with status ``code``."""
+        f = self.families
+        f.requests.labels(*self.labels, endpoint, method, str(code)).inc()
+        if code >= 400:
+            f.errors.labels(*self.labels, endpoint, str(code)).inc()
+        f.latency.labels(*self.labels, endpoint).observe(seconds)
+
+    def served(self, defer: list[bool], samples_used: list[int]) -> None:
+        self._rows.inc(len(defer))
+        d = sum(defer)
+        self._deferred.inc(d)
+        self._n_rows += len(defer)
+        self._n_deferred += d
+        if self._n_rows:
+            self._rate.set(self._n_deferred / self._n_rows)
+        for s in samples_used:
+            self._samples.observe(s)
+
+    def feedback(self, accepted: int, flagged: int) -> None:
+        for status, n in (("accepted", accepted), ("flagged", flagged)):
+            self.families.feedback.labels(*self.labels, status).inc(n)
+
+    def set_figures(self, figures: dict[str, Any]) -> None:
+        """The monitor's rolling figures and drift rows (``Monitor.figures()``)."""
+        f = self.families
+        for part in ("all", "accepted"):
+            for name in ROLLING:
+                value = figures.get(part, {}).get(name)
+                if value is not None and math.isfinite(value):
+                    f.rolling.labels(*self.labels, name, part).set(value)
+        for row in figures.get("drift", []):
+            keys = (*self.labels, row["figure"], row["part"])
+            f.validation.labels(*keys).set(row["validation"])
+            f.drifting.labels(*keys).set(1.0 if row["drifting"] else 0.0)
+        accepted = figures.get("validation", {}).get("coverage")  # the policy's acceptance
+        if isinstance(accepted, int | float) and math.isfinite(accepted):
+            f.validation.labels(*self.labels, "deferral_rate", "all").set(1.0 - accepted)
+
+    def text(self) -> bytes:
+        return self.families.text()

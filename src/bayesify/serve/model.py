@@ -58,6 +58,9 @@ class Answer:
 
     records: list[dict[str, Any]]
     columns: dict[str, np.ndarray]
+    #: regression: each row's noise standard deviation per sample ``[n, T]``, or ``[n, 1]``
+    #: when every sample has the same (what the monitor scores outcomes under)
+    noise_std: np.ndarray | None = None
     error: str | None = None
     #: guarantees the answer does not carry (e.g. conformal calibrated under another policy)
     warnings: list[str] = field(default_factory=list)
@@ -302,6 +305,11 @@ class ServedModel:
         if "samples_used" not in columns:
             columns["samples_used"] = np.full(len(x), res.predictive.num_samples)
         finite = _finite_rows(columns, len(x))
+        noise = None
+        if res.predictive is not None and res.predictive.task.value == "regression":
+            nv = res.predictive.noise_variance  # [T, N]
+            nv = nv[:1] if bool((nv == nv[:1]).all()) else nv
+            noise = nv.T.sqrt().cpu().double().numpy()  # [N, T] or [N, 1]
         records = res.records(samples=False)
         for r, u in zip(records, columns["samples_used"].tolist(), strict=True):
             r["samples_used"] = int(u)
@@ -316,12 +324,17 @@ class ServedModel:
             else:
                 answers.append(Answer(records[start:stop],
                                       {k: v[start:stop] for k, v in columns.items()},
+                                      None if noise is None else noise[start:stop],
                                       warnings=list(res.warnings)))  # fmt: skip
             start = stop
         return answers
 
     def card(self) -> dict[str, Any]:
+        """The predictor's card, kept small: the sampling served (no second ``samples``
+        figure), the bundle's metadata without calibration scores or long lists."""
         card = self.predictor.card()
+        card.pop("default_samples", None)  # what is served is card["sampling"]
+        card["metadata"] = _brief_metadata(card.get("metadata") or {})
         card["name"] = self.name
         card["int8"] = self.int8
         card["sampling"] = (
@@ -340,3 +353,29 @@ class ServedModel:
         if a is not None:
             return SamplingPolicy.adaptive(a.tol, a.start, a.max_samples)
         return SamplingPolicy.fixed(self.default_samples)
+
+
+#: lists in a bundle's metadata longer than this are given as their length in the model card
+_CARD_LIST = 32
+
+
+def _brief_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
+    """``metadata`` for the model card: the deferral policy left out (the card gives it whole),
+    the conformal calibration without its scores (their count instead; its sample count as
+    ``calibration_samples``), any other long list as its length."""
+
+    def brief(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: brief(x) for k, x in v.items()}
+        if isinstance(v, list) and len(v) > _CARD_LIST:
+            return f"{len(v)} values"
+        return v
+
+    out = {k: v for k, v in metadata.items() if k != "deferral"}
+    conformal = out.get("conformal")
+    if isinstance(conformal, dict) and "scores" in conformal:  # else already a summary
+        out["conformal"] = {k: v for k, v in conformal.items() if k not in ("scores", "samples")}
+        out["conformal"]["n_scores"] = len(conformal.get("scores") or [])
+        if "samples" in conformal:
+            out["conformal"]["calibration_samples"] = conformal["samples"]
+    return brief(out)

@@ -1,15 +1,36 @@
-"""Calibration in production: what was served, scored against outcomes reported later.
+"""Calibration in production: what one model served, scored against outcomes reported later.
 
-Every served row is remembered by its row id (the most recent ``max_pending``): row ``i`` of the
-request with id ``R`` is ``R-i`` (:meth:`Monitor.record_request`), and a one-row request can also
-be named by ``R`` itself, so the id an Open Inference Protocol client gets back in the response
-(or gave in its request) is enough for feedback. Feedback with the true outcome moves the row
-into a rolling window of the last ``window`` scored rows. Over
-the window: accuracy, NLL and ECE (classification) or RMSE and Gaussian NLL (regression), for
-all rows and for the accepted (not deferred) rows, plus a reliability curve. When a figure
-drifts past the deferral policy's validation figure (by ``tolerance``, relative, and with at
-least ``min_count`` rows scored) a warning is logged once, and again only after it recovers.
-Latencies of recent requests give percentiles for the status page.
+One :class:`Monitor` per served model (``name``, ``version``). Thread-safe.
+
+**Ids.** Every request's rows are remembered under ids the server makes
+(:meth:`Monitor.record_request`): row ``i`` of request ``R`` (32 random hex digits) is
+``R-i``, and a one-row request is also named by ``R``. A v2 client's own request ``id`` is kept
+as an *alias*: it names the request's row only while exactly one remembered one-row request
+carries it, so a second client sending the same ``id`` can neither replace the first client's
+row nor receive its feedback (the alias then names two requests and is refused as ambiguous;
+the row ids still work). Rows are remembered until ``max_pending`` rows or
+``max_pending_values`` stored numbers (a regression row keeps its T sample means and noise) are
+exceeded, oldest first.
+
+**Outcomes.** Feedback moves a row into a rolling window of the last ``window`` scored rows;
+feedback for a row already received is answered ``already_received`` and not counted again.
+A regression outcome is *flagged* (received, counted in ``flagged``, left out of the figures)
+when it is outside the training targets' range widened by its width (``target_range``, where
+the bundle records one) or, without a recorded range, more than :data:`STD_BOUND` served
+standard deviations from the served mean: one absurd value cannot make a figure infinite.
+
+**Figures** (:mod:`.figures`), for all rows and for accepted (not deferred) ones:
+classification accuracy, error, NLL, ECE and a reliability curve; regression error (RMSE, or
+MAE when the deferral policy was fitted for it), NLL and PIT histogram under the served mixture
+and interval coverage beside the nominal level served.
+
+**Drift** (:mod:`.drift`). Each figure with a baseline (the deferral policy's validation
+figures; for interval coverage, the nominal level) is compared with it, on at least
+``min_count`` rows and with the rows of any one feedback request (the outcomes between two
+:meth:`Monitor.refresh` calls) left out: no single request, however wrong, raises a warning by
+itself. One request carries at most ``max_feedback_rows`` outcomes (defaults: 100 per request,
+200 rows, a 1000-row window), so it moves a full window's figures by at most a tenth. A
+warning is logged once and again only after recovery.
 """
 
 from __future__ import annotations
@@ -17,32 +38,72 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import uuid
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
-from bayesify import metrics
+from bayesify.serve.drift import WindowPart, drift_rows
+from bayesify.serve.figures import (
+    Mixture,
+    RegressionScore,
+    classification_figures,
+    classification_terms,
+    regression_figures,
+    regression_terms,
+    reliability,
+    score_regression,
+)
 
 log = logging.getLogger(__name__)
 
+#: without a recorded target range, an outcome this many served standard deviations from the
+#: served mean is flagged
+STD_BOUND = 1e3
+#: feedback statuses per outcome
+ACCEPTED, FLAGGED, ALREADY, UNKNOWN = "accepted", "flagged", "already_received", "unknown"
+
 
 class AmbiguousId(ValueError):
-    """Feedback named a request of several rows rather than one row."""
+    """Feedback named a request of several rows, or a client id several requests carried."""
 
 
 @dataclass
 class _Served:
-    probs: np.ndarray | None  # [C] classification
-    mean: float | None  # regression
-    var: float | None
     defer: bool
+    probs: np.ndarray | None = None  # [C] classification
+    mix: Mixture | None = None  # regression
+    lower: float = math.nan
+    upper: float = math.nan
+    level: float = math.nan
+
+    @property
+    def size(self) -> int:
+        return len(self.probs) if self.probs is not None else self.mix.size  # type: ignore[union-attr]
+
+
+@dataclass(frozen=True)
+class _ClassScore:
+    defer: bool
+    probs: np.ndarray  # [C]
+    label: int
+
+
+def target_range(metadata: dict[str, Any]) -> tuple[float, float] | None:
+    """The training targets' ``(min, max)`` a bundle records (``metadata["target_range"]``:
+    ``[min, max]`` in target units), or None."""
+    r = metadata.get("target_range")
+    try:
+        lo, hi = float(r[0]), float(r[1])  # type: ignore[index]
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and lo <= hi else None
 
 
 class Monitor:
-    """Rolling figures of served predictions; thread-safe. See the module docstring."""
+    """Rolling figures of one model's served predictions; see the module docstring."""
 
     def __init__(
         self,
@@ -50,62 +111,112 @@ class Monitor:
         class_names: list[str] | None = None,
         validation: dict[str, Any] | None = None,
         *,
+        name: str = "model",
+        version: str = "1",
+        target_range: tuple[float, float] | None = None,
+        class_labels: list[Any] | None = None,
         window: int = 1000,
-        max_pending: int = 100_000,
-        min_count: int = 50,
+        min_count: int = 200,
+        max_feedback_rows: int = 100,
         tolerance: float = 0.25,
+        max_pending: int = 100_000,
+        max_pending_values: int = 4_000_000,
         latency_window: int = 2000,
     ) -> None:
-        self.task = task
-        self.class_names = class_names
+        if not 0 < max_feedback_rows < min_count <= window:
+            raise ValueError("need 0 < max_feedback_rows < min_count <= window")
+        self.task, self.class_names, self.name, self.version = task, class_names, name, version
         self.validation = validation or {}
-        self.min_count, self.tolerance = min_count, tolerance
+        self.error_metric = str(self.validation.get("error_metric", "rmse"))
+        self.target_range = target_range
+        #: typed classes (e.g. ints) when the training table's labels were not text: an
+        #: outcome equal to one of them is that class, not a class index
+        typed = class_labels is not None and any(not isinstance(c, str) for c in class_labels)
+        self._label_index = {c: i for i, c in enumerate(class_labels)} if typed else None
+        self.window, self.min_count, self.tolerance = window, min_count, tolerance
+        self.max_feedback_rows = max_feedback_rows
+        self._max_pending, self._max_values = max_pending, max_pending_values
         self._pending: OrderedDict[str, _Served] = OrderedDict()
+        self._values = 0  # numbers held by the pending rows
         self._requests: OrderedDict[str, int] = OrderedDict()  # request id -> its rows
-        self._max_pending = max_pending
-        self._scored: deque[tuple[_Served, float]] = deque(maxlen=window)
+        self._aliases: OrderedDict[str, list[str]] = OrderedDict()  # client id -> request ids
+        self._received: OrderedDict[str, None] = OrderedDict()
+        #: (feedback request number, scored row)
+        self._scored: deque[tuple[int, _ClassScore | RegressionScore]] = deque(maxlen=window)
+        self._batch = 0
         self._latency: deque[float] = deque(maxlen=latency_window)
         self._lock = threading.Lock()
         self._drifting: set[str] = set()
-        self.served = self.deferred = 0
+        parts = self._parts([])
+        self._window: dict[str, Any] = self._window_figures(parts)
+        self._drift: list[dict[str, Any]] = drift_rows(
+            self._window, parts, self.validation, task, self.error_metric, min_count, tolerance
+        )
+        self.served = self.deferred = self.accepted = self.flagged = 0
 
     # ------------------------------------------------------------------ recording
-    def record(self, request_id: str, record: dict[str, Any]) -> None:
-        """Remember a served record (the predictor's fields) under its row id (a row id
-        served again is replaced and counts as the newest)."""
-        defer = bool(record.get("defer", False))
-        if self.task == "classification":
-            item = _Served(np.asarray(record["probabilities"], dtype=np.float64), None, None, defer)
-        else:
-            item = _Served(None, float(record["mean"]), float(record["std"]) ** 2, defer)
+    def record_request(
+        self,
+        records: list[dict[str, Any]],
+        *,
+        samples: np.ndarray | None = None,
+        noise_std: np.ndarray | None = None,
+        level: float = 0.9,
+        alias: str | None = None,
+    ) -> tuple[str, list[str]]:
+        """Remember the rows of one request (the predictor's records; regression: ``samples
+        [N, T]`` sample means and ``noise_std [N, T]`` or ``[N, 1]``, else the row's
+        aleatoric standard deviation, at interval ``level``). Returns the new request id and
+        its row ids; ``alias`` is the client's own id for the request."""
+        rid = uuid.uuid4().hex
+        ids = [f"{rid}-{i}" for i in range(len(records))]
+        items = [self._served(i, rec, samples, noise_std, level) for i, rec in enumerate(records)]
         with self._lock:
-            self.served += 1
-            self.deferred += defer
-            self._pending.pop(request_id, None)
-            self._pending[request_id] = item
-            while len(self._pending) > self._max_pending:
-                self._pending.popitem(last=False)
+            for row_id, item in zip(ids, items, strict=True):
+                self.served += 1
+                self.deferred += item.defer
+                self._pending[row_id] = item
+                self._values += item.size
+            while self._pending and (len(self._pending) > self._max_pending
+                                     or self._values > self._max_values):  # fmt: skip
+                self._values -= self._pending.popitem(last=False)[1].size
+            self._requests[rid] = len(ids)
+            _trim(self._requests, self._max_pending)
+            if alias:
+                # the last two suffice: requests are forgotten oldest first
+                self._aliases[alias] = [*self._aliases.get(alias, [])[-1:], rid]
+                self._aliases.move_to_end(alias)
+                _trim(self._aliases, self._max_pending)
+        return rid, ids
 
-    def record_request(self, request_id: str, records: list[dict[str, Any]]) -> list[str]:
-        """Remember the rows of one request as ``request_id-i``; returns the row ids. A one-row
-        request is also found by ``request_id`` alone."""
-        ids = [f"{request_id}-{i}" for i in range(len(records))]
-        for row_id, rec in zip(ids, records, strict=True):
-            self.record(row_id, rec)
-        with self._lock:
-            self._requests.pop(request_id, None)
-            self._requests[request_id] = len(ids)
-            while len(self._requests) > self._max_pending:
-                self._requests.popitem(last=False)
-        return ids
+    def _served(self, i: int, rec: dict[str, Any], samples: np.ndarray | None,
+                noise: np.ndarray | None, level: float) -> _Served:  # fmt: skip
+        defer = bool(rec.get("defer", False))
+        if self.task == "classification":
+            return _Served(defer, probs=np.asarray(rec["probabilities"], dtype=np.float64))
+        mean, std = float(rec["mean"]), float(rec["std"])
+        if samples is not None:
+            offsets = (np.asarray(samples[i], dtype=np.float64) - mean).astype(np.float32)
+            sd = np.sqrt(np.asarray([float(rec["aleatoric_variance"])], np.float32))
+            if noise is not None:
+                sd = np.asarray(noise[i], dtype=np.float32)
+        else:  # no samples: the Gaussian with the served mean and std
+            offsets, sd = np.zeros(1, np.float32), np.asarray([std], np.float32)
+        return _Served(defer, mix=Mixture(mean, std, offsets, sd), lower=float(rec["lower"]),
+                       upper=float(rec["upper"]), level=float(level))  # fmt: skip
 
     def latency(self, seconds: float) -> None:
         with self._lock:
             self._latency.append(seconds)
 
+    # ------------------------------------------------------------------ feedback
     def outcome_value(self, outcome: Any) -> float:
         """An outcome as a number: a class index or name (classification), a finite number."""
         if self.task == "classification":
+            if self._label_index is not None and not isinstance(outcome, bool | str):
+                if outcome not in self._label_index:
+                    raise ValueError(f"unknown class {outcome}; valid: {list(self._label_index)}")
+                return float(self._label_index[outcome])
             if isinstance(outcome, str):
                 if not self.class_names or outcome not in self.class_names:
                     raise ValueError(f"unknown class {outcome!r}; valid: {self.class_names}")
@@ -126,120 +237,167 @@ class Monitor:
                              else f"class index out of range, got {outcome}")  # fmt: skip
         return value
 
-    def feedback(self, request_id: str, outcome: float) -> bool:
-        """Score the served row ``request_id`` (a row id, or the id of a one-row request)
-        against ``outcome``; False if unknown or expired. The id of a request of several rows
-        is an :class:`AmbiguousId` error naming its row ids."""
-        with self._lock:
-            request_id = self._resolve(request_id)
-            item = self._pending.pop(request_id, None)
-            if item is None:
-                return False
-            if item.probs is not None and not 0 <= outcome < len(item.probs):
-                self._pending[request_id] = item
-                raise ValueError(f"class index must be in 0..{len(item.probs) - 1}, "
-                                 f"got {int(outcome)}")  # fmt: skip
-            self._scored.append((item, outcome))
-        self._check_drift()
-        return True
+    def check_count(self, n: int) -> None:
+        """A ``ValueError`` if one feedback request carries more than ``max_feedback_rows``."""
+        if n > self.max_feedback_rows:
+            most = self.max_feedback_rows
+            raise ValueError(f"{n} outcomes; at most {most} per request (the rolling window "
+                             f"holds {self.window}), send them in parts")  # fmt: skip
 
     def check_id(self, request_id: str) -> None:
-        """An :class:`AmbiguousId` error if ``request_id`` names a request of several rows."""
+        """An :class:`AmbiguousId` error if ``request_id`` does not name one row."""
         with self._lock:
             self._resolve(request_id)
 
+    def feedback(self, request_id: str, outcome: float) -> tuple[str, str | None]:
+        """Score the served row ``request_id`` names against ``outcome``: ``(status,
+        reason)``, status one of ``accepted``, ``flagged`` (with the reason), ``unknown``
+        (never served or no longer remembered) and ``already_received``. Call
+        :meth:`refresh` after a request's outcomes."""
+        with self._lock:
+            row = self._resolve(request_id)
+            if row in self._received:
+                return ALREADY, None
+            item = self._pending.get(row)
+            if item is None:
+                return UNKNOWN, None
+            if item.probs is not None and not 0 <= outcome < len(item.probs):
+                raise ValueError(f"class index must be in 0..{len(item.probs) - 1}, "
+                                 f"got {int(outcome)}")  # fmt: skip
+            reason = self._out_of_range(item, outcome)
+            del self._pending[row]
+            self._values -= item.size
+            self._received[row] = None
+            _trim(self._received, self._max_pending)
+            if reason is not None:
+                self.flagged += 1
+                return FLAGGED, reason
+            if item.mix is not None:
+                score = score_regression(item.mix, outcome, item.lower, item.upper, item.level,
+                                         item.defer)  # fmt: skip
+            else:
+                score = _ClassScore(item.defer, item.probs, int(outcome))  # type: ignore[arg-type]
+            self._scored.append((self._batch, score))
+            self.accepted += 1
+        return ACCEPTED, None
+
+    def _out_of_range(self, item: _Served, y: float) -> str | None:
+        mix = item.mix
+        if mix is None:
+            return None
+        if self.target_range is not None:
+            lo, hi = self.target_range
+            span = (hi - lo) or max(abs(lo), 1.0)
+            if lo - span <= y <= hi + span:
+                return None
+            return (
+                f"outcome {y:.6g} is outside {lo - span:.6g} .. {hi + span:.6g} (the "
+                f"training targets' range {lo:.6g} .. {hi:.6g} widened by its width)"
+            )
+        if abs(y - mix.mean) <= STD_BOUND * mix.std:
+            return None
+        return (f"outcome {y:.6g} is more than {STD_BOUND:g} standard deviations "
+                f"({mix.std:.6g}) from the served mean {mix.mean:.6g}")  # fmt: skip
+
     def _resolve(self, request_id: str) -> str:
         """The row id ``request_id`` names (the caller holds the lock)."""
-        if request_id not in self._pending and request_id in self._requests:
+        if request_id in self._pending or request_id in self._received:
+            return request_id
+        if request_id in self._requests:
             n = self._requests[request_id]
             if n > 1:
                 raise AmbiguousId(f"request {request_id!r} had {n} rows; give a row id "
                                   f"({request_id}-0 .. {request_id}-{n - 1})")  # fmt: skip
             return f"{request_id}-0"
+        rids = [r for r in self._aliases.get(request_id, ()) if r in self._requests]
+        if len(rids) > 1:
+            raise AmbiguousId(f"id {request_id!r} was sent with {len(rids)} requests (clients "
+                              "choose their ids, so they can repeat); give the row's "
+                              "request_id output instead")  # fmt: skip
+        if rids:
+            n = self._requests[rids[0]]
+            if n > 1:
+                raise AmbiguousId(f"request {request_id!r} had {n} rows; give the rows' "
+                                  "request_id outputs")  # fmt: skip
+            return f"{rids[0]}-0"
         return request_id
 
     # ------------------------------------------------------------------ figures
-    def figures(self) -> dict[str, Any]:
-        """Rolling figures for all and accepted rows, the deferral rate and latency quantiles."""
+    def refresh(self) -> None:
+        """Recompute the window's figures and the drift checks (after feedback)."""
         with self._lock:
             scored = list(self._scored)
+            self._batch += 1  # the outcomes since the last refresh were one request's
+        parts = self._parts(scored)
+        figures = self._window_figures(parts)
+        drift = drift_rows(figures, parts, self.validation, self.task, self.error_metric,
+                           self.min_count, self.tolerance)  # fmt: skip
+        with self._lock:
+            self._window, self._drift = figures, drift
+        for row in drift:
+            key = f"{row['figure']}_{row['part']}"
+            if row["drifting"] and key not in self._drifting:
+                self._drifting.add(key)
+                log.warning("drift on %s v%s: rolling %s %s = %.4g over the last %d scored "
+                            "rows, baseline %.4g", self.name, self.version, row["part"],
+                            row["figure"], row["live"], row["n"], row["validation"])  # fmt: skip
+            elif not row["drifting"]:
+                self._drifting.discard(key)
+
+    def figures(self) -> dict[str, Any]:
+        """Rolling figures for all and accepted rows, drift against the baselines, feedback
+        counts, the deferral rate and latency quantiles."""
+        with self._lock:
             lat = np.asarray(self._latency, dtype=np.float64)
             served, deferred = self.served, self.deferred
-        out: dict[str, Any] = {
-            "served": served,
-            "deferral_rate": deferred / served if served else None,
-            "scored": len(scored),
-            "latency_ms": {
-                f"p{q}": (float(np.percentile(lat, q)) * 1000 if len(lat) else None)
-                for q in (50, 95, 99)
-            },  # fmt: skip
-            "all": self._scores(scored),
-            "accepted": self._scores([s for s in scored if not s[0].defer]),
-            "reliability": self._reliability(scored),
-            "validation": self.validation,
-        }
+            out: dict[str, Any] = {
+                "served": served,
+                "deferral_rate": deferred / served if served else None,
+                "feedback": {"accepted": self.accepted, "flagged": self.flagged},
+                **self._window,
+                "drift": self._drift,
+                "validation": self.validation,
+            }
+        out["latency_ms"] = {f"p{q}": (float(np.percentile(lat, q)) * 1000 if len(lat) else None)
+                             for q in (50, 95, 99)}  # fmt: skip
         return out
 
-    def _scores(self, scored: list[tuple[_Served, float]]) -> dict[str, float | None]:
-        if not scored:
-            return {"n": 0}
-        y = torch.tensor([o for _, o in scored], dtype=torch.float64)
+    def _parts(self, scored: list[tuple[int, Any]]) -> dict[str, WindowPart]:
+        """The window's rows, all and accepted, with their per-row terms and request numbers."""
+        groups = np.asarray([b for b, _ in scored], dtype=np.int64)
+        rows = [s for _, s in scored]
+        accepted = ~np.asarray([s.defer for s in rows], dtype=bool)
         if self.task == "classification":
-            probs = torch.as_tensor(np.stack([s.probs for s, _ in scored]))
-            probs = probs / probs.sum(-1, keepdim=True)
-            labels = y.long()
-            return {
-                "n": len(scored),
-                "accuracy": 1.0 - float(metrics.error_rate(probs, labels)),
-                "error": float(metrics.error_rate(probs, labels)),
-                "nll": float(metrics.nll(probs, labels)),
-                "ece": float(metrics.expected_calibration_error(probs, labels)),
-            }
-        mean = torch.tensor([s.mean for s, _ in scored], dtype=torch.float64)
-        var = torch.tensor([s.var for s, _ in scored], dtype=torch.float64).clamp_min(1e-12)
-        return {
-            "n": len(scored),
-            "error": float(metrics.rmse(mean, y)),
-            "nll": -float(metrics.gaussian_log_prob(mean, var, y)),
-        }
+            probs = np.stack([r.probs for r in rows]) if rows else np.zeros((0, 1))
+            labels = np.asarray([r.label for r in rows], dtype=np.int64)
+        out = {}
+        for part, mask in (("all", np.ones(len(rows), dtype=bool)), ("accepted", accepted)):
+            if self.task == "classification":
+                p, y = probs[mask], labels[mask]
+                terms = classification_terms(p, y) if len(y) else {}
+                out[part] = WindowPart(p, y, terms, groups[mask])
+            else:
+                sub = [r for r, keep in zip(rows, mask, strict=True) if keep]
+                terms = regression_terms(sub, self.error_metric) if sub else {}
+                out[part] = WindowPart(sub, None, terms, groups[mask])
+        return out
 
-    def _reliability(self, scored: list[tuple[_Served, float]]) -> dict[str, list] | None:
-        if self.task != "classification" or not scored:
-            return None
-        probs = torch.as_tensor(np.stack([s.probs for s, _ in scored]))
-        probs = probs / probs.sum(-1, keepdim=True)
-        labels = torch.tensor([int(o) for _, o in scored])
-        curve = metrics.reliability_curve(probs, labels, n_bins=10)
-
-        def clean(t: torch.Tensor) -> list:
-            return [None if not math.isfinite(v) else v for v in t.tolist()]
-
-        return {"confidence": clean(curve.confidence), "accuracy": clean(curve.accuracy),
-                "counts": curve.counts.tolist()}  # fmt: skip
-
-    def _check_drift(self) -> None:
-        """Log once when a rolling figure passes its validation figure by the tolerance."""
-        with self._lock:
-            scored = list(self._scored)
-        if len(scored) < self.min_count or not self.validation:
-            return
-        now = {"all": self._scores(scored),
-               "accepted": self._scores([s for s in scored if not s[0].defer])}  # fmt: skip
-        for part in ("all", "accepted"):
-            for fig in ("error", "nll", "ece"):
-                ref = self.validation.get(f"{fig}_{part}")
-                cur = now[part].get(fig)
-                if ref is None or cur is None or now[part]["n"] < self.min_count:
-                    continue
-                name = f"{fig}_{part}"
-                drifting = cur > ref * (1 + self.tolerance) + 1e-3
-                if drifting and name not in self._drifting:
-                    self._drifting.add(name)
-                    log.warning("drift: rolling %s %s = %.4g over the last %d scored rows, "
-                                "validation %.4g", part, fig, cur, now[part]["n"], ref)  # fmt: skip
-                elif not drifting:
-                    self._drifting.discard(name)
+    def _window_figures(self, parts: dict[str, WindowPart]) -> dict[str, Any]:
+        n = len(parts["all"].groups)
+        if self.task == "classification":
+            figs = {p: classification_figures(d.terms) for p, d in parts.items()}
+            curve = reliability(parts["all"].rows, parts["all"].labels)
+            return {"scored": n, **figs, "reliability": curve, "pit": None}
+        figs = {p: regression_figures(d.rows, self.error_metric) for p, d in parts.items()}
+        counts = figs["all"].get("pit_counts")
+        pit = {"bins": len(counts), "counts": counts} if counts else None
+        return {"scored": n, **figs, "reliability": None, "pit": pit}
 
     @property
     def drifting(self) -> list[str]:
         return sorted(self._drifting)
+
+
+def _trim(d: OrderedDict, limit: int) -> None:
+    while len(d) > limit:
+        d.popitem(last=False)

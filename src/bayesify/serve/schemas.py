@@ -55,9 +55,22 @@ class FeedbackRequest(BaseModel):
     outcomes: list[Outcome] = Field(min_length=1)
 
 
+class FlaggedOutcome(BaseModel):
+    request_id: str
+    reason: str
+
+
 class FeedbackResponse(BaseModel):
-    accepted: int
+    accepted: int = Field(description="Outcomes scored into the rolling figures.")
     unknown: list[str] = Field(description="Request ids never served or no longer remembered.")
+    already_received: list[str] = Field(
+        description="Request ids whose row had feedback before (not counted again)."
+    )
+    flagged: list[FlaggedOutcome] = Field(
+        description="Regression outcomes beyond the bound the server keeps (the training "
+        "targets' range widened by its width, else 1000 served standard deviations from the "
+        "served mean): received, not scored."
+    )
 
 
 class ErrorItem(BaseModel):

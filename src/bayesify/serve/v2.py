@@ -6,9 +6,9 @@ Input tensors (one per feature for a table bundle, else one tensor ``[N, *input_
 (``std``, ``epistemic_variance``, ``aleatoric_variance``, ``entropy``, ``mutual_information``,
 ``expected_entropy``), intervals or prediction sets where the predictor gives them, ``defer``,
 ``defer_score``, ``defer_threshold`` with a deferral policy, ``samples_used``, and
-``request_id`` (BYTES, one per row: ``<id>-<row>``). Outputs are returned as JSON data (a client
-asking for binary outputs gets JSON, which the protocol allows). Request parameter ``samples``
-sets T, ``seed`` the draws (the request then runs in a pass of its own). Errors are
+``request_id`` (BYTES, one per row: ``<server id>-<row>``). Outputs are returned as JSON data
+(a client asking for binary outputs gets JSON, which the protocol allows). Request parameter
+``samples`` sets T, ``seed`` the draws (the request then runs in a pass of its own). Errors are
 ``{"error": message}``.
 
 Bundles trained on a table take their rows as raw feature values, one input tensor per
@@ -24,16 +24,18 @@ category group must hold exactly one 1 among 0s. Other bundles take one tensor o
 ``[N, *input_shape]``. Class labels come back as ``label`` in the type the classes had in
 training: ``INT64`` for whole-number classes, ``BYTES`` for text.
 
-Every inference is recorded for feedback as ``/v1/predict`` is: the response ``id`` is the
-request's ``id`` when the client gave one (at most :data:`MAX_ID_CHARS` characters), else a new
-one; ``POST /v1/feedback`` takes the rows' ``request_id`` outputs, or for a one-row request the
-response ``id`` itself.
+Every inference is recorded for feedback as ``/v1/predict`` is, under ids the server makes:
+the ``request_id`` outputs. The response ``id`` is the request's ``id`` when the client gave one
+(at most :data:`MAX_ID_CHARS` characters), else the server's; ``POST /v1/feedback`` takes the
+rows' ``request_id`` outputs, or for a one-row request the response ``id`` itself, while no
+other remembered request carried the same client ``id`` (a reused one is refused as ambiguous:
+no client can replace another's row or score it by reusing its id).
 """
 
 from __future__ import annotations
 
 import json
-import uuid
+import math
 from typing import Any
 
 import numpy as np
@@ -242,7 +244,7 @@ def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.n
         raise InputError([*loc, "datatype"], f"{t.datatype!r}; valid: {', '.join(NUMERIC)}")
     if not t.shape or any(d < 1 for d in t.shape):
         raise InputError([*loc, "shape"], f"{t.shape}; dimensions must be >= 1, batch first")
-    size = int(np.prod(t.shape))
+    size = math.prod(t.shape)  # Python integers: a numpy product wraps past 2**63
     params = t.parameters or {}
     if "binary_data_size" in params:
         n_bytes = params["binary_data_size"]
@@ -270,6 +272,20 @@ def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.n
             raise InputError([*loc, "data"], f"{arr.size} values for shape {t.shape} "
                              f"({size} values)")  # fmt: skip
     return model.check_encoded(model.check_array(arr.reshape(t.shape), loc), loc)
+
+
+def _check_size(req: V2InferRequest, body_bytes: int, max_rows: int) -> None:
+    """Each input's shape against the row limit and against what a body of ``body_bytes``
+    can hold (at least one byte per value), in Python integers, before numpy sees it."""
+    for i, t in enumerate(req.inputs):
+        if not t.shape:
+            continue
+        loc: list[str | int] = ["inputs", i, "shape"]
+        if t.shape[0] > max_rows:
+            raise InputError(loc, f"{t.shape[0]} rows; at most {max_rows} per request")
+        if (size := math.prod(t.shape)) > body_bytes:
+            raise InputError(loc, f"{t.shape} is {size} values, more than a {body_bytes}-byte "
+                             "body holds")  # fmt: skip
 
 
 def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
@@ -356,9 +372,8 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
         except ValidationError as e:
             text = "; ".join(f"{'.'.join(map(str, d['loc']))}: {d['msg']}" for d in e.errors())
             return _error(text, 422)
-        rid = req.id or uuid.uuid4().hex
-        if len(rid) > MAX_ID_CHARS:
-            return _error(f"id: at most {MAX_ID_CHARS} characters, got {len(rid)}", 422)
+        if req.id is not None and len(req.id) > MAX_ID_CHARS:
+            return _error(f"id: at most {MAX_ID_CHARS} characters, got {len(req.id)}", 422)
         samples = (req.parameters or {}).get("samples")
         if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)
                                     or samples < 1):  # fmt: skip
@@ -368,6 +383,7 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
                                  or not 0 <= seed < 2**63):  # fmt: skip
             return _error(f"parameters.seed: an integer >= 0, got {seed!r}", 422)
         try:
+            _check_size(req, len(body) + len(binary), app.state.settings.max_rows)
             arr = _input_array(model, req, binary)
         except InputError as e:
             return _error(f"{'.'.join(map(str, e.loc))}: {e.message}", 422)
@@ -380,7 +396,7 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
         except ValueError as e:
             return _error(f"inputs.0: {e}", 422)
         columns = dict(answer.columns)
-        row_ids = [f"{rid}-{i}" for i in range(len(arr))]
+        rid, row_ids = app.state.record(answer, 0.9, req.id)  # feedback by id, as /v1/predict
         columns["request_id"] = np.asarray(row_ids, dtype=object)
         outputs = output_tensors(model, columns)
         if req.outputs:
@@ -389,8 +405,8 @@ def add_v2_routes(app: FastAPI, model: ServedModel) -> None:
             if missing:
                 return _error(f"outputs: unknown output(s) {missing}; valid: {sorted(have)}", 400)
             outputs = [have[o.name] for o in req.outputs]
-        app.state.monitor.record_request(rid, answer.records)  # feedback by id, as /v1/predict
-        out = {"model_name": model.name, "model_version": "1", "id": rid, "outputs": outputs}
+        out = {"model_name": model.name, "model_version": "1", "id": req.id or rid,
+               "outputs": outputs}  # fmt: skip
         if answer.warnings:
             out["parameters"] = {"warnings": answer.warnings}
         return JSONResponse(out)
