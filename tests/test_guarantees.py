@@ -63,7 +63,8 @@ def test_conformal_intervals_follow_the_served_sampling_policy(regression):
     assert ServedModel(predictor, "r", default_samples=2).card()["warnings"] == []
     assert "T=8" in ServedModel(predictor, "r", default_samples=8).card()["warnings"][0]
     card = predictor.card()["metadata"]["conformal"]  # a summary, not the raw scores
-    assert card["n"] == 1500 and len(card["policies"]) == 2 and "calibrations" not in card
+    assert card["n_scores"] == 1500 and card["policies"] == ["T=2", "T=64"]
+    assert "calibrations" not in card and "scores" not in card
 
 
 def _toy_classes(n: int, seed: int):

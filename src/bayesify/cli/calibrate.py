@@ -197,7 +197,7 @@ def _print_conformal(conf, level: float, test_limit: int | None) -> None:
 
     c = conf.calibrations
     labels = ", ".join(p.label() for p in c.policies if p)
-    console.print(f"conformal {c.method.value}: {c.summary()['n']} validation rows; "
+    console.print(f"conformal {c.method.value}: {c.summary()['n_scores']} validation rows; "
                   f"calibrated under {labels}")  # fmt: skip
     if conf.test is None:
         if test_limit != 0:

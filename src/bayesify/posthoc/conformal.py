@@ -340,10 +340,19 @@ class ConformalByPolicy:
         )
 
     def summary(self) -> dict[str, Any]:
-        """What a model card shows: score kind, rows and policies (no raw scores)."""
+        """What a model card shows: score kind, number of scores per policy and the policies'
+        labels (no raw scores; ``calibration_samples``: T when the only policy is a fixed T)."""
         first = next(iter(self.calibrations.values()))
-        return {"method": first.method.value, "n": first.n,
-                "policies": [p.to_dict() if p else None for p in self.calibrations]}  # fmt: skip
+        labels = [p.label() if p else None for p in self.calibrations]
+        out: dict[str, Any] = {
+            "method": first.method.value,
+            "n_scores": first.n,
+            "policies": labels,
+        }
+        only = self.policies[0] if len(self.calibrations) == 1 else None
+        if only is not None and not only.is_adaptive:
+            out["calibration_samples"] = only.samples
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         first = next(iter(self.calibrations.values())).to_dict()
