@@ -33,7 +33,8 @@ def bundle(tmp_path_factory):
 
 def test_calibrate_stores_the_policy_fitted_on_validation(bundle):
     weights = (bundle / "weights.safetensors").read_bytes()
-    args = ["calibrate", str(bundle), "--score", "std", "--coverage", "0.8", "--samples", "16"]
+    args = ["calibrate", str(bundle), "--score", "std", "--coverage", "0.8", "--samples", "16",
+            "--decision", "single"]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "validation:" in result.output and "test:" in result.output
@@ -83,7 +84,8 @@ def test_a_test_table_of_the_split_rows_gives_the_built_in_test_figures(bundle, 
     frame = pd.DataFrame(x.numpy(), columns=[f"f{j}" for j in range(x.shape[1])])
     frame["resistance"] = s.original_targets("test").numpy()
     frame.to_csv(tmp_path / "test.csv", index=False)
-    args = ["calibrate", str(bundle), "--score", "std", "--coverage", "0.8", "--samples", "16"]
+    args = ["calibrate", str(bundle), "--score", "std", "--coverage", "0.8", "--samples", "16",
+            "--decision", "single"]  # fmt: skip
     built_in = runner.invoke(app, args)
     table = runner.invoke(app, [*args, "--test", str(tmp_path / "test.csv"), "--target",
                                 "resistance"])  # fmt: skip

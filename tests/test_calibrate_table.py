@@ -92,7 +92,7 @@ def test_regression_policy_is_fitted_in_target_units_on_the_table(regression_bun
     weights = (regression_bundle / "weights.safetensors").read_bytes()
     result, text = _invoke("calibrate", regression_bundle, "--data", tables["val"], "--test",
                            tables["test"], "--score", "std", "--coverage", "0.8",
-                           "--samples", "16")  # fmt: skip
+                           "--samples", "16", "--decision", "single")  # fmt: skip
     assert result.exit_code == 0, text
     assert (regression_bundle / "weights.safetensors").read_bytes() == weights
     stored = json.loads((regression_bundle / "config.json").read_text())["metadata"]["deferral"]
@@ -127,7 +127,7 @@ def test_regression_policy_is_fitted_in_target_units_on_the_table(regression_bun
 def test_classification_policy_on_the_table_with_string_labels(classification_bundle, tables):
     result, text = _invoke("calibrate", classification_bundle, "--data", tables["val"],
                            "--score", "max_prob", "--coverage", "0.7",
-                           "--samples", "16")  # fmt: skip
+                           "--samples", "16", "--decision", "single")  # fmt: skip
     assert result.exit_code == 0, text
     assert "no held-out rows checked (pass --test FILE)" in text
     policy = load(classification_bundle).metadata["deferral"]
@@ -146,7 +146,7 @@ def test_classification_policy_on_the_table_with_string_labels(classification_bu
     path = tables["val"].parent / "val_index.parquet"
     idx.to_parquet(path)
     result, text = _invoke("calibrate", classification_bundle, "--data", path, "--error",
-                           "0.1", "--samples", "16")  # fmt: skip
+                           "0.1", "--samples", "16", "--decision", "single")  # fmt: skip
     assert result.exit_code == 0, text
     v = load(classification_bundle).metadata["deferral"]["validation"]
     assert v["error_accepted"] <= 0.1 and v["coverage"] < 1
@@ -184,11 +184,11 @@ def test_unknown_class_and_training_table_warning(classification_bundle, tables,
     path = tmp_path / "rows.csv"
     _frame(50, 4).assign(label="fox").to_csv(path, index=False)
     result, text = _invoke("calibrate", classification_bundle, "--data", path, "--coverage",
-                           "0.8", "--samples", "4")  # fmt: skip
+                           "0.8", "--samples", "4", "--decision", "single")  # fmt: skip
     assert result.exit_code == 2 and "classes ['fox'] the model does not know" in text, text
     train = classification_bundle.parent / "train_label.csv"
     result, text = _invoke("calibrate", classification_bundle, "--data", train, "--coverage",
-                           "0.8", "--samples", "4")  # fmt: skip
+                           "0.8", "--samples", "4", "--decision", "single")  # fmt: skip
     assert result.exit_code == 0 and "is the table this bundle was trained on" in text, text
 
 

@@ -18,6 +18,8 @@ from bayesify.app.table_jobs import build_table_training, decide_task
 from bayesify.data.preprocessing import Preprocessing
 from bayesify.data.tables import table_format
 from bayesify.models import net_from_reference
+from bayesify.posthoc.conformal import Conformal, ConformalByPolicy
+from bayesify.posthoc.sampling import SamplingPolicy, parse_policies
 from bayesify.predictor import Predictor
 from bayesify.serve.monitor import Monitor
 
@@ -120,6 +122,10 @@ CASES = {
         {"x0": [0.0, 1.0], "x1": [1.0, 0.0], "label": ["cat", "fox"]}), method=_named_classifier()),
     "calibrate-width": lambda p: _calibrate(p, pd.DataFrame(
         {"a": [1.0], "b": [2.0], "c": [3.0], "y": [4.0]}), target="y", method=_plain_method()),
+    "calibrate-sampling-policy": lambda p: parse_policies("8,32,adaptive:x"),
+    "conformal-several-policies": lambda p: Conformal.from_dict(ConformalByPolicy({
+        SamplingPolicy.fixed(t): Conformal("normalized", torch.rand(5)) for t in (8, 32)
+    }).to_dict()),
     "feedback-reused-id": lambda p: _feedback_id(["scan-1", "scan-1"], 1, "scan-1"),
     "feedback-several-rows": lambda p: _feedback_id([None], 3),
     "feedback-too-many": lambda p: Monitor("regression").check_count(101),

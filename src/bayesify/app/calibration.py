@@ -25,9 +25,17 @@ from bayesify.data import UCI_DATASETS, load_fashion_mnist, load_uci
 from bayesify.data.errors import DataError
 from bayesify.data.tables import read_table
 from bayesify.methods import Method
+from bayesify.posthoc.conformal import METADATA_KEY as CONFORMAL_KEY
+from bayesify.posthoc.conformal import Conformal, ConformalByPolicy
 from bayesify.posthoc.deferral import DeferralPolicy
+from bayesify.posthoc.sampling import SamplingPolicy
+from bayesify.posthoc.sequential import Draw, SequentialDecision
 from bayesify.predictive import Predictive, Task
 from bayesify.predictor import Predictor
+
+#: the sampling policies ``calibrate --conformal`` calibrates for by default: the server's
+#: default T (32), ``predict``'s (100), the most a request may ask (256) and those between
+DEFAULT_CONFORMAL_POLICIES = "8,16,32,64,100,128,256"
 
 
 @dataclass
@@ -62,12 +70,42 @@ def bundle_splits(method: Method) -> tuple[Split, Split]:
     return Split(train.x[:n_val], train.y[:n_val]), Split(test.x, test.y)
 
 
-def predictive(method: Method, split: Split, samples: int, seed: int) -> Predictive:
-    """The predictive on ``split`` (network-unit inputs), in original target units."""
-    pred = method.to_predictive(method.sample(split.x, samples, seed=seed))
-    if method.config.task is Task.REGRESSION and (split.loc, split.scale) != (0.0, 1.0):
-        pred = pred.affine(split.loc, split.scale)
-    return pred
+def _outputs(method: Method, split: Split):
+    def outputs(pred: Predictive) -> Predictive:
+        if method.config.task is Task.REGRESSION and (split.loc, split.scale) != (0.0, 1.0):
+            return pred.affine(split.loc, split.scale)
+        return pred
+
+    return outputs
+
+
+def predictive(
+    method: Method, split: Split, samples: int, seed: int, policy: SamplingPolicy | None = None
+) -> Predictive:
+    """The predictive on ``split`` (network-unit inputs), in original target units, with
+    ``samples`` or under ``policy``."""
+    outputs = _outputs(method, split)
+    if policy is not None and policy.is_adaptive:
+        from bayesify.methods.adaptive import predict_adaptive
+
+        return predict_adaptive(method, split.x, "adaptive", tol=policy.tol, start=policy.start,
+                                max_samples=policy.max_samples, seed=seed,
+                                outputs=outputs)  # fmt: skip
+    if policy is not None:
+        samples = int(policy.samples)  # type: ignore[arg-type]
+    return outputs(method.to_predictive(method.sample(split.x, samples, seed=seed)))
+
+
+def split_draw(method: Method, split: Split, seed: int) -> Draw:
+    """Fresh samples of rows of ``split`` for a sequential decision (original units)."""
+    generator = torch.Generator().manual_seed(seed)
+    outputs = _outputs(method, split)
+
+    def draw(rows: Tensor, have: int, more: int) -> Predictive:
+        x = split.x[rows]
+        return outputs(method.to_predictive(method.sample(x, more, generator=generator)))
+
+    return draw
 
 
 @dataclass
@@ -190,9 +228,13 @@ def calibrate_bundle(
     data: str | Path | None = None,
     target: str | None = None,
     test: str | Path | None = None,
+    decision: SequentialDecision | None = None,
 ) -> CalibrationResult:
     """Fit a deferral policy, store it in ``method.metadata`` and score it on the first
     ``test_limit`` held-out rows (0: no test check).
+
+    ``decision``: fit the threshold under that sequential decision (the one the predictor then
+    serves, whatever its sampling policy); None: on one draw of ``samples`` samples.
 
     The policy is fitted on ``data`` (a table file with the ``target`` column; see
     :func:`table_rows`) or, without it, on the validation split of the built-in dataset the
@@ -203,27 +245,47 @@ def calibrate_bundle(
     test_rows = table_rows(predictor, test, target) if test is not None else None
     if data is not None:
         rows = table_rows(predictor, data, target)
-        pred, y = table_predictive(predictor, rows, samples, seed), rows.y
-        split = None
+        y, split = rows.y, None
+        draw = predictor.draw(rows.inputs, seed) if decision else None
+        pred = None if decision else table_predictive(predictor, rows, samples, seed)
     else:
         val, split = bundle_splits(method)
-        pred, y = predictive(method, val, samples, seed), val.y
-    policy = DeferralPolicy.fit(pred, y, score=score, target_coverage=coverage,
-                                target_error=error, error_metric=error_metric)  # fmt: skip
-    policy.validation["samples"] = samples
+        y = val.y
+        draw = split_draw(method, val, seed) if decision else None
+        pred = None if decision else predictive(method, val, samples, seed)
+    options = {"score": score, "target_coverage": coverage, "target_error": error,
+               "error_metric": error_metric}  # fmt: skip
+    if decision is not None:
+        assert draw is not None
+        policy = DeferralPolicy.fit_sequential(draw, y, decision=decision, **options)
+    else:
+        assert pred is not None
+        policy = DeferralPolicy.fit(pred, y, **options)
+        policy.validation["samples"] = samples
     where = f"{method.metadata.get('data')} validation split"
     policy.validation["data"] = str(data) if data is not None else where
     policy.store(method.metadata)
     figures = None
+    held: tuple[Predictive, Tensor, Draw] | None = None
     if test_limit != 0:
+        start = decision.start if decision else samples
         if test_rows is not None:
             held_rows = test_rows.head(test_limit)
-            figures = policy.evaluate(table_predictive(predictor, held_rows, samples, seed + 1),
-                                      held_rows.y)  # fmt: skip
+            held = (table_predictive(predictor, held_rows, start, seed + 1), held_rows.y,
+                    predictor.draw(held_rows.inputs, seed + 1))  # fmt: skip
         elif split is not None:
             if test_limit is not None:
                 split = Split(split.x[:test_limit], split.y[:test_limit], split.loc, split.scale)
-            figures = policy.evaluate(predictive(method, split, samples, seed + 1), split.y)
+            held = (predictive(method, split, start, seed + 1), split.y,
+                    split_draw(method, split, seed + 1))  # fmt: skip
+    if held is not None:
+        pred_t, y_t, draw_t = held
+        defer = None
+        if decision is not None:
+            defer, _, used = policy.decide_sequential(draw_t, len(y_t), pred_t)
+        figures = policy.evaluate(pred_t, y_t, defer=defer)
+        if decision is not None:
+            figures["mean_samples"] = float(used.double().mean())
     return CalibrationResult(policy, figures)
 
 
@@ -252,3 +314,92 @@ def dataset_seed_note(metadata: dict[str, Any]) -> str | None:
             "(validation rows may overlap training rows if it was trained with another)"
         )
     return None
+
+
+@dataclass
+class ConformalResult:
+    calibrations: ConformalByPolicy
+    #: per policy label: held-out coverage and mean width (regression) or set size at ``level``
+    test: dict[str, dict[str, float]] | None
+
+
+def calibrate_conformal_bundle(
+    method: Method,
+    *,
+    policies: list[SamplingPolicy],
+    seed: int = 0,
+    data: str | Path | None = None,
+    target: str | None = None,
+    test: str | Path | None = None,
+    test_limit: int | None = None,
+    level: float = 0.9,
+    conformal_method: str = "auto",
+) -> ConformalResult:
+    """Fit conformal intervals (regression) or prediction sets (classification) under each
+    sampling policy of ``policies`` on ``data`` (a table file, labels as strings or integers)
+    or the built-in validation split, store them in ``method.metadata["conformal"]`` and check
+    them at ``level`` on held-out rows (``test`` table or the built-in test split)."""
+    predictor = Predictor(method)
+    test_rows = table_rows(predictor, test, target) if test is not None else None
+
+    def pred_of(rows: TableRows | None, split: Split | None, policy: SamplingPolicy,
+                s: int) -> Predictive:  # fmt: skip
+        if rows is not None:
+            kw = ({"tol": policy.tol, "start": policy.start, "max_samples": policy.max_samples}
+                  if policy.is_adaptive else {})  # fmt: skip
+            t = "adaptive" if policy.is_adaptive else policy.samples
+            try:
+                return predictor.predictive(rows.inputs, t, seed=s, **kw)
+            except DataError as e:
+                raise DataError(f"{rows.path}: {e}") from None
+        assert split is not None
+        return predictive(method, split, 0, s, policy)
+
+    val_rows = table_rows(predictor, data, target) if data is not None else None
+    val_split = test_split = None
+    if val_rows is None:
+        val_split, test_split = bundle_splits(method)
+    y = val_rows.y if val_rows is not None else val_split.y  # type: ignore[union-attr]
+    fitted: dict[SamplingPolicy | None, Conformal] = {}
+    for policy in policies:
+        pred = pred_of(val_rows, val_split, policy, seed)
+        _check_classes(pred, y, data)
+        generator = torch.Generator().manual_seed(seed)
+        fitted[policy] = Conformal.fit(pred, y, method=conformal_method, generator=generator)
+    calibrations = ConformalByPolicy(fitted)
+    method.metadata[CONFORMAL_KEY] = calibrations.to_dict()
+    figures = None
+    if test_limit != 0 and (test_rows is not None or test_split is not None):
+        held_rows = test_rows.head(test_limit) if test_rows is not None else None
+        held_split = test_split
+        if held_split is not None and test_limit is not None:
+            held_split = Split(held_split.x[:test_limit], held_split.y[:test_limit],
+                               held_split.loc, held_split.scale)  # fmt: skip
+        y_t = held_rows.y if held_rows is not None else held_split.y  # type: ignore[union-attr]
+        figures = {}
+        for policy, conf in fitted.items():
+            assert policy is not None
+            pred = pred_of(held_rows, held_split, policy, seed + 1)
+            figures[policy.label()] = conformal_figures(conf, pred, y_t, level)
+    return ConformalResult(calibrations, figures)
+
+
+def _check_classes(pred: Predictive, y: Tensor, where: Any) -> None:
+    if pred.task is Task.CLASSIFICATION and int(y.max()) >= pred.mean.shape[-1]:
+        raise DataError(f"{where}: class index {int(y.max())} is out of range for "
+                        f"{pred.mean.shape[-1]} classes")  # fmt: skip
+
+
+def conformal_figures(conf: Conformal, pred: Predictive, y: Tensor, level: float) -> dict:
+    """Coverage at ``level`` of ``conf`` on ``pred`` with targets ``y``, and the mean width
+    (regression, target units) or mean set size (classification)."""
+    if pred.task is Task.REGRESSION:
+        lo, hi = conf.interval(pred, level)
+        yy = y.to(lo.dtype).to(lo.device)
+        covered = (lo <= yy) & (yy <= hi)
+        return {"n": len(y), "coverage": float(covered.double().mean()),
+                "width": float((hi - lo).double().mean())}  # fmt: skip
+    sets = conf.prediction_set(pred, level)
+    covered = sets.gather(1, y.long().to(sets.device)[:, None]).squeeze(1)
+    return {"n": len(y), "coverage": float(covered.double().mean()),
+            "size": float(sets.double().sum(1).mean())}  # fmt: skip

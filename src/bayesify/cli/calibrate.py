@@ -1,4 +1,5 @@
-"""``bayesify calibrate``: fit a bundle's deferral policy on validation data and save it."""
+"""``bayesify calibrate``: fit a bundle's deferral policy and/or conformal intervals and sets on
+validation data, under the sampling the predictor serves, and save them in the bundle."""
 
 from __future__ import annotations
 
@@ -49,7 +50,47 @@ def calibrate(
     error_metric: Annotated[
         str | None, typer.Option(help="error (classification); rmse or mae (regression).")
     ] = None,
-    samples: Annotated[int, typer.Option(help="MC samples T per prediction.", min=1)] = 32,
+    conformal: Annotated[
+        bool,
+        typer.Option(
+            "--conformal",
+            help="Fit conformal intervals (regression) or prediction sets (classification) "
+            "under each sampling policy of --samples, and store them in the bundle.",
+        ),
+    ] = False,
+    samples: Annotated[
+        str | None,
+        typer.Option(
+            help="Sampling policies. --conformal: comma-separated, each a sample count T or "
+            "adaptive:TOL[:START:MAX] (the server's --adaptive-tol, --adaptive-start, "
+            "--adaptive-max) [default: 8,16,32,64,100,128,256]. --decision single: the one T "
+            "[default: 32]."
+        ),
+    ] = None,
+    decision: Annotated[
+        str,
+        typer.Option(
+            help="How a row's deferral score is estimated: sequential (more samples near the "
+            "threshold until the score is on one side; stable across seeds, and the fitted "
+            "rate holds under any served sampling) or single (one draw of --samples T)."
+        ),
+    ] = "sequential",
+    decision_start: Annotated[
+        int, typer.Option(help="Sequential decision: first samples per row.", min=2)
+    ] = 32,
+    decision_max: Annotated[
+        int, typer.Option(help="Sequential decision: most samples per row.", min=2)
+    ] = 8192,
+    decision_z: Annotated[
+        float,
+        typer.Option(
+            help="Sequential decision: stop when the score is this many standard "
+            "errors from the threshold (3: 99.7% per look)."
+        ),  # fmt: skip
+    ] = 3.0,
+    level: Annotated[
+        float, typer.Option(help="--conformal: level of the held-out check.", min=0, max=1)
+    ] = 0.9,
     seed: Annotated[int, typer.Option()] = 0,
     test_limit: Annotated[
         int | None,
@@ -60,17 +101,40 @@ def calibrate(
     threads: Threads = None,
 ) -> None:
     """Fit a deferral policy (a threshold on an uncertainty score) for a target coverage or a
-    target error on accepted rows, on a table of your rows (--data FILE) or the bundle's
-    validation split, store it in the bundle, and check it on held-out rows."""
-    from bayesify.app.calibration import calibrate_bundle, dataset_seed_note, training_table_note
+    target error on accepted rows, and/or conformal intervals and sets (--conformal), on a
+    table of your rows (--data FILE) or the bundle's validation split, store them in the
+    bundle, and check them on held-out rows."""
+    from bayesify.app.calibration import (
+        DEFAULT_CONFORMAL_POLICIES,
+        calibrate_bundle,
+        calibrate_conformal_bundle,
+        dataset_seed_note,
+        training_table_note,
+    )
     from bayesify.cli.common import console, fail
     from bayesify.data.tables import is_table_path
     from bayesify.io import read_bundle, write_bundle
     from bayesify.methods import load
+    from bayesify.posthoc.sampling import parse_policies
+    from bayesify.posthoc.sequential import SequentialDecision
 
-    if (coverage is None) == (error is None):
-        raise fail("give exactly one of --coverage and --error")
     set_threads(threads)
+    deferral = coverage is not None or error is not None
+    if coverage is not None and error is not None or not (deferral or conformal):
+        raise fail("give exactly one of --coverage and --error (a deferral policy), and/or "
+                   "--conformal")  # fmt: skip
+    if decision not in ("sequential", "single"):
+        raise fail(f"--decision must be sequential or single, got {decision!r}")
+    try:
+        policies = parse_policies(samples or DEFAULT_CONFORMAL_POLICIES)
+        single = parse_policies(samples or "32")
+        if deferral and decision == "single" and (len(single) > 1 or single[0].is_adaptive):
+            raise ValueError(f"--decision single takes one sample count T, got --samples "
+                             f"{samples!r}")  # fmt: skip
+        sequential = (SequentialDecision(decision_start, decision_max, decision_z)
+                      if decision == "sequential" else None)  # fmt: skip
+    except ValueError as e:
+        raise fail(str(e)) from None
     table = data if data is not None and is_table_path(data) else None
     try:
         method = load(bundle)
@@ -83,30 +147,71 @@ def calibrate(
                  training_table_note(method.metadata, table)]  # fmt: skip
         for note in filter(None, notes):
             console.print(f"[yellow]warning:[/] {note}")
-        res = calibrate_bundle(method, score=score, coverage=coverage, error=error,
-                               error_metric=error_metric, samples=samples, seed=seed,
-                               test_limit=test_limit, data=table, target=target,
-                               test=test)  # fmt: skip
+        res = conf = None
+        if deferral:
+            res = calibrate_bundle(method, score=score, coverage=coverage, error=error,
+                                   error_metric=error_metric, samples=single[0].samples or 32,
+                                   seed=seed, test_limit=test_limit, data=table, target=target,
+                                   test=test, decision=sequential)  # fmt: skip
+        if conformal:
+            conf = calibrate_conformal_bundle(method, policies=policies, seed=seed, data=table,
+                                              target=target, test=test, test_limit=test_limit,
+                                              level=level)  # fmt: skip
         tensors, cfg = read_bundle(bundle)  # rewrite only the metadata, weights untouched
         cfg.pop("format", None)
         cfg["metadata"] = method.metadata
         write_bundle(bundle, tensors, cfg)
     except (ValueError, TypeError, OSError) as e:
         raise fail(str(e)) from None
+    if res is not None:
+        _print_deferral(res, test_limit)
+    if conf is not None:
+        _print_conformal(conf, level, test_limit)
+    console.print(f"saved to {bundle}/config.json")
+    if samples is not None and not conformal and sequential is not None:
+        console.print("[yellow]warning:[/] --samples is not used by a sequential deferral "
+                      f"decision (it starts at --decision-start {decision_start}); it goes with "
+                      "--conformal or --decision single")  # fmt: skip
+
+
+def _print_deferral(res, test_limit: int | None) -> None:
+    from bayesify.cli.common import console
+
     p = res.policy
+    how = "one draw" if p.decision is None else (
+        f"sequential decision, {p.decision.start} to {p.decision.max_samples} samples, "
+        f"z = {p.decision.z:g}")  # fmt: skip
     console.print(f"deferral policy: defer when {p.score.value} > {p.threshold:.6g} "
-                  f"(target {p.target})")  # fmt: skip
+                  f"(target {p.target}; {how})")  # fmt: skip
     for name, fig in (("validation", p.validation), ("test", res.test)):
         if fig is None:
             if name == "test" and test_limit != 0:
                 console.print("test: no held-out rows checked (pass --test FILE)")
             continue
+        cost = f", {fig['mean_samples']:.0f} samples per row" if "mean_samples" in fig else ""
         console.print(
             f"{name}: n = {fig['n']}, coverage {fig['coverage']:.4f}, "
             f"{fig['error_metric']} all {_num(fig['error_all'])} -> accepted "
-            f"{_num(fig['error_accepted'])}"
+            f"{_num(fig['error_accepted'])}{cost}"
         )
-    console.print(f"saved to {bundle}/config.json")
+
+
+def _print_conformal(conf, level: float, test_limit: int | None) -> None:
+    from bayesify.cli.common import console
+
+    c = conf.calibrations
+    labels = ", ".join(p.label() for p in c.policies if p)
+    console.print(f"conformal {c.method.value}: {c.summary()['n_scores']} validation rows; "
+                  f"calibrated under {labels}")  # fmt: skip
+    if conf.test is None:
+        if test_limit != 0:
+            console.print("conformal test: no held-out rows checked (pass --test FILE)")
+        return
+    for label, fig in conf.test.items():
+        extra = (f"mean width {fig['width']:.4g}" if "width" in fig
+                 else f"mean set size {fig['size']:.3f}")  # fmt: skip
+        console.print(f"conformal test {label}: n = {fig['n']}, coverage at {level:g} "
+                      f"{fig['coverage']:.4f}, {extra}")  # fmt: skip
 
 
 def _num(v: float | None) -> str:

@@ -34,9 +34,12 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.predictive import Predictive, Task
 
 FORMAT_VERSION = 1
+#: calibrations for several sampling policies (:class:`ConformalByPolicy`)
+POLICIES_VERSION = 2
 
 
 class ConformalMethod(StrEnum):
@@ -241,6 +244,14 @@ class Conformal:
         """Rebuild what :meth:`to_dict` wrote; a missing or unknown field is a named error."""
         if not isinstance(d, dict):
             raise ValueError(f"a conformal calibration is a dict, got {type(d).__name__}")
+        if d.get("version") == POLICIES_VERSION:  # a bundle's: one calibration per policy
+            by_policy = ConformalByPolicy.from_dict(d).calibrations
+            if len(by_policy) > 1:
+                raise ValueError(
+                    f"this calibration holds {len(by_policy)} sampling policies; read it with "
+                    "ConformalByPolicy.from_dict and pick one with select(policy)"
+                )
+            return next(iter(by_policy.values()))
         if d.get("version") != FORMAT_VERSION:
             raise ValueError(
                 f"conformal calibration version {d.get('version')!r} is not supported "
@@ -268,22 +279,148 @@ class Conformal:
 
 
 METADATA_KEY = "conformal"
+_OPTIONS = ("randomized", "k_reg", "lam")
+
+
+@dataclass(frozen=True, eq=False)
+class ConformalByPolicy:
+    """One :class:`Conformal` per sampling policy it was calibrated under (same score kind).
+
+    Conformal validity needs calibration scores drawn with the same randomness law as the
+    served ones, so the quantile is picked by the served policy (:meth:`select`).
+    """
+
+    calibrations: dict[SamplingPolicy | None, Conformal]
+
+    def __post_init__(self) -> None:
+        if not self.calibrations:
+            raise ValueError("a conformal calibration needs at least one sampling policy")
+        kinds = {(c.method, c.randomized, c.k_reg, c.lam) for c in self.calibrations.values()}
+        if len(kinds) > 1:
+            raise ValueError("calibrations for several policies must share score and options")
+
+    @property
+    def method(self) -> ConformalMethod:
+        return next(iter(self.calibrations.values())).method
+
+    @property
+    def policies(self) -> list[SamplingPolicy | None]:
+        return list(self.calibrations)
+
+    def select(self, policy: SamplingPolicy) -> tuple[Conformal, str | None]:
+        """The calibration for ``policy`` and ``None``, or, when none was made under it, the
+        nearest one and a one-line warning. Nearest: the fixed-T calibration with the most
+        samples that are at most the fewest any served row gets (fewer samples, noisier
+        scores: a wider quantile, typically over-covering); failing that the one with the
+        fewest samples (coverage may then fall below the level)."""
+        if policy in self.calibrations:
+            return self.calibrations[policy], None
+        fixed = sorted((p.samples, p) for p in self.calibrations if p and not p.is_adaptive)
+        if not fixed:
+            conf = next(iter(self.calibrations.values()))
+            what = "an unrecorded sampling policy" if None in self.calibrations else (
+                ", ".join(p.label() for p in self.calibrations if p))  # fmt: skip
+            return conf, (f"conformal calibration made under {what}, served with "
+                          f"{policy.label()}: coverage is not guaranteed")  # fmt: skip
+        below = [p for t, p in fixed if t <= policy.least_samples]
+        have = ", ".join(p.label() for _, p in fixed)
+        fix = "recalibrate with bayesify calibrate --conformal --samples including it"
+        if below:
+            used = below[-1]
+            return self.calibrations[used], (
+                f"conformal intervals calibrated under {have}, not {policy.label()}: using "
+                f"{used.label()} (fewer samples; coverage typically at or above the level, not "
+                f"guaranteed); {fix}"
+            )
+        used = fixed[0][1]
+        return self.calibrations[used], (
+            f"conformal intervals calibrated under {have}, not {policy.label()}: using "
+            f"{used.label()}; with fewer samples served, coverage may fall below the level; "
+            f"{fix}"
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """What a model card shows: score kind, number of scores per policy and the policies'
+        labels (no raw scores; ``calibration_samples``: T when the only policy is a fixed T)."""
+        first = next(iter(self.calibrations.values()))
+        labels = [p.label() if p else None for p in self.calibrations]
+        out: dict[str, Any] = {
+            "method": first.method.value,
+            "n_scores": first.n,
+            "policies": labels,
+        }
+        only = self.policies[0] if len(self.calibrations) == 1 else None
+        if only is not None and not only.is_adaptive:
+            out["calibration_samples"] = only.samples
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        first = next(iter(self.calibrations.values())).to_dict()
+        return {
+            "version": POLICIES_VERSION,
+            **{k: first[k] for k in ("method", *_OPTIONS)},
+            "calibrations": [
+                {"policy": p.to_dict() if p else None, "scores": c.scores.tolist()}
+                for p, c in self.calibrations.items()
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ConformalByPolicy:
+        """Read what :meth:`to_dict` wrote, or a single :class:`Conformal` (version 1; its
+        policy is fixed T when it recorded ``samples``)."""
+        if isinstance(d, dict) and d.get("version") == FORMAT_VERSION:
+            conf = Conformal.from_dict(d)
+            policy = SamplingPolicy.fixed(conf.samples) if conf.samples else None
+            return cls({policy: conf})
+        version = d.get("version") if isinstance(d, dict) else d
+        if version != POLICIES_VERSION:
+            raise ValueError(f"conformal calibration version {version!r} is not supported "
+                             f"(this bayesify reads {FORMAT_VERSION} and "
+                             f"{POLICIES_VERSION})")  # fmt: skip
+        out: dict[SamplingPolicy | None, Conformal] = {}
+        for item in d.get("calibrations") or []:
+            p = item.get("policy")
+            policy = SamplingPolicy.from_dict(p) if p else None
+            one = {"version": FORMAT_VERSION, "method": d.get("method"), "scores": item["scores"],
+                   **{k: d[k] for k in _OPTIONS if k in d},
+                   "samples": policy.samples if policy else None}  # fmt: skip
+            out[policy] = Conformal.from_dict(one)
+        return cls(out)
 
 
 def calibrate_conformal(
-    method: Any, val: tuple[Tensor, Tensor], /, *, samples: int = 50, seed: int = 0, **options: Any
+    method: Any,
+    val: tuple[Tensor, Tensor],
+    /,
+    *,
+    samples: int = 50,
+    seed: int = 0,
+    policies: list[SamplingPolicy] | None = None,
+    **options: Any,
 ) -> Conformal:
     """Fit a :class:`Conformal` on ``val = (x, y)`` with ``method.predict(x, samples, seed=)``
     and store it in ``method.metadata["conformal"]`` (saved with the bundle); returns it.
 
+    ``policies`` (default: fixed ``samples``) are the sampling policies to calibrate for, one
+    set of scores each (:class:`ConformalByPolicy`; the predictor picks the one it serves); the
+    one returned is that of fixed ``samples`` when calibrated, else the first.
     ``options`` go to :meth:`Conformal.fit` (``method="aps"``, ``randomized=True``, ...).
-    Read it back from a loaded bundle with :meth:`Conformal.from_dict`.
+    Read it back from a loaded bundle with :meth:`ConformalByPolicy.from_dict`.
     """
     if not isinstance(val, tuple | list) or len(val) != 2:
         raise ValueError("val must be a pair (x, y) of validation inputs and targets")
     x, y = val
-    pred = method.predict(x, samples, seed=seed)
-    generator = options.pop("generator", None) or torch.Generator().manual_seed(seed)
-    conf = Conformal.fit(pred, y, generator=generator, **options)
-    method.metadata[METADATA_KEY] = conf.to_dict()
-    return conf
+    given = options.pop("generator", None)
+    policies = list(policies or [SamplingPolicy.fixed(samples)])
+    fitted: dict[SamplingPolicy | None, Conformal] = {}
+    for policy in policies:
+        if policy.is_adaptive:
+            pred = method.predict(x, "adaptive", seed=seed, tol=policy.tol, start=policy.start,
+                                  max_samples=policy.max_samples)  # fmt: skip
+        else:
+            pred = method.predict(x, policy.samples, seed=seed)
+        generator = given or torch.Generator().manual_seed(seed)
+        fitted[policy] = Conformal.fit(pred, y, generator=generator, **options)
+    method.metadata[METADATA_KEY] = ConformalByPolicy(fitted).to_dict()
+    return fitted.get(SamplingPolicy.fixed(samples)) or fitted[policies[0]]

@@ -11,6 +11,13 @@ person), the rest are accepted. The threshold is fitted on validation data for e
 The policy keeps the validation figures it was fitted on (coverage; error, NLL and, for
 classification, ECE on all and on the accepted rows), so a server can compare what it serves with
 them. It is stored as JSON in ``method.metadata["deferral"]`` (:meth:`to_dict`).
+
+How a row's score is estimated is part of the policy. :meth:`DeferralPolicy.fit` thresholds the
+score of one draw of T samples (``decision`` None: the served predictive's score, which flips
+between seeds for rows near the threshold). :meth:`DeferralPolicy.fit_sequential` fits the
+threshold under a sequential decision (:mod:`bayesify.posthoc.sequential`: more samples until
+the score is on one side with a stated confidence), the procedure the predictor then serves, so
+the fitted deferral rate holds and a row's answer does not depend on the seed.
 """
 
 from __future__ import annotations
@@ -24,6 +31,13 @@ import torch
 from torch import Tensor
 
 from bayesify import metrics
+from bayesify.posthoc.sequential import (
+    CachedDraw,
+    Draw,
+    SequentialDecision,
+    SequentialResult,
+    run_sequential,
+)
 from bayesify.predictive import Predictive, Task
 
 METADATA_KEY = "deferral"
@@ -130,6 +144,8 @@ class DeferralPolicy:
     task: Task
     target: dict[str, Any] = field(default_factory=dict)
     validation: dict[str, Any] = field(default_factory=dict)
+    #: how a row's score is estimated: None = one draw (the served predictive's score)
+    decision: SequentialDecision | None = None
 
     @classmethod
     def fit(
@@ -153,12 +169,30 @@ class DeferralPolicy:
         if (target_coverage is None) == (target_error is None):
             raise ValueError("give exactly one of target_coverage and target_error")
         y = _targets(pred, y)
+        s = uncertainty_score(pred, _parse(DeferralScore, score, "score", _SCORES_FOR[pred.task]))
+        policy, metric = cls._from_scores(pred, y, s, score, target_coverage, target_error,
+                                          error_metric)  # fmt: skip
+        policy.validation = policy.evaluate(pred, y, error_metric=metric)
+        return policy
+
+    @classmethod
+    def _from_scores(
+        cls,
+        pred: Predictive,
+        y: Tensor,
+        s: Tensor,
+        score: DeferralScore | str,
+        target_coverage: float | None,
+        target_error: float | None,
+        error_metric: ErrorMetric | str | None,
+    ) -> tuple[DeferralPolicy, ErrorMetric]:
+        """The policy whose threshold fits the target on the row scores ``s [N]`` (errors of
+        the rows from ``pred``), and the error metric."""
         task = pred.task
         score = _parse(DeferralScore, score, "score", _SCORES_FOR[task])
         default_metric = ErrorMetric.ERROR if task is Task.CLASSIFICATION else ErrorMetric.RMSE
         metric = _parse(ErrorMetric, error_metric or default_metric, "error_metric",
                         _METRICS_FOR[task])  # fmt: skip
-        s = uncertainty_score(pred, score)
         order = torch.argsort(s, stable=True)
         s_sorted = s[order]
         n = len(s)
@@ -169,7 +203,7 @@ class DeferralPolicy:
             k = min(n, max(1, round(c * n)))
             target: dict[str, Any] = {"coverage": c}
         else:
-            e = float(target_error)
+            e = float(target_error)  # type: ignore[arg-type]
             if not (math.isfinite(e) and e > 0):
                 raise ValueError(f"target_error must be a positive number, got {target_error!r}")
             loss = _row_loss(pred, y, metric)[order]
@@ -180,9 +214,85 @@ class DeferralPolicy:
         threshold = float(s_sorted[k - 1])
         if k < n and s_sorted[k] > s_sorted[k - 1]:
             threshold = float((s_sorted[k - 1] + s_sorted[k]) / 2)
-        policy = cls(score, threshold, task, target)
-        policy.validation = policy.evaluate(pred, y, error_metric=metric)
+        return cls(score, threshold, task, target), metric
+
+    def _metric(self) -> ErrorMetric:
+        default = ErrorMetric.ERROR if self.task is Task.CLASSIFICATION else ErrorMetric.RMSE
+        return ErrorMetric(self.target.get("metric") or default)
+
+    @classmethod
+    def fit_sequential(
+        cls,
+        draw: Draw,
+        y: Any,
+        *,
+        score: DeferralScore | str = DeferralScore.MI,
+        target_coverage: float | None = None,
+        target_error: float | None = None,
+        error_metric: ErrorMetric | str | None = None,
+        decision: SequentialDecision | None = None,
+        max_iterations: int = 12,
+    ) -> DeferralPolicy:
+        """Fit the threshold under the sequential decision (``decision``, default
+        :class:`SequentialDecision()`) on validation rows: ``draw(rows, have, more)`` gives
+        fresh samples of them (see :mod:`bayesify.posthoc.sequential`), ``y`` their targets.
+
+        Starting from the one-draw threshold at ``start`` samples, the decision is run and the
+        threshold refitted on its final scores until it no longer moves (the rows near it have
+        the most samples, so their order is right); draws are replayed, not redrawn. The
+        validation figures are those of the sequential decisions at the final threshold, with
+        ``mean_samples`` (average samples per row the decision used).
+        """
+        decision = decision or SequentialDecision()
+        y_t = torch.as_tensor(y)
+        n = len(y_t)
+        cache = CachedDraw(draw, n)
+        first = cache(torch.arange(n), 0, decision.start)
+        y_t = _targets(first, y_t)
+        policy = cls.fit(first, y_t, score=score, target_coverage=target_coverage,
+                         target_error=target_error, error_metric=error_metric)  # fmt: skip
+        seen: set[float] = set()
+        for _ in range(max_iterations):
+            res = policy.run(cache, n, first, decision)
+            refit, metric = cls._from_scores(first, y_t, res.score, policy.score,
+                                             target_coverage, target_error,
+                                             error_metric)  # fmt: skip
+            if refit.threshold == policy.threshold or refit.threshold in seen:
+                break
+            seen.add(policy.threshold)
+            policy.threshold = refit.threshold
+        policy.decision = decision
+        res = policy.run(cache, n, first, decision)
+        metric = cls._from_scores(first, y_t, res.score, policy.score, target_coverage,
+                                  target_error, error_metric)[1]  # fmt: skip
+        policy.validation = policy.evaluate(first, y_t, error_metric=metric,
+                                            defer=res.score > policy.threshold)  # fmt: skip
+        policy.validation["mean_samples"] = float(res.used.double().mean())
+        policy.validation["confident"] = float(res.confident.double().mean())
         return policy
+
+    def run(
+        self, draw: Draw, n: int, first: Predictive | None, decision: SequentialDecision
+    ) -> SequentialResult:
+        """The sequential decision at this threshold (see :func:`run_sequential`)."""
+        if first is not None and first.task is not self.task:
+            raise ValueError(f"this policy is for {self.task.value}, got a {first.task.value} "
+                             "predictive")  # fmt: skip
+
+        def score_fn(pred: Predictive) -> Tensor:
+            return uncertainty_score(pred, self.score)
+
+        return run_sequential(draw, n, score_fn, self.threshold, decision, first)
+
+    def decide_sequential(
+        self, draw: Draw, n: int, first: Predictive | None = None
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """``(defer [N] bool, score [N], samples used [N])`` by the policy's sequential
+        decision (``first``: the rows' first ``decision.start`` samples, when drawn)."""
+        if self.decision is None:
+            raise ValueError("this policy decides on one draw: use decide(pred)")
+        res = self.run(draw, n, first, self.decision)
+        return res.score > self.threshold, res.score, res.used
 
     def decide(self, pred: Predictive) -> tuple[Tensor, Tensor]:
         """``(defer [N] bool, score [N] float64)`` for a predictive of the same task."""
@@ -193,14 +303,21 @@ class DeferralPolicy:
         return s > self.threshold, s
 
     def evaluate(
-        self, pred: Predictive, y: Any, *, error_metric: ErrorMetric | str | None = None
+        self,
+        pred: Predictive,
+        y: Any,
+        *,
+        error_metric: ErrorMetric | str | None = None,
+        defer: Tensor | None = None,
     ) -> dict[str, Any]:
         """Coverage and error, NLL (and ECE) on all and on accepted rows of ``pred`` with
-        targets ``y``: the figures a policy is fitted on, or checked against on held-out data."""
+        targets ``y``: the figures a policy is fitted on, or checked against on held-out data.
+        ``defer [N]``: the decisions (e.g. sequential ones), default ``decide(pred)``."""
         y = _targets(pred, y)
-        default = ErrorMetric.ERROR if self.task is Task.CLASSIFICATION else ErrorMetric.RMSE
-        metric = ErrorMetric(error_metric or self.target.get("metric") or default)
-        defer, _ = self.decide(pred)
+        metric = ErrorMetric(error_metric or self._metric())
+        if defer is None:
+            defer, _ = self.decide(pred)
+        defer = torch.as_tensor(defer, dtype=torch.bool).cpu()
         keep = ~defer
         loss = _row_loss(pred, y, metric)
         out: dict[str, Any] = {
@@ -225,7 +342,7 @@ class DeferralPolicy:
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": FORMAT_VERSION,
             "score": self.score.value,
             "threshold": self.threshold,
@@ -233,6 +350,9 @@ class DeferralPolicy:
             "target": dict(self.target),
             "validation": dict(self.validation),
         }
+        if self.decision is not None:
+            out["decision"] = self.decision.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DeferralPolicy:
@@ -242,10 +362,12 @@ class DeferralPolicy:
             task = Task(d["task"])
             score = _parse(DeferralScore, d["score"], "score", _SCORES_FOR[task])
             threshold = float(d["threshold"])
+            decision = d.get("decision")
+            decision = SequentialDecision.from_dict(decision) if decision else None
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"damaged deferral policy: {e}") from None
         return cls(score, threshold, task, dict(d.get("target", {})),
-                   dict(d.get("validation", {})))  # fmt: skip
+                   dict(d.get("validation", {})), decision)  # fmt: skip
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, Any]) -> DeferralPolicy | None:

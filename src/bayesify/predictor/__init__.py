@@ -27,10 +27,13 @@ Fields per row. Regression: ``mean``, ``std``, ``epistemic_variance``, ``aleator
 classification: ``label`` (class name), ``probabilities`` (in ``class_names`` order),
 ``entropy``, ``mutual_information``, ``expected_entropy``, ``prediction_set`` (class names),
 ``samples`` (``[T, C]`` per row). Intervals and sets are conformal when the bundle holds a
-calibration (``method.metadata["conformal"]``, :mod:`bayesify.posthoc.conformal`), else the
+calibration (``method.metadata["conformal"]``, :mod:`bayesify.posthoc.conformal`: the one made
+under the call's sampling policy; else the nearest and a line in ``res.warnings``), else the
 predictive's own (equal-tailed mixture interval; smallest top set reaching ``level``). With a
-deferral policy in the bundle: ``defer``, ``defer_score``, ``defer_threshold``; after adaptive
-sampling: ``samples_used``.
+deferral policy in the bundle: ``defer``, ``defer_score``, ``defer_threshold`` (and
+``defer_samples`` when it decides sequentially, :mod:`bayesify.posthoc.sequential`); after
+adaptive sampling: ``samples_used``. ``p.draw(inputs, seed)`` gives fresh samples of rows, what
+a sequential deferral threshold is fitted on.
 """
 
 from bayesify.predictor.core import DEFAULT_SAMPLES, OnError, PredictionResult, Predictor

@@ -18,8 +18,10 @@ from bayesify.data.preprocessing import Preprocessing, RowErrors, describe_row_e
 from bayesify.methods import Method
 from bayesify.methods.registry import load as load_method
 from bayesify.posthoc.conformal import METADATA_KEY as CONFORMAL_KEY
-from bayesify.posthoc.conformal import Conformal
+from bayesify.posthoc.conformal import ConformalByPolicy
 from bayesify.posthoc.deferral import DeferralPolicy
+from bayesify.posthoc.sampling import SamplingPolicy
+from bayesify.posthoc.sequential import Draw, sample_subset
 from bayesify.predictive import Predictive, Task
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -31,6 +33,36 @@ log = logging.getLogger(__name__)
 DEFAULT_SAMPLES = 100
 #: rows per block of the mixture-quantile root finding (its temporaries are [2, T, rows] float64)
 INTERVAL_ROWS = 2048
+
+
+def _generator(seed: int | None, generator: torch.Generator | None) -> torch.Generator | None:
+    if seed is None:
+        return generator
+    if generator is not None:
+        raise ValueError("give either generator or seed, not both")
+    return torch.Generator().manual_seed(seed)
+
+
+def sampling_policy(samples: Any, adaptive: dict[str, Any]) -> SamplingPolicy:
+    """The policy of a call: fixed ``samples``, or adaptive with its options (defaults of
+    :func:`~bayesify.methods.adaptive.predict_adaptive`)."""
+    if samples == "adaptive" or adaptive:
+        return SamplingPolicy.adaptive(adaptive.get("tol", 0.0), adaptive.get("start", 8),
+                                       adaptive.get("max_samples", 32))  # fmt: skip
+    return SamplingPolicy.fixed(int(samples))
+
+
+def deferral_note(policy: DeferralPolicy, served: SamplingPolicy) -> str | None:
+    """A warning when a one-draw deferral threshold is served under another sampling policy."""
+    fitted = policy.validation.get("samples")
+    if policy.decision is not None or (fitted and served == SamplingPolicy.fixed(fitted)):
+        return None
+    at = f"T={fitted}" if fitted else "an unrecorded sample count"
+    return (
+        f"deferral threshold fitted on one draw at {at}, served with {served.label()}: the "
+        "deferral rate may differ from its target; recalibrate (bayesify calibrate fits a "
+        "sequential decision that holds under any policy)"
+    )
 
 
 class OnError(StrEnum):
@@ -65,6 +97,8 @@ class PredictionResult:
     rows: np.ndarray
     skipped: RowErrors = field(default_factory=dict)
     class_names: list[str] | None = None
+    #: guarantees this answer does not carry (e.g. conformal calibrated under another policy)
+    warnings: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.rows)
@@ -105,8 +139,10 @@ class Predictor:
         self._prep = method.preprocessing or Preprocessing(input_shape=shape)
         self.source: str | None = None
         conf = method.metadata.get(CONFORMAL_KEY)
-        #: the bundle's conformal calibration: intervals and prediction sets come from it
-        self.conformal: Conformal | None = Conformal.from_dict(conf) if conf else None
+        #: the bundle's conformal calibrations (one per sampling policy): intervals and
+        #: prediction sets come from the one made under the policy served
+        self.conformal = ConformalByPolicy.from_dict(conf) if conf else None
+        self._warned: set[str] = set()
 
     @classmethod
     def load(
@@ -170,7 +206,9 @@ class Predictor:
             "default_samples": self.default_samples,
             "intervals": "conformal" if self.conformal is not None else "predictive",
             "fields": [*fields, "samples"],
-            "metadata": m.metadata,
+            "metadata": {**m.metadata, CONFORMAL_KEY: self.conformal.summary()}
+            if self.conformal is not None
+            else m.metadata,
         }
         if regression:
             scale = self._prep.y_std or 1.0
@@ -212,10 +250,7 @@ class Predictor:
         except ValueError:
             valid = ", ".join(o.value for o in OnError)
             raise ValueError(f"on_error must be one of {valid}, got {on_error!r}") from None
-        if seed is not None:
-            if generator is not None:
-                raise ValueError("give either generator or seed, not both")
-            generator = torch.Generator().manual_seed(seed)
+        generator = _generator(seed, generator)
         arr, bad = self._encoded(inputs) if encoded else self.encode(inputs, first_row)
         if bad and on_error is OnError.FAIL:
             raise DataError(
@@ -227,10 +262,18 @@ class Predictor:
             arr, rows = arr[keep], rows[keep]
         if len(arr) == 0:
             return PredictionResult(None, self._empty_columns(), rows, bad, self.class_names)
-        pred = self._predictive(arr, samples, generator, adaptive)
-        cols = self._columns(pred, level, generator)
+        policy = sampling_policy(samples, adaptive)
+        x = self._inputs(arr)
+        pred = self._predictive(x, samples, generator, adaptive)
+        warnings: list[str] = []
+        cols = self._columns(pred, level, generator, policy, warnings)
+        self._serving_columns(pred, cols, x, generator, policy, warnings)
         if not with_samples:
             del cols["samples"]
+        for w in warnings:
+            if w not in self._warned:  # once per predictor: a file's chunks, a server's passes
+                self._warned.add(w)
+                log.warning(w)
         finite = _finite_rows(cols, len(rows))
         if not finite.all():  # a bundle without bounds, fed values far outside its training
             why = ("the model's output is not a finite number (an input far outside the range "
@@ -243,32 +286,53 @@ class Predictor:
             pred, rows = pred[keep], rows[finite]
             cols = {k: v[finite] for k, v in cols.items()}
             if len(rows) == 0:
-                return PredictionResult(None, self._empty_columns(), rows, bad, self.class_names)
-        return PredictionResult(pred, cols, rows, bad, self.class_names)
+                return PredictionResult(None, self._empty_columns(), rows, bad, self.class_names,
+                                        warnings)  # fmt: skip
+        return PredictionResult(pred, cols, rows, bad, self.class_names, warnings)
 
     def predictive(
         self,
         inputs: Any,
-        samples: int | None = None,
+        samples: int | str | None = None,
         seed: int | None = None,
         *,
         generator: torch.Generator | None = None,
+        **adaptive: Any,
     ) -> Predictive:
         """The :class:`Predictive` of raw ``inputs`` in the units the records report
         (regression: the user's target units), without the per-row fields: what a deferral
-        policy or a calibration is fitted on. Every row must be usable: a ``DataError`` names
-        the first that is not."""
-        samples = _check_samples(self.default_samples if samples is None else samples)
-        if seed is not None:
-            if generator is not None:
-                raise ValueError("give either generator or seed, not both")
-            generator = torch.Generator().manual_seed(seed)
+        policy or a calibration is fitted on (``samples="adaptive"`` with ``tol``, ``start``,
+        ``max_samples``: under adaptive sampling). Every row must be usable: a ``DataError``
+        names the first that is not."""
+        if samples != "adaptive":
+            samples = _check_samples(self.default_samples if samples is None else samples)
+        generator = _generator(seed, generator)
+        return self._predictive(self._inputs(self._usable(inputs)), samples, generator, adaptive)
+
+    def draw(
+        self, inputs: Any, seed: int | None = None, *, generator: torch.Generator | None = None
+    ) -> Draw:
+        """``draw(rows, have, more)``: ``more`` fresh samples of the rows ``rows`` of raw
+        ``inputs`` as a :class:`Predictive` in the records' units (what a sequential deferral
+        decision is run and fitted on; :mod:`bayesify.posthoc.sequential`)."""
+        return self._draw(self._inputs(self._usable(inputs)), _generator(seed, generator))
+
+    def _usable(self, inputs: Any) -> np.ndarray:
         arr, bad = self._prep.rows_to_array(inputs)
         if bad:
             raise DataError(describe_row_errors(bad))
         if len(arr) == 0:
             raise DataError("no rows to predict")
-        return self._predictive(arr, samples, generator, {})
+        return arr
+
+    def _draw(self, x: torch.Tensor, generator: torch.Generator | None) -> Draw:
+        m = self.method
+
+        def draw(rows: torch.Tensor, have: int, more: int) -> Predictive:
+            sub = x[rows.to(x.device)]
+            return self._prep.outputs(m.to_predictive(m.sample(sub, more, generator=generator)))
+
+        return draw
 
     def encode(self, inputs: Any, first_row: int = 0) -> tuple[np.ndarray, RowErrors]:
         """Raw inputs -> encoded, unscaled float64 array ``[N, ...]`` and the unusable rows."""
@@ -285,14 +349,17 @@ class Predictor:
         bad = self._prep.check_encoded(arr)
         return (np.where(np.isfinite(arr), arr, 0.0) if bad else arr), bad
 
-    def _predictive(
-        self, arr: np.ndarray, samples: Any, generator: torch.Generator | None, adaptive: dict
-    ):
-        m = self.method
-        dtype = next((p.dtype for p in m.net.parameters()), torch.float32)
+    def _inputs(self, arr: np.ndarray) -> torch.Tensor:
+        """Encoded rows -> the network's (scaled) inputs."""
+        dtype = next((p.dtype for p in self.method.net.parameters()), torch.float32)
         if not arr.flags.writeable:  # e.g. a pandas frame's view; torch warns on those
             arr = arr.copy()
-        x = self._prep.scale(torch.as_tensor(arr, dtype=dtype))
+        return self._prep.scale(torch.as_tensor(arr, dtype=dtype))
+
+    def _predictive(
+        self, x: torch.Tensor, samples: Any, generator: torch.Generator | None, adaptive: dict
+    ):
+        m = self.method
         if samples == "adaptive" or adaptive:
             from bayesify.methods.adaptive import predict_adaptive
 
@@ -301,11 +368,24 @@ class Predictor:
         return self._prep.outputs(m.to_predictive(m.sample(x, samples, generator=generator)))
 
     def _columns(
-        self, pred: Predictive, level: float, generator: torch.Generator | None = None
+        self,
+        pred: Predictive,
+        level: float,
+        generator: torch.Generator | None = None,
+        policy: SamplingPolicy | None = None,
+        warnings: list[str] | None = None,
     ) -> dict[str, np.ndarray]:
         """The output fields; intervals and prediction sets are the bundle's conformal ones
-        when it has a calibration, else the predictive's own (equal-tailed mixture interval,
-        smallest set of classes whose mean probability reaches ``level``)."""
+        when it has a calibration (the one made under ``policy``, default fixed T of ``pred``,
+        else the nearest, with a note in ``warnings``), else the predictive's own
+        (equal-tailed mixture interval, smallest set of classes whose mean probability
+        reaches ``level``)."""
+        policy = policy or SamplingPolicy.fixed(pred.num_samples)
+        conformal = None
+        if self.conformal is not None:
+            conformal, note = self.conformal.select(policy)
+            if note and warnings is not None:
+                warnings.append(note)
 
         def np_(t: torch.Tensor) -> np.ndarray:
             return t.detach().cpu().double().numpy()
@@ -317,8 +397,8 @@ class Predictor:
                 "epistemic_variance": np_(pred.epistemic_variance),
                 "aleatoric_variance": np_(pred.aleatoric_variance),
             }
-            if self.conformal is not None:
-                lower, upper = self.conformal.interval(pred, level)
+            if conformal is not None:
+                lower, upper = conformal.interval(pred, level)
             else:  # root finding over [K, T, rows] at a time: blocks bound memory and time
                 parts = [pred[a : a + INTERVAL_ROWS].interval(level)
                          for a in range(0, len(pred), INTERVAL_ROWS)]  # fmt: skip
@@ -326,7 +406,7 @@ class Predictor:
                 upper = torch.cat([hi for _, hi in parts])
             cols["lower"], cols["upper"] = np_(lower), np_(upper)
             cols["samples"] = np_(pred.samples.T)  # [N, T]
-            return self._serving_columns(pred, cols)
+            return cols
         probs = pred.mean  # [N, C]
         idx = probs.argmax(-1).cpu().numpy()
         names = self.class_labels
@@ -338,8 +418,8 @@ class Predictor:
             "mutual_information": np_(pred.mutual_information),
             "expected_entropy": np_(pred.expected_entropy),
         }
-        if self.conformal is not None:
-            members = self.conformal.prediction_set(pred, level, generator=generator)
+        if conformal is not None:
+            members = conformal.prediction_set(pred, level, generator=generator)
         else:
             members = pred.prediction_set(level)  # [N, C] bool
         members = members.cpu().numpy()
@@ -348,21 +428,56 @@ class Predictor:
             [names[j] if names else int(j) for j in np.flatnonzero(r)] for r in members
         ]
         cols["samples"] = np_(pred.samples.transpose(0, 1))  # [N, T, C]
-        return self._serving_columns(pred, cols)
+        return cols
 
-    def _serving_columns(self, pred: Predictive, cols: dict[str, np.ndarray]) -> dict:
-        """``defer``/``defer_score``/``defer_threshold`` with a deferral policy in the bundle,
+    def _serving_columns(
+        self,
+        pred: Predictive,
+        cols: dict[str, np.ndarray],
+        x: torch.Tensor,
+        generator: torch.Generator | None,
+        policy: SamplingPolicy,
+        warnings: list[str],
+    ) -> None:
+        """Adds ``defer``/``defer_score``/``defer_threshold`` with a deferral policy in the
+        bundle (a sequential policy: ``defer_samples``, the samples its decision used),
         ``samples_used`` after adaptive sampling."""
-        policy = DeferralPolicy.from_metadata(self.method.metadata)
-        if policy is not None:
-            defer, score = policy.decide(pred)
+        deferral = DeferralPolicy.from_metadata(self.method.metadata)
+        if deferral is not None:
+            if deferral.decision is None:
+                defer, score = deferral.decide(pred)
+                note = deferral_note(deferral, policy)
+                if note:
+                    warnings.append(note)
+            else:
+                first = self._first_samples(pred, policy, deferral.decision.start)
+                defer, score, used_d = deferral.decide_sequential(self._draw(x, generator),
+                                                                  len(pred), first)  # fmt: skip
+                cols["defer_samples"] = used_d.numpy()
             cols["defer"] = defer.numpy()
             cols["defer_score"] = score.numpy()
-            cols["defer_threshold"] = np.full(len(score), policy.threshold)
+            cols["defer_threshold"] = np.full(len(score), deferral.threshold)
         used = getattr(pred, "samples_used", None)
         if used is not None:
             cols["samples_used"] = used.cpu().numpy()
-        return cols
+
+    def _first_samples(self, pred: Predictive, policy: SamplingPolicy, start: int):
+        """The served samples a sequential decision may start from (its first ``start``
+        draws, drawn before anything depended on them), or None to draw afresh."""
+        if policy.least_samples < start or self.method.sample_count(start) != start:
+            return None
+        return sample_subset(pred, torch.arange(start))
+
+    def guarantee_notes(self, policy: SamplingPolicy) -> list[str]:
+        """What the bundle's conformal calibration and deferral policy do not guarantee when
+        served under ``policy`` (empty: both were fitted for it)."""
+        notes = []
+        if self.conformal is not None:
+            notes.append(self.conformal.select(policy)[1])
+        deferral = DeferralPolicy.from_metadata(self.method.metadata)
+        if deferral is not None:
+            notes.append(deferral_note(deferral, policy))
+        return [n for n in notes if n]
 
     def _empty_columns(self) -> dict[str, np.ndarray]:
         return {}

@@ -149,11 +149,12 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         key = "error" if request.url.path.startswith("/v2/") else "detail"
         return JSONResponse({key: exc.detail}, exc.status_code, headers=exc.headers)
 
-    async def run_rows(entry: Entry, arr: Any, samples: int | None, level: float = 0.9) -> Any:
+    async def run_rows(entry: Entry, arr: Any, samples: int | None, level: float = 0.9,
+                       seed: int | None = None) -> Any:  # fmt: skip
         model, batcher, metrics = entry.model, entry.batcher, entry.metrics
         if samples is None and model.adaptive is None:
             samples = model.default_samples
-        answer = await batcher.submit(PassKey(samples, level), arr)
+        answer = await batcher.submit(PassKey(samples, level, seed), arr)
         if answer.error is not None:
             raise ValueError(answer.error)
         recs = answer.records
@@ -216,7 +217,7 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         except InputError as e:
             return field_error(e.loc, e.message)
         try:
-            answer = await run_rows(entry, arr, req.samples, req.level)
+            answer = await run_rows(entry, arr, req.samples, req.level, req.seed)
         except ValueError as e:  # the predictor refused the rows (e.g. a value out of range)
             return field_error(["body", "inputs"], str(e))
         out = []
@@ -227,8 +228,11 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
                 rec["samples"] = answer.columns["samples"][i].tolist()
             rec["request_id"] = row_id
             out.append(rec)
-        return JSONResponse({"model": model.name, "version": entry.version, "request_id": rid,
-                             "predictions": out})  # fmt: skip
+        body = {"model": model.name, "version": entry.version, "request_id": rid,
+                "predictions": out}  # fmt: skip
+        if answer.warnings:
+            body["warnings"] = answer.warnings
+        return JSONResponse(body)
 
     @app.post("/v1/feedback", response_model=FeedbackResponse,
               responses={**bad_input, **not_found})  # fmt: skip

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ import torch
 
 from bayesify.data.preprocessing import FLOAT32_MAX, describe_row_errors, overflow_message
 from bayesify.posthoc.deferral import DeferralPolicy
+from bayesify.posthoc.sampling import SamplingPolicy
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,8 @@ class PassKey:
 
     samples: int | None  # fixed T, or None for the server's adaptive sampling
     level: float = 0.9
+    #: a request's seed: its rows run in a pass of their own (draws do not depend on company)
+    seed: int | None = None
 
 
 @dataclass
@@ -59,6 +62,8 @@ class Answer:
     #: when every sample has the same (what the monitor scores outcomes under)
     noise_std: np.ndarray | None = None
     error: str | None = None
+    #: guarantees the answer does not carry (e.g. conformal calibrated under another policy)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _finite_rows(columns: dict[str, np.ndarray], n: int) -> np.ndarray:
@@ -270,6 +275,8 @@ class ServedModel:
         finite numbers) gets an answer with ``error`` set, and the others their predictions:
         when the shared pass fails, each request is run on its own."""
         assert isinstance(key, PassKey)
+        if key.seed is not None and len(arrays) > 1:  # seeded requests: one pass each
+            return [a for arr in arrays for a in self.run(key, [arr])]
         try:
             return self._run(key, arrays)
         except ValueError as e:
@@ -289,10 +296,11 @@ class ServedModel:
             a = self.adaptive
             res = self.predictor.predict(x, samples="adaptive", level=key.level, tol=a.tol,
                                          start=a.start, max_samples=a.max_samples,
-                                         encoded=True)  # fmt: skip
+                                         encoded=True, seed=key.seed)  # fmt: skip
         else:
             res = self.predictor.predict(x, samples=key.samples or self.default_samples,
-                                         level=key.level, encoded=True)  # fmt: skip
+                                         level=key.level, encoded=True,
+                                         seed=key.seed)  # fmt: skip
         columns = dict(res.columns)
         if "samples_used" not in columns:
             columns["samples_used"] = np.full(len(x), res.predictive.num_samples)
@@ -316,7 +324,8 @@ class ServedModel:
             else:
                 answers.append(Answer(records[start:stop],
                                       {k: v[start:stop] for k, v in columns.items()},
-                                      None if noise is None else noise[start:stop]))  # fmt: skip
+                                      None if noise is None else noise[start:stop],
+                                      warnings=list(res.warnings)))  # fmt: skip
             start = stop
         return answers
 
@@ -334,7 +343,16 @@ class ServedModel:
             else {"mode": "fixed", "samples": self.default_samples}
         )  # fmt: skip
         card["deferral"] = self.policy.to_dict() if self.policy else None
+        card["warnings"] = self.predictor.guarantee_notes(self.sampling_policy)
         return card
+
+    @property
+    def sampling_policy(self) -> SamplingPolicy:
+        """The policy a request without ``samples`` is served with."""
+        a = self.adaptive
+        if a is not None:
+            return SamplingPolicy.adaptive(a.tol, a.start, a.max_samples)
+        return SamplingPolicy.fixed(self.default_samples)
 
 
 #: lists in a bundle's metadata longer than this are given as their length in the model card
@@ -355,7 +373,7 @@ def _brief_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
 
     out = {k: v for k, v in metadata.items() if k != "deferral"}
     conformal = out.get("conformal")
-    if isinstance(conformal, dict):
+    if isinstance(conformal, dict) and "scores" in conformal:  # else already a summary
         out["conformal"] = {k: v for k, v in conformal.items() if k not in ("scores", "samples")}
         out["conformal"]["n_scores"] = len(conformal.get("scores") or [])
         if "samples" in conformal:

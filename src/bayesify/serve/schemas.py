@@ -22,6 +22,13 @@ class PredictRequest(BaseModel):
         default=None, ge=1, description="Monte Carlo samples T (default: the server's setting)."
     )
     level: float = Field(default=0.9, gt=0, lt=1, description="Interval level (regression).")
+    seed: int | None = Field(
+        default=None,
+        ge=0,
+        lt=2**63,
+        description="Seed of the Monte Carlo draws: the same rows with the same seed get the "
+        "same answer (the request then runs in a pass of its own).",
+    )
     return_samples: bool = Field(default=False, description="Include each row's T samples.")
 
 
@@ -29,6 +36,11 @@ class PredictResponse(BaseModel):
     model: str
     version: int
     request_id: str
+    warnings: list[str] | None = Field(
+        default=None,
+        description="Guarantees this answer does not carry: e.g. conformal intervals "
+        "calibrated under another sampling policy than the one served.",
+    )
     predictions: list[dict[str, Any]] = Field(
         description="Per row: the predictor's record (prediction, uncertainty, interval or "
         "prediction set, defer/defer_score/defer_threshold when the bundle has a deferral "

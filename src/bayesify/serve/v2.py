@@ -8,7 +8,8 @@ Input tensors (one per feature for a table bundle, else one tensor ``[N, *input_
 ``defer_score``, ``defer_threshold`` with a deferral policy, ``samples_used``, and
 ``request_id`` (BYTES, one per row: ``<server id>-<row>``). Outputs are returned as JSON data
 (a client asking for binary outputs gets JSON, which the protocol allows). Request parameter
-``samples`` sets T. Errors are ``{"error": message}``.
+``samples`` sets T, ``seed`` the draws (the request then runs in a pass of its own). Errors are
+``{"error": message}``.
 
 Bundles trained on a table take their rows as raw feature values, one input tensor per
 feature named as the feature (as MLServer's pandas codec sends a DataFrame's columns): shape
@@ -344,6 +345,8 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
             outs += [{"name": "defer", "datatype": "BOOL", "shape": [-1]},
                      {"name": "defer_score", "datatype": "FP64", "shape": [-1]},
                      {"name": "defer_threshold", "datatype": "FP64", "shape": [-1]}]  # fmt: skip
+            if model.policy.decision is not None:  # samples its sequential decision used
+                outs.append({"name": "defer_samples", "datatype": "INT64", "shape": [-1]})
         outs += [{"name": "samples_used", "datatype": "INT64", "shape": [-1]},
                  {"name": "request_id", "datatype": "BYTES", "shape": [-1]}]  # fmt: skip
         meta = {
@@ -400,6 +403,10 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
         if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)
                                     or samples < 1):  # fmt: skip
             return _error(f"parameters.samples: a positive integer, got {samples!r}", 422)
+        seed = (req.parameters or {}).get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                                 or not 0 <= seed < 2**63):  # fmt: skip
+            return _error(f"parameters.seed: an integer >= 0, got {seed!r}", 422)
         try:
             _check_size(req, len(body) + len(binary), app.state.settings.max_rows)
             arr = _input_array(model, req, binary)
@@ -410,7 +417,7 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
             detail = json.loads(limits.body)["detail"][0]
             return _error(f"{'.'.join(map(str, detail['loc']))}: {detail['msg']}", 422)
         try:
-            answer = await app.state.run_rows(entry, arr, samples)
+            answer = await app.state.run_rows(entry, arr, samples, seed=seed)
         except ValueError as e:
             return _error(f"inputs.0: {e}", 422)
         columns = dict(answer.columns)
@@ -423,8 +430,11 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
             if missing:
                 return _error(f"outputs: unknown output(s) {missing}; valid: {sorted(have)}", 400)
             outputs = [have[o.name] for o in req.outputs]
-        return JSONResponse({"model_name": model.name, "model_version": str(entry.version),
-                             "id": req.id or rid, "outputs": outputs})  # fmt: skip
+        out = {"model_name": model.name, "model_version": str(entry.version),
+               "id": req.id or rid, "outputs": outputs}  # fmt: skip
+        if answer.warnings:
+            out["parameters"] = {"warnings": answer.warnings}
+        return JSONResponse(out)
 
     add_repository_routes(app, repo)
 
