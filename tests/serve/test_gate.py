@@ -129,7 +129,16 @@ def _drip(address: tuple[str, int], first: bytes, drop: bytes, every: float = 0.
         while time.monotonic() - start < limit:
             try:
                 got = s.recv(4096)
-                return time.monotonic() - start, got  # an answer, or b"" for closed
+                took = time.monotonic() - start
+                while got:  # the rest of the answer (headers and body may come apart)
+                    try:
+                        more = s.recv(4096)
+                    except (TimeoutError, OSError):
+                        break
+                    if not more:
+                        break
+                    got += more
+                return took, got  # an answer, or b"" for closed
             except TimeoutError:
                 pass
             except OSError:
