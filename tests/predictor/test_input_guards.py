@@ -133,7 +133,15 @@ def test_far_out_values_are_refused_per_row_alike_in_python_and_the_cli(houses_b
     assert "4 rows cannot be used: row 1: column 'area': missing value;" in said, said
     assert "row 3: column 'rooms': 1e+39 is beyond the float32 range" in said
     assert "row 5: column 'age': 'abc' is not a number" in said
-    assert "row 6: " + python_says.removeprefix("row 0: ") in said
+    reason = python_says.removeprefix("row 0: ").split("; use on_error")[0]
+    assert "row 6: " + reason in said and said.endswith(
+        "use --on-error skip to leave such rows out"
+    )
+    # ... also when they lie in different chunks of the file (nothing is written)
+    failed = _invoke(["predict", bundle, tmp_path / "new.csv", "--out", tmp_path / "c.csv",
+                      "--chunk-rows", 2], code=2)  # fmt: skip
+    assert "4 rows cannot be used: row 1: column 'area': missing value;" in _said(failed)
+    assert "row 6: " in _said(failed) and not (tmp_path / "c.csv").exists()
     # skipping leaves out exactly those rows, names them, and predicts the others
     out = tmp_path / "q.csv"
     said = _said(_invoke(["predict", bundle, tmp_path / "new.csv", "--out", out,

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 from bayesify.atomic import atomic_path
-from bayesify.data.preprocessing import RowErrors
+from bayesify.data.errors import DataError
+from bayesify.data.preprocessing import RowErrors, describe_row_errors
 from bayesify.data.tables import TableWriter, count_rows, iter_table, read_arrays, table_format
 from bayesify.predictor.core import OnError, Predictor
 from bayesify.progress import progress_bar
@@ -47,6 +48,20 @@ def _chunks(predictor: Predictor, path: Path, chunk_rows: int):
             yield arr[a : a + chunk_rows]
         return
     yield from iter_table(path, chunk_rows)
+
+
+def _raise_every_bad_row(predictor: Predictor, chunk, rest, first: int) -> None:
+    """On a failing chunk: read the rest of the file without predicting and raise one
+    ``DataError`` listing the bad rows of the whole file (returns when the chunk's rows are
+    all usable, i.e. the error was about something else)."""
+    _, bad = predictor.encode(chunk, first)
+    if not bad:
+        return
+    first += len(chunk)
+    for more in rest:
+        bad.update(predictor.encode(more, first)[1])
+        first += len(more)
+    raise DataError(f"{describe_row_errors(bad)}; use --on-error skip to leave such rows out")
 
 
 def skipped_path(output: Path) -> Path:
@@ -90,16 +105,21 @@ def predict_file(
         TableWriter(output) as writer,
         progress_bar(total=total, unit="rows", progress=progress, desc="predict") as bar,
     ):
-        for chunk in _chunks(predictor, input, chunk_rows):
-            res = predictor.predict(
-                chunk,
-                samples=samples,
-                level=level,
-                generator=generator,
-                on_error=on_error,
-                first_row=first,
-                with_samples=with_samples,
-            )
+        chunks = _chunks(predictor, input, chunk_rows)
+        for chunk in chunks:
+            try:
+                res = predictor.predict(
+                    chunk,
+                    samples=samples,
+                    level=level,
+                    generator=generator,
+                    on_error=on_error,
+                    first_row=first,
+                    with_samples=with_samples,
+                )
+            except DataError:
+                _raise_every_bad_row(predictor, chunk, chunks, first)
+                raise
             frame = res.frame(samples=with_samples)
             if keep:
                 missing = [k for k in keep if k not in getattr(chunk, "columns", [])]
