@@ -274,7 +274,7 @@ class Predictor:
             if w not in self._warned:  # once per predictor: a file's chunks, a server's passes
                 self._warned.add(w)
                 log.warning(w)
-        finite = _finite_rows(cols, len(rows))
+        finite = finite_rows(cols, len(rows))
         if not finite.all():  # a bundle without bounds, fed values far outside its training
             why = ("the model's output is not a finite number (an input far outside the range "
                    "it was trained on?)")  # fmt: skip
@@ -483,7 +483,7 @@ class Predictor:
         return {}
 
 
-def _finite_rows(columns: dict[str, np.ndarray], n: int) -> np.ndarray:
+def finite_rows(columns: dict[str, np.ndarray], n: int) -> np.ndarray:
     """``[N]`` bool: every float figure of the row is finite."""
     ok = np.ones(n, dtype=bool)
     for v in columns.values():

@@ -19,6 +19,7 @@ import torch
 from bayesify.data.preprocessing import FLOAT32_MAX, describe_row_errors, overflow_message
 from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.posthoc.sampling import SamplingPolicy
+from bayesify.predictor.core import finite_rows
 
 log = logging.getLogger(__name__)
 
@@ -64,15 +65,6 @@ class Answer:
     error: str | None = None
     #: guarantees the answer does not carry (e.g. conformal calibrated under another policy)
     warnings: list[str] = field(default_factory=list)
-
-
-def _finite_rows(columns: dict[str, np.ndarray], n: int) -> np.ndarray:
-    """``[N]`` bool: every float figure of the row is finite (JSON has no NaN or infinity)."""
-    ok = np.ones(n, dtype=bool)
-    for v in columns.values():
-        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
-            ok &= np.isfinite(v.reshape(n, -1)).all(axis=1)
-    return ok
 
 
 def _first_bad(arr: np.ndarray) -> tuple[int, ...]:
@@ -304,7 +296,7 @@ class ServedModel:
         columns = dict(res.columns)
         if "samples_used" not in columns:
             columns["samples_used"] = np.full(len(x), res.predictive.num_samples)
-        finite = _finite_rows(columns, len(x))
+        finite = finite_rows(columns, len(x))
         noise = None
         if res.predictive is not None and res.predictive.task.value == "regression":
             nv = res.predictive.noise_variance  # [T, N]

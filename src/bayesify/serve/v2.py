@@ -175,16 +175,22 @@ def _feature_column(model: ServedModel, t: Any, raw: bytes | None, loc: list[str
     if t.datatype not in NUMERIC or t.datatype == "BOOL":
         raise InputError([*loc, "datatype"], f"{t.datatype!r}; feature {t.name!r} is a number: "
                          "send FP32, FP64 or an integer type")  # fmt: skip
+    return _numbers(t, raw, n, loc, text=False)
+
+
+def _numbers(t: Any, raw: bytes | None, size: int, loc: list[str | int], *, text: bool) -> Any:
+    """A numeric tensor's ``size`` values, flat float64: from its binary bytes ``raw`` or its
+    JSON ``data`` (``text``: numbers written as strings, e.g. ``"NaN"``, are read too)."""
     if raw is not None:
         dtype = np.dtype(NUMERIC[t.datatype])
-        if len(raw) != n * dtype.itemsize:
-            raise InputError([*loc, "shape"], f"{t.shape} needs {n * dtype.itemsize} bytes of "
-                             f"{t.datatype}, got {len(raw)}")  # fmt: skip
+        if len(raw) != size * dtype.itemsize:
+            raise InputError([*loc, "shape"], f"{t.shape} needs {size * dtype.itemsize} bytes "
+                             f"of {t.datatype}, got {len(raw)}")  # fmt: skip
         return np.frombuffer(raw, dtype=dtype).astype(np.float64)
     if t.data is None:
         raise InputError([*loc, "data"], "missing (and no binary_data_size parameter)")
-    odd = not_a_number(t.data, [])
-    if odd is not None:
+    odd = not_a_number(t.data, []) if t.datatype != "BOOL" else None
+    if odd is not None and not (text and odd[1] == "a string"):
         raise InputError([*loc, "data", *odd[0]], f"{odd[1]}, not a {t.datatype} number")
     try:
         arr = np.asarray(t.data, dtype=np.float64).reshape(-1)
@@ -192,8 +198,9 @@ def _feature_column(model: ServedModel, t: Any, raw: bytes | None, loc: list[str
         raise InputError([*loc, "data"], "number too large for a float64") from None
     except (ValueError, TypeError):
         raise InputError([*loc, "data"], "must be numbers (flat or nested)") from None
-    if arr.size != n:
-        raise InputError([*loc, "data"], f"{arr.size} values for shape {t.shape}")
+    if arr.size != size:
+        raise InputError([*loc, "data"], f"{arr.size} values for shape {t.shape} "
+                         f"({size} values)")  # fmt: skip
     return arr
 
 
@@ -257,26 +264,8 @@ def _input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.n
         if not isinstance(n_bytes, int) or n_bytes != len(binary):
             msg = f"{n_bytes}, but {len(binary)} bytes follow the JSON header"
             raise InputError([*loc, "parameters", "binary_data_size"], msg)
-        dtype = np.dtype(NUMERIC[t.datatype])
-        if n_bytes != size * dtype.itemsize:
-            raise InputError([*loc, "shape"], f"{t.shape} needs {size * dtype.itemsize} bytes "
-                             f"of {t.datatype}, got {n_bytes}")  # fmt: skip
-        arr = np.frombuffer(binary, dtype=dtype).astype(np.float64)
-    elif t.data is None:
-        raise InputError([*loc, "data"], "missing (and no binary_data_size parameter)")
-    else:
-        odd = not_a_number(t.data, []) if t.datatype != "BOOL" else None
-        if odd is not None and odd[1] != "a string":  # numbers as text ("NaN") are read
-            raise InputError([*loc, "data", *odd[0]], f"{odd[1]}, not a {t.datatype} number")
-        try:
-            arr = np.asarray(t.data, dtype=np.float64).reshape(-1)
-        except OverflowError:
-            raise InputError([*loc, "data"], "number too large for a float64") from None
-        except (ValueError, TypeError):
-            raise InputError([*loc, "data"], "must be numbers (flat or nested)") from None
-        if arr.size != size:
-            raise InputError([*loc, "data"], f"{arr.size} values for shape {t.shape} "
-                             f"({size} values)")  # fmt: skip
+    raw = binary if "binary_data_size" in params else None
+    arr = _numbers(t, raw, size, loc, text=True)
     return model.check_encoded(model.check_array(arr.reshape(t.shape), loc), loc)
 
 
