@@ -105,3 +105,12 @@ def test_sequential_deferral_is_stable_where_one_draw_flips():
     assert used.min() == 16 and used.max() <= 1024 and res.warnings == []
     # far rows stop at the first round; a row decided early is outside z standard errors
     assert (used == 16).mean() > 0.5
+    # a server's latency cap lowers the decision's maximum: no row draws more, and the model
+    # card says the flip rate is no longer the calibrated one
+    assert used.max() > 64
+    predictor.defer_max_samples = 64
+    capped = predictor.predict(xt.numpy(), samples=16, seed=0)
+    assert capped.columns["defer_samples"].max() == 64
+    assert (capped.columns["defer"] == res.columns["defer"]).mean() > 0.8
+    notes = predictor.guarantee_notes(SamplingPolicy.fixed(16))
+    assert any("at most 64 samples per row, not the 1024" in n for n in notes), notes

@@ -71,6 +71,16 @@ def serve(
     int8: Annotated[
         bool, typer.Option("--int8", help="Dynamic int8 quantisation of linear layers.")
     ] = False,
+    defer_max_samples: Annotated[
+        int | None,
+        typer.Option(
+            help="Most samples the sequential deferral decision draws for a row near the "
+            "threshold, when lower than the bundle's (a latency budget; rows may then flip "
+            "more often than calibrated).",
+            min=2,
+            show_default="the bundle's",
+        ),
+    ] = None,
     threads: Threads = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
@@ -107,7 +117,8 @@ def serve(
 
         def loader(path: str, model_name: str) -> ServedModel:
             return ServedModel.load(path, model_name, int8=int8, default_samples=samples,
-                                    adaptive=adaptive)  # fmt: skip
+                                    adaptive=adaptive,
+                                    defer_max_samples=defer_max_samples)  # fmt: skip
 
         repo = Repository.open(bundle, name, loader, BatchSettings(batch_wait_ms, batch_rows))
     except (ValueError, TypeError, OSError) as e:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from bayesify.posthoc.conformal import METADATA_KEY as CONFORMAL_KEY
 from bayesify.posthoc.conformal import ConformalByPolicy
 from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.posthoc.sampling import SamplingPolicy
-from bayesify.posthoc.sequential import Draw, sample_subset
+from bayesify.posthoc.sequential import Draw, SequentialDecision, sample_subset
 from bayesify.predictive import Predictive, Task
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -143,6 +143,9 @@ class Predictor:
         #: prediction sets come from the one made under the policy served
         self.conformal = ConformalByPolicy.from_dict(conf) if conf else None
         self._warned: set[str] = set()
+        #: most samples a sequential deferral decision may draw per row when lower than the
+        #: bundle's (a latency budget); None: the decision the threshold was fitted under
+        self.defer_max_samples: int | None = None
 
     @classmethod
     def load(
@@ -450,10 +453,11 @@ class Predictor:
                 if note:
                     warnings.append(note)
             else:
-                first = self._first_samples(pred, policy, deferral.decision.start)
-                defer, score, used_d = deferral.decide_sequential(self._draw(x, generator),
-                                                                  len(pred), first)  # fmt: skip
-                cols["defer_samples"] = used_d.numpy()
+                decision = self.served_decision(deferral)
+                first = self._first_samples(pred, policy, decision.start)
+                res = deferral.run(self._draw(x, generator), len(pred), first, decision)
+                defer, score = res.score > deferral.threshold, res.score
+                cols["defer_samples"] = res.used.numpy()
             cols["defer"] = defer.numpy()
             cols["defer_score"] = score.numpy()
             cols["defer_threshold"] = np.full(len(score), deferral.threshold)
@@ -468,6 +472,16 @@ class Predictor:
             return None
         return sample_subset(pred, torch.arange(start))
 
+    def served_decision(self, deferral: DeferralPolicy) -> SequentialDecision:
+        """The bundle's sequential decision, its most samples lowered to
+        :attr:`defer_max_samples` where that is set and lower (never below its start)."""
+        decision = deferral.decision
+        assert decision is not None
+        cap = self.defer_max_samples
+        if cap is None or cap >= decision.max_samples:
+            return decision
+        return replace(decision, max_samples=max(cap, decision.start))
+
     def guarantee_notes(self, policy: SamplingPolicy) -> list[str]:
         """What the bundle's conformal calibration and deferral policy do not guarantee when
         served under ``policy`` (empty: both were fitted for it)."""
@@ -477,6 +491,12 @@ class Predictor:
         deferral = DeferralPolicy.from_metadata(self.method.metadata)
         if deferral is not None:
             notes.append(deferral_note(deferral, policy))
+            served = self.served_decision(deferral) if deferral.decision is not None else None
+            if served is not None and served != deferral.decision:
+                notes.append(f"the deferral decision draws at most {served.max_samples} "
+                             f"samples per row, not the {deferral.decision.max_samples} it was "
+                             "fitted under: rows near the threshold may flip between "
+                             "defer and accept more often than calibrated")  # fmt: skip
         return [n for n in notes if n]
 
     def _empty_columns(self) -> dict[str, np.ndarray]:

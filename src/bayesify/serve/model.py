@@ -133,14 +133,16 @@ class ServedModel:
 
     @classmethod
     def load(cls, bundle: str, name: str | None = None, *, int8: bool = False,
-             **settings: Any) -> ServedModel:  # fmt: skip
+             defer_max_samples: int | None = None, **settings: Any) -> ServedModel:  # fmt: skip
         """Open a bundle (a clear ``BundleError``/``ValueError`` when it is missing, damaged or
-        a pickle); ``int8``: dynamic int8 quantisation of the linear layers."""
+        a pickle); ``int8``: dynamic int8 quantisation of the linear layers;
+        ``defer_max_samples``: a lower cap on the sequential deferral decision's samples."""
         from pathlib import Path
 
         from bayesify.predictor import Predictor
 
         predictor = Predictor.load(bundle)
+        predictor.defer_max_samples = defer_max_samples
         if int8:
             from bayesify.methods.quantize import quantize_int8
 
