@@ -36,8 +36,9 @@ adaptive sampling: ``samples_used``. ``p.draw(inputs, seed)`` gives fresh sample
 a sequential deferral threshold is fitted on.
 """
 
-from bayesify.predictor.core import DEFAULT_SAMPLES, OnError, PredictionResult, Predictor
+from bayesify.predictor.core import DEFAULT_SAMPLES, Predictor
 from bayesify.predictor.files import FileSummary, predict_file
+from bayesify.predictor.result import OnError, PredictionResult
 
 __all__ = [
     "DEFAULT_SAMPLES",

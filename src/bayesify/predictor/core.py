@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass, field, replace
-from enum import StrEnum
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -23,9 +22,11 @@ from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.posthoc.sequential import Draw, SequentialDecision, sample_subset
 from bayesify.predictive import Predictive, Task
+from bayesify.predictor.guarantees import deferral_note, sampling_policy
+from bayesify.predictor.result import OnError, PredictionResult, finite_rows, label_array
 
 if TYPE_CHECKING:  # pragma: no cover
-    import pandas as pd
+    pass
 
 log = logging.getLogger(__name__)
 
@@ -43,35 +44,6 @@ def _generator(seed: int | None, generator: torch.Generator | None) -> torch.Gen
     return torch.Generator().manual_seed(seed)
 
 
-def sampling_policy(samples: Any, adaptive: dict[str, Any]) -> SamplingPolicy:
-    """The policy of a call: fixed ``samples``, or adaptive with its options (defaults of
-    :func:`~bayesify.methods.adaptive.predict_adaptive`)."""
-    if samples == "adaptive" or adaptive:
-        return SamplingPolicy.adaptive(adaptive.get("tol", 0.0), adaptive.get("start", 8),
-                                       adaptive.get("max_samples", 32))  # fmt: skip
-    return SamplingPolicy.fixed(int(samples))
-
-
-def deferral_note(policy: DeferralPolicy, served: SamplingPolicy) -> str | None:
-    """A warning when a one-draw deferral threshold is served under another sampling policy."""
-    fitted = policy.validation.get("samples")
-    if policy.decision is not None or (fitted and served == SamplingPolicy.fixed(fitted)):
-        return None
-    at = f"T={fitted}" if fitted else "an unrecorded sample count"
-    return (
-        f"deferral threshold fitted on one draw at {at}, served with {served.label()}: the "
-        "deferral rate may differ from its target; recalibrate (bayesify calibrate fits a "
-        "sequential decision that holds under any policy)"
-    )
-
-
-class OnError(StrEnum):
-    """What to do with an input row that cannot be used (missing, non-numeric, unknown category)."""
-
-    FAIL = "fail"  # a DataError naming the first bad row
-    SKIP = "skip"  # leave the row out; ``PredictionResult.skipped`` says why
-
-
 def _check_level(level: float) -> float:
     if isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level < 1:
         raise ValueError(f"level must be a number in (0, 1), got {level!r}")
@@ -82,49 +54,6 @@ def _check_samples(samples: Any) -> int:
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be a positive integer, got {samples!r}")
     return samples
-
-
-@dataclass
-class PredictionResult:
-    """Predictions for the kept rows of one call.
-
-    ``columns`` holds one array per output field, first axis N (kept rows); ``rows`` their row
-    numbers in the input (offset by ``first_row``); ``skipped`` maps skipped rows to reasons.
-    """
-
-    predictive: Predictive | None
-    columns: dict[str, np.ndarray]
-    rows: np.ndarray
-    skipped: RowErrors = field(default_factory=dict)
-    class_names: list[str] | None = None
-    #: guarantees this answer does not carry (e.g. conformal calibrated under another policy)
-    warnings: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def records(self, samples: bool = True) -> list[dict[str, Any]]:
-        """One JSON-able dict per kept row (``samples=False`` leaves the samples out)."""
-        cols = {k: v.tolist() for k, v in self.columns.items() if samples or k != "samples"}
-        return [{k: v[i] for k, v in cols.items()} for i in range(len(self.rows))]
-
-    def frame(self, samples: bool = False, row: bool = True) -> pd.DataFrame:
-        """A table for files: ``row`` number first, ``probabilities`` expanded into one
-        ``p_<class>`` column per class, lists (prediction sets, samples) as JSON text."""
-        import pandas as pd
-
-        out: dict[str, Any] = {"row": self.rows} if row else {}
-        for k, v in self.columns.items():
-            if k == "samples" and not samples:
-                continue
-            if k == "probabilities":
-                names = self.class_names or [str(c) for c in range(v.shape[1])]
-                out.update({f"p_{c}": v[:, j] for j, c in enumerate(names)})
-            elif v.ndim > 1 or (v.dtype == object and len(v) and isinstance(v[0], list)):
-                out[k] = [json.dumps(a.tolist() if hasattr(a, "tolist") else a) for a in v]
-            else:
-                out[k] = v
-        return pd.DataFrame(out)
 
 
 class Predictor:
@@ -413,7 +342,7 @@ class Predictor:
         probs = pred.mean  # [N, C]
         idx = probs.argmax(-1).cpu().numpy()
         names = self.class_labels
-        labels = _label_array([names[i] for i in idx]) if names else idx
+        labels = label_array([names[i] for i in idx]) if names else idx
         cols = {
             "label": labels,
             "probabilities": np_(probs),
@@ -501,22 +430,3 @@ class Predictor:
 
     def _empty_columns(self) -> dict[str, np.ndarray]:
         return {}
-
-
-def finite_rows(columns: dict[str, np.ndarray], n: int) -> np.ndarray:
-    """``[N]`` bool: every float figure of the row is finite."""
-    ok = np.ones(n, dtype=bool)
-    for v in columns.values():
-        if isinstance(v, np.ndarray) and v.dtype.kind == "f":
-            ok &= np.isfinite(v.reshape(n, -1)).all(axis=1)
-    return ok
-
-
-def _label_array(labels: list[Any]) -> np.ndarray:
-    """Labels ``[N]`` as numbers where they are numbers (int64, float64, bool), else text."""
-    kinds = {type(v) for v in labels}
-    if kinds in ({int}, {float}, {bool}):
-        return np.asarray(labels)
-    out = np.empty(len(labels), dtype=object)
-    out[:] = labels
-    return out

@@ -19,7 +19,8 @@ from bayesify.atomic import atomic_path
 from bayesify.data.errors import DataError
 from bayesify.data.preprocessing import RowErrors, describe_row_errors
 from bayesify.data.tables import TableWriter, count_rows, iter_table, read_arrays, table_format
-from bayesify.predictor.core import OnError, Predictor
+from bayesify.predictor.core import Predictor
+from bayesify.predictor.result import OnError
 from bayesify.progress import progress_bar
 
 #: rows read, predicted and written at a time

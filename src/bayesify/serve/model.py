@@ -19,7 +19,7 @@ import torch
 from bayesify.data.preprocessing import FLOAT32_MAX, describe_row_errors, overflow_message
 from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.posthoc.sampling import SamplingPolicy
-from bayesify.predictor.core import finite_rows
+from bayesify.predictor.result import finite_rows
 
 log = logging.getLogger(__name__)
 
