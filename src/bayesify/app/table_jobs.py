@@ -30,6 +30,7 @@ from bayesify.data.preprocessing import (
 from bayesify.data.tables import read_table
 from bayesify.methods import get_method
 from bayesify.models import mlp
+from bayesify.options import shown
 from bayesify.predictive import Task
 from bayesify.seeding import seeded
 
@@ -183,7 +184,7 @@ def check_columns(
                 value = col.iloc[int(np.flatnonzero(bad)[0])]
                 found.append(
                     f"column {f!r} has non-numeric values in {_rows(bad)} "
-                    f"(e.g. {_plain(value)!r}) among numbers"
+                    f"(e.g. {shown(value)}) among numbers"
                 )
                 continue
             cats = sorted(col.astype(str).unique().tolist())
@@ -204,17 +205,12 @@ def check_columns(
             found.append(f"column {f!r} has numbers beyond the float32 range in {_rows(big)}")
         elif col.nunique() == 1:
             found.append(
-                f"column {f!r} is constant ({_plain(col.iloc[0])!r} in all "
+                f"column {f!r} is constant ({shown(col.iloc[0])} in all "
                 f"{len(col)} rows); leave it out with --exclude"
             )
     if problems is None and len(found) > start:
         raise DataError(problems_message(path, found))
     return categories
-
-
-def _plain(v: Any) -> Any:
-    """A numpy scalar as the Python value it holds (``1``, not ``np.int64(1)``)."""
-    return v.item() if isinstance(v, np.generic) else v
 
 
 def problems_message(path: Path | str, problems: list[str]) -> str:

@@ -37,6 +37,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from bayesify.options import shown
+
 from .errors import DataError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -83,9 +85,9 @@ def describe_row_errors(bad: RowErrors, limit: int = MAX_LISTED) -> str:
         groups.setdefault(bad[row], []).append(row)
     parts = []
     for why, rows in list(groups.items())[:limit]:
-        shown = ", ".join(str(r) for r in rows[:5])
+        listed = ", ".join(str(r) for r in rows[:5])
         extra = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
-        parts.append(f"row{'s' * (len(rows) > 1)} {shown}{extra}: {why}")
+        parts.append(f"row{'s' * (len(rows) > 1)} {listed}{extra}: {why}")
     if len(groups) > limit:
         parts.append(f"and {len(groups) - limit} more problem(s)")
     text = "; ".join(parts)
@@ -236,7 +238,7 @@ class Preprocessing:
                 missing_v = col.isna().to_numpy()
                 flag(~finite & missing_v, f"column {f!r}: missing value")
                 text = pd.to_numeric(col, errors="coerce").isna().to_numpy() & ~missing_v
-                flag(text, lambda i: f"column {f!r}: {_plain(col.iloc[i])!r} is not a number")
+                flag(text, lambda i: f"column {f!r}: {shown(col.iloc[i])} is not a number")
                 flag(~finite & ~missing_v & ~text, f"column {f!r}: not a finite number")
             big = finite & (np.abs(values) > FLOAT32_MAX)
             flag(big, lambda i: f"column {f!r}: {overflow_message(values[i])}")
@@ -305,7 +307,7 @@ class Preprocessing:
             binary = ((group == 0) | (group == 1)).all(1)
             flag(np.flatnonzero(ok[:, col : col + len(cats)].all(1) & ~binary),
                  lambda i, g=group, f=f, names=names: f"columns of category {f!r} ({names}): "
-                 f"{_plain(g[i][(g[i] != 0) & (g[i] != 1)][0]):g} is not 0 or 1")  # fmt: skip
+                 f"{float(g[i][(g[i] != 0) & (g[i] != 1)][0]):g} is not 0 or 1")  # fmt: skip
             ones = (group == 1).sum(1)
             flag(np.flatnonzero(binary & (ones != 1)),
                  lambda i, ones=ones, f=f, names=names: f"columns of category {f!r} ({names}) "
@@ -398,11 +400,6 @@ class Preprocessing:
         if self.y_mean is None or pred.task.value != "regression":
             return pred
         return pred.affine(self.y_mean, self.y_std)
-
-
-def _plain(v: Any) -> Any:
-    """A numpy scalar as the Python number it holds (errors show ``1``, not ``np.int64(1)``)."""
-    return v.item() if isinstance(v, np.generic) else v
 
 
 def _to_numpy(x: Any) -> np.ndarray:
