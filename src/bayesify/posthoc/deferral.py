@@ -252,19 +252,19 @@ class DeferralPolicy:
         policy = cls.fit(first, y_t, score=score, target_coverage=target_coverage,
                          target_error=target_error, error_metric=error_metric)  # fmt: skip
         seen: set[float] = set()
+        res = None  # the decisions at policy.threshold, once run
         for _ in range(max_iterations):
             res = policy.run(cache, n, first, decision)
-            refit, metric = cls._from_scores(first, y_t, res.score, policy.score,
-                                             target_coverage, target_error,
-                                             error_metric)  # fmt: skip
+            refit, _ = cls._from_scores(first, y_t, res.score, policy.score, target_coverage,
+                                        target_error, error_metric)  # fmt: skip
             if refit.threshold == policy.threshold or refit.threshold in seen:
                 break
             seen.add(policy.threshold)
-            policy.threshold = refit.threshold
+            policy.threshold, res = refit.threshold, None
         policy.decision = decision
-        res = policy.run(cache, n, first, decision)
-        metric = cls._from_scores(first, y_t, res.score, policy.score, target_coverage,
-                                  target_error, error_metric)[1]  # fmt: skip
+        if res is None:
+            res = policy.run(cache, n, first, decision)
+        metric = ErrorMetric(policy.validation["error_metric"])  # as the one-draw fit chose
         policy.validation = policy.evaluate(first, y_t, error_metric=metric,
                                             defer=res.score > policy.threshold)  # fmt: skip
         policy.validation["mean_samples"] = float(res.used.double().mean())
