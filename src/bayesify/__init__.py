@@ -30,6 +30,7 @@ _EXPORTS: dict[str, str] = {
          "load", "register_method"],
         "bayesify.methods",
     ),
+    "Laplace": "bayesify.methods",
     "Conformal": "bayesify.posthoc.conformal",
     "calibrate_conformal": "bayesify.posthoc.conformal",
     "sampling": "bayesify.nn",
@@ -42,6 +43,7 @@ _EXPORTS: dict[str, str] = {
 
 __all__ = [
     "IBNN",
+    "Laplace",
     "MCBN",
     "METHODS",
     "BayesByBackprop",
@@ -73,6 +75,7 @@ if TYPE_CHECKING:
         BayesByBackprop,
         DeepEnsemble,
         Deterministic,
+        Laplace,
         MCBNConfig,
         MCDropout,
         Method,

@@ -32,11 +32,16 @@ __all__ = [
     "BatchNormMode",
     "CRPSForm",
     "ConvEstimator",
+    "HessianStructure",
     "KLSchedule",
+    "LaplacePredictive",
+    "LaplaceSubset",
+    "Link",
     "Norm",
     "NoiseObjective",
     "OODPositive",
     "OptimizerName",
+    "PriorFit",
     "PriorKind",
     "Reduction",
     "ScaleNoise",
@@ -231,6 +236,57 @@ class SigmaPer(StrEnum):
     """One σ per channel."""
     LAYER = "layer"
     """One σ shared by the layer's channels."""
+
+
+# ---------------------------------------------------------------- Laplace
+class LaplaceSubset(StrEnum):
+    """Which weights the Laplace approximation puts a Gaussian on."""
+
+    LAST_LAYER = "last-layer"
+    """The last ``nn.Linear`` only; the body stays at its trained weights and runs once."""
+    ALL = "all"
+    """Every ``nn.Linear`` and ``nn.Conv2d``; batch norm and other parameters stay at MAP."""
+
+
+class HessianStructure(StrEnum):
+    """The structure of Laplace's generalised Gauss-Newton matrix."""
+
+    FULL = "full"
+    """The whole matrix over the layer (last layer only: its size is the square of its
+    weights)."""
+    KFAC = "kfac"
+    """Kronecker factors per layer, weight and bias blocks apart (Ritter et al. 2018)."""
+    DIAG = "diag"
+    """The diagonal."""
+
+
+class PriorFit(StrEnum):
+    """How Laplace chooses its prior precision δ."""
+
+    MARGLIK = "marglik"
+    """Maximise the Laplace marginal likelihood of the training data (closed form in δ;
+    homoscedastic regression fits σ² with it)."""
+    GRID = "grid"
+    """The δ of a log grid 1e-4 .. 1e4 with the best validation NLL (needs validation data)."""
+
+
+class LaplacePredictive(StrEnum):
+    """How Laplace turns its weight posterior into predictions."""
+
+    GLM = "glm"
+    """The network linearised in its weights (Immer et al. 2021): a Gaussian over outputs."""
+    SAMPLED = "sampled"
+    """The network itself at weights drawn from the posterior."""
+
+
+class Link(StrEnum):
+    """How Laplace's Gaussian over logits becomes class probabilities (classification, GLM)."""
+
+    PROBIT = "probit"
+    """The probit approximation ``softmax(f / sqrt(1 + π/8 var))``: no draws, every sample the
+    same (mutual information 0); last layer only."""
+    MC = "mc"
+    """T draws of the logits, softmax of each."""
 
 
 # ---------------------------------------------------------------- parsing

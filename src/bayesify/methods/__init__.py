@@ -5,6 +5,7 @@ from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSch
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
 from bayesify.methods.ibnn import IBNN, IBNNConfig
+from bayesify.methods.laplace import Laplace, LaplaceConfig
 from bayesify.methods.mc_dropout import MCDropout, MCDropoutConfig
 from bayesify.methods.mcbn import MCBN, MCBNConfig
 from bayesify.methods.registry import (
@@ -22,6 +23,8 @@ __all__ = [
     "METHODS",
     "IBNN",
     "IBNNConfig",
+    "Laplace",
+    "LaplaceConfig",
     "MCBN",
     "MCBNConfig",
     "MCDropout",

@@ -137,6 +137,19 @@ _PRESETS = [
         # SGD with momentum 0.9, batch 32 (their grid search); 1200 epochs with a decaying lr
         fit={"optimizer": "sgd", "lr": 0.01, "batch_size": 32, "epochs": 1200},
     ),
+    Preset(
+        "laplace",
+        "paper",
+        "Daxberger et al. 2021, Laplace Redux, §4 (their recommended default)",
+        # post-hoc on a trained network: last layer, KFAC GGN, prior precision by the marginal
+        # likelihood, the GLM predictive with the probit link (classification)
+        config={
+            "subset": "last-layer",
+            "hessian": "kfac",
+            "prior_fit": "marglik",
+            "predictive": "glm",
+        },  # fmt: skip
+    ),
 ]
 
 PRESETS: dict[tuple[str, str], Preset] = {(p.method, p.name): p for p in _PRESETS}

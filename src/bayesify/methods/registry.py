@@ -28,6 +28,7 @@ from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble
 from bayesify.methods.ibnn import IBNN
 from bayesify.methods.inputs import check_device
+from bayesify.methods.laplace import Laplace
 from bayesify.methods.mc_dropout import MCDropout
 from bayesify.methods.mcbn import MCBN
 from bayesify.methods.stochastic_norm import StochasticNorm
@@ -41,6 +42,7 @@ METHODS: dict[str, type[Method]] = {
     "ensemble": DeepEnsemble,
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
+    "laplace": Laplace,
 }
 
 
