@@ -99,12 +99,15 @@ class SampledLinear(StochasticModule):
         groups = w.shape[0]
         if x.shape[0] % groups:
             raise ValueError(f"{x.shape[0]} rows do not split into {groups} sample groups")
-        rows = x.reshape(groups, -1, self.in_features)  # [G, n*, in]
+        # float64 products: the result does not depend on how many groups and rows one call
+        # holds (float32 kernels sum in an order that does), so chunking leaves it unchanged
+        rows = x.reshape(groups, -1, self.in_features).double()  # [G, n*, in]
+        wt = w.double().transpose(1, 2)
         if b is None:
-            out = torch.bmm(rows, w.transpose(1, 2))
+            out = torch.bmm(rows, wt)
         else:
-            out = torch.baddbmm(b.unsqueeze(1), rows, w.transpose(1, 2))
-        return out.reshape(*x.shape[:-1], self.out_features)
+            out = torch.baddbmm(b.double().unsqueeze(1), rows, wt)
+        return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
 
 def last_linear(net: nn.Module) -> tuple[nn.Module, str, nn.Linear]:

@@ -1,0 +1,225 @@
+"""Laplace: the conformance suite (last layer and all layers, BatchNorm networks included),
+probit, heteroscedastic regression, the prior grid, conformal and deferral on its predictive,
+``bayesify train/predict --method laplace`` and a served request."""
+
+from __future__ import annotations
+
+import math
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from conformance import MethodConformance
+from test_mcbn import regression_data
+from typer.testing import CliRunner
+
+import bayesify
+from bayesify.models import lenet, mlp
+
+
+def classification_data(n: int = 160, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 5, generator=g)
+    y = (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 0.7).long()
+    return x, y
+
+
+def _trained(net, data, task, epochs=30):
+    """A network trained outside bayesify (plain Adam), in eval mode."""
+    x, y = data
+    torch.manual_seed(0)
+    opt = torch.optim.Adam(net.parameters(), 1e-2)
+    for _ in range(epochs):
+        for i in range(0, len(x), 32):
+            opt.zero_grad()
+            out = net(x[i : i + 32])
+            if task == "classification":
+                loss = torch.nn.functional.cross_entropy(out, y[i : i + 32])
+            else:
+                loss = torch.nn.functional.mse_loss(out.squeeze(-1), y[i : i + 32])
+            loss.backward()
+            opt.step()
+    return net.eval()
+
+
+class TestLaplaceLastLayerRegression(MethodConformance):
+    def make(self):
+        x, y = regression_data()
+        net = _trained(mlp(5, hidden=(16, 16)), (x[:200], y[:200]), "regression")
+        m = bayesify.Laplace.from_pretrained(net, (x[:200], y[:200]), val=(x[200:], y[200:]))
+        return m, x[200:230]
+
+
+class TestLaplaceAllLayersKFACWithBN(MethodConformance):
+    atol = 1e-4
+
+    def make(self):
+        x, y = classification_data()
+        net = _trained(mlp(5, 3, (16,), norm="batch"), (x, y), "classification")
+        m = bayesify.Laplace.from_pretrained(
+            net, (x, y), task="classification", subset="all", hessian="kfac"
+        )
+        return m, x[:12]
+
+
+class TestLaplaceAllLayersDiagRegressionSampled(MethodConformance):
+    atol = 1e-4
+
+    def make(self):
+        x, y = regression_data()
+        net = _trained(mlp(5, hidden=(16,)), (x[:200], y[:200]), "regression")
+        m = bayesify.Laplace.from_pretrained(net, (x[:200], y[:200]), val=(x[200:], y[200:]),
+                                             subset="all", hessian="diag",
+                                             predictive="sampled")  # fmt: skip
+        return m, x[200:220]
+
+
+def test_probit_is_the_closed_form_and_draws_nothing():
+    x, y = classification_data()
+    net = _trained(mlp(5, 3, (16,), norm="batch"), (x, y), "classification")
+    la = bayesify.Laplace.from_pretrained(net, (x, y), task="classification")
+    pred = la.predict(x[:7], samples=5, seed=0)
+    assert pred.num_samples == 5 and float(pred.samples.std(0).max()) == 0.0
+    mean, cov = la.glm(x[:7])
+    kappa = 1 / torch.sqrt(1 + math.pi / 8 * cov.diagonal(dim1=1, dim2=2))
+    torch.testing.assert_close(pred.mean, torch.softmax(kappa * mean, -1).float())
+    # the MAP network's own outputs are unchanged outside sampling, and the posterior widens
+    # the probabilities towards uniform
+    with torch.no_grad():
+        map_probs = net(x[:7]).softmax(-1)
+    assert (pred.mean.max(-1).values <= map_probs.max(-1).values + 1e-6).all()
+
+
+def test_kfac_marglik_prior_is_the_maximiser_and_grid_needs_val():
+    x, y = classification_data()
+    net = _trained(mlp(5, 3, (16,), norm=None), (x, y), "classification")
+    la = bayesify.Laplace.from_pretrained(net, (x, y), task="classification")
+    best = la.log_marginal_likelihood()
+    for f in (0.8, 1.25):
+        assert la.log_marginal_likelihood(la.prior_precision * f) < best
+    with pytest.raises(ValueError, match="pass val="):
+        bayesify.Laplace.from_pretrained(net, (x, y), task="classification", prior_fit="grid")
+    grid = bayesify.Laplace.from_pretrained(
+        net, (x[:120], y[:120]), val=(x[120:], y[120:]), task="classification", prior_fit="grid"
+    )
+    on_grid = (math.log10(grid.prior_precision) + 4) / 0.4
+    assert abs(on_grid - round(on_grid)) < 1e-9
+
+    def val_nll(m):
+        return float(-m.predict(x[120:], 4, seed=0).log_prob(y[120:]).mean())
+
+    nll = val_nll(grid)
+    for k in (round(on_grid) - 1, round(on_grid) + 1):
+        if not 0 <= k <= 20:
+            continue
+        d = 10 ** (-4 + 0.4 * k)
+        other = bayesify.Laplace.from_pretrained(net, (x[:120], y[:120]), prior_precision=d,
+                                                 task="classification")  # fmt: skip
+        assert nll <= val_nll(other) + 1e-9
+
+
+def test_bad_options_are_one_line_errors():
+    net = mlp(5, 3, (8,))
+    with pytest.raises(ValueError, match="hessian='full' is for subset='last-layer'"):
+        bayesify.Laplace(net, task="classification", subset="all", hessian="full")
+    with pytest.raises(ValueError, match="link='probit' is for subset='last-layer'"):
+        bayesify.Laplace(net, task="classification", subset="all", link="probit")
+    with pytest.raises(ValueError, match="link is a classification option"):
+        bayesify.Laplace(net, link="mc")
+    with pytest.raises(ValueError, match="needs the training data"):
+        bayesify.Laplace.from_pretrained(net, task="classification")
+
+
+def test_heteroscedastic_regression_uses_each_samples_variance():
+    x, y = regression_data()
+    y = y + 0.3 * x[:, 2].abs() * torch.randn(len(y), generator=torch.Generator().manual_seed(1))
+    net = mlp(5, 2, (16,), norm=None)
+    torch.manual_seed(0)
+    opt = torch.optim.Adam(net.parameters(), 1e-2)
+    for _ in range(300):
+        opt.zero_grad()
+        out = net(x)
+        var = torch.nn.functional.softplus(out[:, 1]) + 1e-6
+        (0.5 * (var.log() + (y - out[:, 0]) ** 2 / var)).mean().backward()
+        opt.step()
+    la = bayesify.Laplace.from_pretrained(net.eval(), (x, y), likelihood="heteroscedastic")
+    pred = la.predict(x[:20], samples=16, seed=0)
+    assert pred.noise_variance.shape == (16, 20) and pred.noise_variance.std() > 0
+    assert float(pred.epistemic_variance.min()) > 0
+
+
+def test_conformal_and_deferral_work_on_its_predictive():
+    x, y = classification_data(400)
+    net = _trained(mlp(5, 3, (16,), norm="batch"), (x[:200], y[:200]), "classification")
+    for link in ("probit", "mc"):
+        la = bayesify.Laplace.from_pretrained(
+            net, (x[:200], y[:200]), task="classification", link=link
+        )
+        cal, test = la.predict(x[200:300], 16, seed=0), la.predict(x[300:], 16, seed=1)
+        conf = bayesify.Conformal.fit(cal, y[200:300])
+        sets = conf.prediction_set(test, 0.9)
+        covered = sets[torch.arange(len(sets)), y[300:]].float().mean()
+        assert 0.75 < float(covered) <= 1.0 and float(sets.float().sum(1).mean()) < 3
+        from bayesify.posthoc.deferral import DeferralPolicy
+
+        score = "entropy" if link == "probit" else "mi"
+        policy = DeferralPolicy.fit(cal, y[200:300], score=score, target_coverage=0.8)
+        deferred, _ = policy.decide(test)
+        kept = ~deferred
+        assert 0.5 < float(kept.float().mean()) < 1.0
+
+
+def test_train_and_predict_cli_and_a_served_request(tmp_path):
+    from bayesify.cli import app
+    from bayesify.data.preprocessing import Preprocessing
+
+    x, y = classification_data(300)
+    np.savetxt(tmp_path / "rows.csv", x[:5].numpy(), delimiter=",",
+               header="a,b,c,d,e", comments="")  # fmt: skip
+    net = _trained(mlp(5, 3, (16,), norm="batch"), (x, y), "classification")
+    la = bayesify.Laplace.from_pretrained(net, (x, y), task="classification", link="mc")
+    la.preprocessing = Preprocessing(input_shape=[5], class_names=["a", "b", "c"])
+    la.save(tmp_path / "bundle")
+    runner = CliRunner()
+    res = runner.invoke(app, ["predict", str(tmp_path / "bundle"), str(tmp_path / "rows.csv"),
+                              "--out", str(tmp_path / "out.csv"), "--samples", "8"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "out.csv").read_text().count("\n") == 6
+
+    from bayesify.bench.process import start_server
+
+    srv = start_server(tmp_path / "bundle", tmp_path / "server.log", "--threads", "1",
+                       "--samples", "16", name="lap")  # fmt: skip
+    try:
+        r = httpx.post(f"{srv.url}/v1/predict", json={"inputs": x[:3].tolist(), "seed": 0})
+        assert r.status_code == 200, r.text
+        probs = np.array([p["probabilities"] for p in r.json()["predictions"]])
+        ref = bayesify.load(tmp_path / "bundle").predict(x[:3], samples=4000, seed=0).mean
+        np.testing.assert_allclose(probs, ref.numpy(), atol=0.1)
+    finally:
+        srv.stop()
+
+
+def test_lenet_with_batch_norm_runs_its_body_once_per_row():
+    """Sampled last layer on a BN LeNet: the convolutions see the N rows once, the last layer
+    T·N rows, and the one pass equals the loop of T passes."""
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(48, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (48,), generator=g)
+    net = _trained(lenet(norm="batch"), (x, y), "classification", epochs=2)
+    la = bayesify.Laplace.from_pretrained(net, (x, y), task="classification",
+                                          predictive="sampled", batch_size=16)  # fmt: skip
+    conv, last = la.net[0], la.layer
+    rows = {}
+    for name, m in (("conv", conv), ("last", last)):
+
+        def seen(_m, a, name=name) -> None:
+            rows.setdefault(name, a[0].shape[0])
+
+        m.register_forward_pre_hook(seen)
+    out = la.sample(x[:5], 12, seed=0, max_rows=None)
+    assert rows == {"conv": 5, "last": 60}
+    loop = la.reference_samples(x[:5], 12, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(out, loop, rtol=1e-4, atol=1e-4)
