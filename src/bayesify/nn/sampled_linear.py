@@ -103,10 +103,8 @@ class SampledLinear(StochasticModule):
         # holds (float32 kernels sum in an order that does), so chunking leaves it unchanged
         rows = x.reshape(groups, -1, self.in_features).double()  # [G, n*, in]
         wt = w.double().transpose(1, 2)
-        if b is None:
-            out = torch.bmm(rows, wt)
-        else:
-            out = torch.baddbmm(b.double().unsqueeze(1), rows, wt)
+        bias = None if b is None else b.double().unsqueeze(1)
+        out = torch.bmm(rows, wt) if bias is None else torch.baddbmm(bias, rows, wt)
         return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
 
