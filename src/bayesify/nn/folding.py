@@ -166,8 +166,9 @@ def forward_in_chunks(
     allocated after the first chunk and refused first if it would exceed ``max_bytes``
     (:func:`check_sample_bytes`, with ``net``'s per-group draws).
 
-    When ``forward`` is ``net`` itself, its :func:`deterministic_prefix` runs once per chunk of
-    data rows and the rest over the repeated rows. ``start`` > 0: ``x`` already holds the output
+    When ``forward`` is ``net`` itself, its :func:`deterministic_prefix` runs once per data row,
+    over blocks of ``G·n`` rows (as many as one forward of the rest holds), and the rest over
+    the repeated rows of each chunk. ``start`` > 0: ``x`` already holds the output
     of ``net[:start]`` (a prefix computed once and reused), and only ``net[start:]`` runs."""
     tune_allocator()  # once per process: no heap trimming after every chunk (glibc)
     split = deterministic_prefix(net) if forward is net and not start else 0
@@ -180,15 +181,17 @@ def forward_in_chunks(
         if len(ranges) > 1:
             select_groups(net, a, b)
         row = 0
-        for chunk in x.split(per_chunk):
-            y = fold_samples(  # [(M,) G, n, ...]
-                forward(repeat_samples(head(chunk) if split else chunk, b - a)), b - a, group_dim
-            )
-            if out is None:
-                out = _output_like(y, group_dim, ranges[-1][1], len(x), net, max_bytes)
-            out[(slice(None),) * group_dim + (slice(a, b), slice(row, row + len(chunk)))] = y
-            row += len(chunk)
-            del y  # freed before the next chunk's forward
+        # the prefix sees as many rows per forward as the repeated part does (G·n), not n:
+        # small forwards of a large layer re-read its weights once per chunk
+        for block in x.split(per_chunk * (b - a) if split else len(x) or 1):
+            h = head(block) if split else block
+            for chunk in h.split(per_chunk):
+                y = fold_samples(forward(repeat_samples(chunk, b - a)), b - a, group_dim)
+                if out is None:  # [(M,) G, n, ...]
+                    out = _output_like(y, group_dim, ranges[-1][1], len(x), net, max_bytes)
+                out[(slice(None),) * group_dim + (slice(a, b), slice(row, row + len(chunk)))] = y
+                row += len(chunk)
+                del y  # freed before the next chunk's forward
     if out is None:
         raise ValueError("forward_in_chunks needs at least one group range and one row")
     return out

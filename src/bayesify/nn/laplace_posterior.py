@@ -148,12 +148,19 @@ class KronBlock(LaplaceBlock):
         w = torch.outer(self.l_out, self.l_in).flatten()
         return torch.cat([w, self.l_out]) if self.has_bias else w
 
-    def deltas(self, groups: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+    def rotated_deltas(
+        self, groups: int, generator: torch.Generator | None
+    ) -> tuple[Tensor, Tensor]:
+        """Draws of the weights' deviation in the factors' eigenbases, ``Q_outᵀ ΔW Q_in``
+        ``[G, out, in]`` (independent, variance 1/precision), and of the bias ``Δb [G, out]``."""
         dev = self.q_out.device
         z = draw_on(generator, (groups, self.out_features, self.in_features + 1)).to(dev)
-        dw = self.q_out @ (z[..., :-1] * self._prec_w().rsqrt()) @ self.q_in.T
         db = (z[..., -1] * self._prec_b().rsqrt()) @ self.q_out.T
-        return dw, db
+        return z[..., :-1] * self._prec_w().rsqrt(), db
+
+    def deltas(self, groups: int, generator: torch.Generator | None) -> tuple[Tensor, Tensor]:
+        rotated, db = self.rotated_deltas(groups, generator)
+        return self.q_out @ rotated @ self.q_in.T, db
 
     def output_covariance(self, features: Tensor) -> Tensor:
         psi2 = (features.double() @ self.q_in).square()  # [N, in]
@@ -219,11 +226,20 @@ class LaplaceLinear(SampledLinear):
         super().__init__(linear, posterior)
         self.probit = probit
 
+    @property
+    def _rotated(self) -> bool:
+        """KFAC draws applied in the factors' eigenbases (no weight matrix per group)."""
+        return isinstance(self.posterior, KronBlock) and not self.probit
+
     def begin_sampling(self, plan) -> None:  # noqa: ANN001 - SamplingPlan
-        if not self.probit:
-            super().begin_sampling(plan)
+        self._rotated_draws = False
+        if not (self.probit or self._rotated) or plan.draw_for(self) is not None:
+            super().begin_sampling(plan)  # weights per group (given, or drawn whole)
             return
-        super(SampledLinear, self).begin_sampling(plan)  # groups only: nothing to draw
+        super(SampledLinear, self).begin_sampling(plan)  # the groups; draws below
+        if self._rotated:
+            self._block = self._draw = self.posterior.rotated_deltas(plan.samples, plan.generator)
+            self._rotated_draws = True
 
     def select_groups(self, start: int, stop: int) -> None:
         if not self.probit:
@@ -235,11 +251,32 @@ class LaplaceLinear(SampledLinear):
         return 0 if self.probit else super().group_bytes()
 
     def forward(self, x: Tensor) -> Tensor:
-        if not (self.stochastic and self.probit):
-            return super().forward(x)
-        groups = self.groups
-        rows = x.reshape(groups, -1, self.in_features)[0]  # every group holds the same rows
-        return probit_logits(self, rows).repeat(groups, 1).reshape(*x.shape[:-1], -1)
+        if self.stochastic and self.probit:
+            groups = self.groups
+            rows = x.reshape(groups, -1, self.in_features)[0]  # every group: the same rows
+            return probit_logits(self, rows).repeat(groups, 1).reshape(*x.shape[:-1], -1)
+        if self.stochastic and getattr(self, "_rotated_draws", False) and self._draw is not None:
+            return self._rotated_forward(x)
+        return super().forward(x)
+
+    def _rotated_forward(self, x: Tensor) -> Tensor:
+        """``W φ + b + Q_out (Z_t ⊙ S)(Q_inᵀ φ) + Δb_t`` per group t: the input is rotated once
+        per row (once per data row when every group holds the same rows, as behind a
+        deterministic body), then each group costs ``out × in`` per row, as a plain product."""
+        zs, db = self._draw  # [G, out, in], [G, out] float64
+        block: KronBlock = self.posterior
+        groups = zs.shape[0]
+        rows = x.reshape(groups, -1, self.in_features).double()  # [G, n, in]
+        shared = groups == 1 or bool((rows == rows[:1]).all())
+        base = rows[:1] if shared else rows
+        w = self.weight.double()
+        mean = base @ w.T + (0 if self.bias is None else self.bias.double())  # [1|G, n, out]
+        psi = base @ block.q_in  # [1|G, n, in]
+        dev = torch.matmul(psi, zs.transpose(1, 2)) @ block.q_out.T  # [G, n, out]
+        out = mean + dev
+        if self.bias is not None:
+            out = out + db.unsqueeze(1)
+        return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
 
 def probit_logits(layer: LaplaceLinear, features: Tensor) -> Tensor:

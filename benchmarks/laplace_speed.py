@@ -1,0 +1,99 @@
+"""Last-layer Laplace prediction cost on the Fashion-MNIST LeNet, side by side in one run:
+bayesify's sampled and probit predictives, laplace-torch 0.3's sampled ("nn", mc) and GLM
+(probit) predictives, and one plain forward pass over the same N images (the floor).
+
+    PYTHONPATH=src python benchmarks/laplace_speed.py [--net CHECKPOINT_FOLDER] [--threads 2]
+
+Both Laplace fits use the same network and 2,000 training images (prediction cost does not
+depend on how many images the curvature summed). Every cell is the median of ``--repeats``
+calls, the candidates interleaved call by call so that load on the machine hits them alike.
+Prints a markdown table of milliseconds and ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+
+import bayesify
+from bayesify.data import load_fashion_mnist
+from bayesify.models import lenet
+
+
+def _net(folder: str | None) -> torch.nn.Module:
+    net = lenet(norm="batch")
+    if folder:
+        from bayesify.io import read_bundle
+
+        tensors, _ = read_bundle(folder)
+        net.load_state_dict(tensors)
+    return net.eval()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--net", default=None, help="a checkpoint folder of bench images (lenet)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--fit-images", type=int, default=2000)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from laplace import Laplace
+    from torch.utils.data import DataLoader, TensorDataset
+
+    train = load_fashion_mnist("train")
+    x_fit, y_fit = train.x[: args.fit_images], train.y[: args.fit_images]
+    test = load_fashion_mnist("test").x
+    net = _net(args.net)
+    ours = bayesify.Laplace.from_pretrained(net, (x_fit, y_fit), task="classification",
+                                            batch_size=128, predictive="sampled")  # fmt: skip
+    probit = bayesify.Laplace.from_pretrained(net, (x_fit, y_fit), task="classification",
+                                              batch_size=128)  # fmt: skip
+    ref = Laplace(copy.deepcopy(net), "classification", subset_of_weights="last_layer",
+                  hessian_structure="kron")  # fmt: skip
+    ref.fit(DataLoader(TensorDataset(x_fit, y_fit), batch_size=128))
+    ref.optimize_prior_precision(method="marglik")
+    gen = torch.Generator().manual_seed(0)
+
+    rows = []
+    for n in (1, 64):
+        x = test[:n]
+        for t in (32, 100):
+            cands = {
+                "plain pass": lambda x=x: net(x),
+                "bayesify sampled": lambda x=x, t=t: ours.predict(x, t, seed=0),
+                "laplace-torch sampled": lambda x=x, t=t: ref(
+                    x, pred_type="nn", link_approx="mc", n_samples=t, generator=gen
+                ),
+                "bayesify probit": lambda x=x, t=t: probit.predict(x, t, seed=0),
+                "laplace-torch probit": lambda x=x: ref(x, pred_type="glm", link_approx="probit"),
+            }
+            times: dict[str, list[float]] = {k: [] for k in cands}
+            with torch.no_grad():
+                for f in cands.values():  # warm-up
+                    f()
+                for _ in range(args.repeats):
+                    for k, f in cands.items():
+                        t0 = time.perf_counter()
+                        f()
+                        times[k].append(time.perf_counter() - t0)
+            med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+            rows.append((n, t, med))
+    print(f"threads {args.threads}, median of {args.repeats} interleaved calls, ms (ratio)\n")
+    names = list(rows[0][2])
+    print("| N | T | " + " | ".join(names) + " | ours/theirs sampled | ours/theirs probit |")
+    print("|---|---|" + "---|" * (len(names) + 2))
+    for n, t, med in rows:
+        floor = med["plain pass"]
+        cells = [f"{med[k]:.2f} ({med[k] / floor:.2f}×)" for k in names]
+        s = med["bayesify sampled"] / med["laplace-torch sampled"]
+        p = med["bayesify probit"] / med["laplace-torch probit"]
+        print(f"| {n} | {t} | " + " | ".join(cells) + f" | {s:.2f} | {p:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
