@@ -11,7 +11,8 @@ validation) and the normalised scores against it, and a 10-bin uncertainty–err
 The grid's meaning per method (:data:`GRID_NAMES`): the prior σ of Bayes by Backprop, the prior
 std of IBNN's node noise, StochasticNorm's initial scale σ, MCBN's training batch size; the deep
 ensemble (Lakshminarayanan et al. 2017: 5 members, each a heteroscedastic net trained by its NLL
-from its own initialisation) has no grid.
+from its own initialisation) has no grid, nor has Laplace (last layer or all layers, KFAC, around
+the trained net; its prior precision by the marginal likelihood).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ GRID_NAMES = {
     "ibnn": "prior_std",
     "stochastic-norm": "sigma_init",
     "mcbn": "batch_size",
+    "laplace": None,  # last-layer KFAC Laplace of the trained net, δ (and σ²) by marglik
+    "laplace-all": None,  # all-layer KFAC Laplace (GLM predictive), δ (and σ²) by marglik
 }
 UE_BINS = 10  # bins of the uncertainty–error curve
 
@@ -87,6 +90,9 @@ def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
             return bayesify.IBNN(net, prior_std=value, init_seed=job.seed + job.split, **common)
         if job.method == "stochastic-norm":
             return bayesify.StochasticNorm(net, sigma_init=value, **common)
+        if job.method.startswith("laplace"):  # fit() trains the MAP, then fits the posterior
+            subset = "all" if job.method == "laplace-all" else "last-layer"
+            return bayesify.Laplace(net, subset=subset, hessian="kfac", **common)
         return bayesify.MCBN(net, bank_size=128, **common)
 
 

@@ -25,7 +25,8 @@ from bayesify.bench.uci_report import TEYE_STARS, TEYE_TABLE_1, TEYE_TABLE_1_MCD
 from bayesify.data.uci import UCI_DATASETS
 
 SHORT = {"homoscedastic": "homo", "heteroscedastic": "hetero"}
-METHOD_ORDER = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn")
+METHOD_ORDER = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "laplace",
+                "laplace-all")  # fmt: skip
 
 
 def _pm(mean: float, se: float, digits: int = 2) -> str:
