@@ -155,6 +155,18 @@ CASES = {
     "predict-text": lambda p: _plain_method().predict(np.array([["a", "b"]]), samples=2),
     "predict-too-many-samples": lambda p: _plain_method().predict(torch.randn(1, 2),
                                                                   samples=10**9),
+    "laplace-no-train": lambda p: bayesify.Laplace.from_pretrained(
+        nn.Sequential(nn.Linear(3, 2)), task="classification"),
+    "laplace-grid-no-val": lambda p: bayesify.Laplace.from_pretrained(
+        nn.Sequential(nn.Linear(3, 2)), (torch.randn(8, 3), torch.randint(0, 2, (8,))),
+        task="classification", prior_fit="grid"),
+    "laplace-full-all-layers": lambda p: bayesify.Laplace(
+        nn.Sequential(nn.Linear(3, 2)), subset="all", hessian="full"),
+    "laplace-probit-all-layers": lambda p: bayesify.Laplace(
+        nn.Sequential(nn.Linear(3, 2)), task="classification", subset="all", link="probit"),
+    "laplace-link-regression": lambda p: bayesify.Laplace(nn.Sequential(nn.Linear(3, 1)),
+                                                          link="mc"),
+    "laplace-no-linear": lambda p: bayesify.Laplace(nn.Sequential(nn.Conv2d(1, 2, 3))),
 }  # fmt: skip
 
 

@@ -266,9 +266,9 @@ class LaplaceLinear(SampledLinear):
         zs, db = self._draw  # [G, out, in], [G, out] float64
         block: KronBlock = self.posterior
         groups = zs.shape[0]
-        rows = x.reshape(groups, -1, self.in_features).double()  # [G, n, in]
-        shared = groups == 1 or bool((rows == rows[:1]).all())
-        base = rows[:1] if shared else rows
+        rows = x.reshape(groups, -1, self.in_features)  # [G, n, in]
+        shared = groups == 1 or torch.equal(rows, rows[:1].expand_as(rows))
+        base = (rows[:1] if shared else rows).double()
         w = self.weight.double()
         mean = base @ w.T + (0 if self.bias is None else self.bias.double())  # [1|G, n, out]
         psi = base @ block.q_in  # [1|G, n, in]
