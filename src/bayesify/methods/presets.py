@@ -140,7 +140,7 @@ _PRESETS = [
     Preset(
         "laplace",
         "paper",
-        "Daxberger et al. 2021, Laplace Redux: the defaults laplace-torch 0.3 uses (paper text not at hand)",
+        "Daxberger et al. 2021, Laplace Redux: laplace-torch 0.3 defaults (paper not at hand)",
         # post-hoc on a trained network: last layer, KFAC GGN, prior precision by the marginal
         # likelihood, the GLM predictive with the probit link (classification)
         config={
