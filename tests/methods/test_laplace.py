@@ -223,3 +223,20 @@ def test_lenet_with_batch_norm_runs_its_body_once_per_row():
     assert rows == {"conv": 5, "last": 60}
     loop = la.reference_samples(x[:5], 12, generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(out, loop, rtol=1e-4, atol=1e-4)
+
+
+def test_bayesify_train_method_laplace(tmp_path):
+    """``bayesify train --method laplace`` on a table: the MAP trained, then the posterior,
+    saved as a bundle that loads as a Laplace with its fitted prior precision."""
+    from bayesify.cli import app
+
+    x, y = regression_data(200)
+    rows = np.column_stack([x.numpy(), y.numpy()])
+    np.savetxt(tmp_path / "t.csv", rows, delimiter=",", header="a,b,c,d,e,y", comments="")
+    res = CliRunner().invoke(app, ["train", "--data", str(tmp_path / "t.csv"), "--target", "y",
+                                   "--method", "laplace", "--epochs", "3",
+                                   "--out", str(tmp_path / "b")])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    loaded = bayesify.load(tmp_path / "b")
+    assert isinstance(loaded, bayesify.Laplace) and loaded.evidence is not None
+    assert loaded.prior_precision == pytest.approx(loaded.evidence.prior_precision)
