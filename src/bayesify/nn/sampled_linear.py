@@ -130,8 +130,8 @@ def sample_last_linear(net: nn.Module, posterior: nn.Module | None = None) -> Sa
 
 
 def draw_on(generator: torch.Generator | None, shape: tuple[int, ...]) -> Tensor:
-    """Standard normal float64 draws of ``shape`` from ``generator`` on its device (CPU for the
-    global one): the one way laplace-style posteriors draw their ``z``."""
-    return torch.randn(
-        shape, generator=generator, device=generator_device(generator), dtype=torch.float64
-    )
+    """Standard normal draws of ``shape`` from ``generator`` on its device (CPU for the global
+    one), as float64: the one way laplace-style posteriors draw their ``z``. Drawn in float32
+    (torch's vectorised sampler; its float64 normal costs about 70 times more on CPU)."""
+    dev = generator_device(generator)
+    return torch.randn(shape, generator=generator, device=dev, dtype=torch.float32).double()
