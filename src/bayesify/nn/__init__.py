@@ -26,6 +26,7 @@ from bayesify.nn.row_noise import (
     hash_uniform,
     noisy_training,
 )
+from bayesify.nn.sampled_linear import SampledLinear, WeightPosterior, sample_last_linear
 from bayesify.nn.stochastic import (
     SamplingPlan,
     StochasticModule,
@@ -48,12 +49,14 @@ __all__ = [
     "NodeNoise",
     "RowNoise",
     "RowNoiseModule",
+    "SampledLinear",
     "SamplingPlan",
     "Statistics",
     "StatisticsPlan",
     "StochasticModule",
     "StochasticScale",
     "TrainingNoiseModule",
+    "WeightPosterior",
     "add_node_noise",
     "add_stochastic_scale",
     "check_sample_bytes",
@@ -66,6 +69,7 @@ __all__ = [
     "hash_uniform",
     "noisy_training",
     "reference_loop",
+    "sample_last_linear",
     "repeat_samples",
     "resolve_max_rows",
     "sampling",
