@@ -32,6 +32,7 @@ __all__ = [
     "BatchNormMode",
     "CRPSForm",
     "ConvEstimator",
+    "FlowKind",
     "KLSchedule",
     "Norm",
     "NoiseObjective",
@@ -231,6 +232,17 @@ class SigmaPer(StrEnum):
     """One σ per channel."""
     LAYER = "layer"
     """One σ shared by the layer's channels."""
+
+
+class FlowKind(StrEnum):
+    """The distribution of the flow posterior's last-layer weights."""
+
+    NSF = "nsf"
+    """A neural spline flow: rational-quadratic spline coupling layers (Durkan et al. 2019)."""
+    REALNVP = "realnvp"
+    """RealNVP: affine coupling layers (Dinh et al. 2017)."""
+    MEAN_FIELD = "mean-field"
+    """No flow: a diagonal Gaussian fitted by the same ELBO (the mean-field baseline)."""
 
 
 # ---------------------------------------------------------------- parsing

@@ -26,6 +26,7 @@ from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble
+from bayesify.methods.flow_posterior import FlowPosterior
 from bayesify.methods.ibnn import IBNN
 from bayesify.methods.inputs import check_device
 from bayesify.methods.mc_dropout import MCDropout
@@ -41,6 +42,7 @@ METHODS: dict[str, type[Method]] = {
     "ensemble": DeepEnsemble,
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
+    "flow": FlowPosterior,
 }
 
 
