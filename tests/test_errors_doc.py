@@ -155,7 +155,18 @@ CASES = {
     "predict-text": lambda p: _plain_method().predict(np.array([["a", "b"]]), samples=2),
     "predict-too-many-samples": lambda p: _plain_method().predict(torch.randn(1, 2),
                                                                   samples=10**9),
+    "flow-needs-zuko": lambda p: _flow_without_zuko(),
+    "flow-no-train": lambda p: bayesify.FlowPosterior.from_pretrained(
+        nn.Sequential(nn.Linear(3, 1))),
 }  # fmt: skip
+
+
+def _flow_without_zuko():
+    """The flow posterior where zuko is not installed (``import zuko`` fails)."""
+    from unittest import mock
+
+    with mock.patch.dict("sys.modules", {"zuko": None}):
+        bayesify.FlowPosterior(nn.Sequential(nn.Linear(3, 1)))
 
 
 def _served():

@@ -124,7 +124,7 @@ def _config_errors(path: str | Path) -> Iterator[None]:
     """Any error reading the config's values becomes one :class:`BundleError` line."""
     try:
         yield
-    except BundleError:
+    except (BundleError, ImportError):  # a missing optional dependency says so itself
         raise
     except RecursionError:
         raise BundleError(f"bundle {path}: config.json is nested too deeply") from None

@@ -32,11 +32,16 @@ DRAW_CHUNK = 1024
 NEEDS_ZUKO = 'the flow posterior needs zuko: pip install -e ".[flows]"'
 
 
+class MissingExtra(ImportError, ValueError):
+    """An optional dependency is not installed (one line naming the extra). A ``ValueError``
+    too, so the command line shows it as one line wherever it reports bad options or bundles."""
+
+
 def _zuko():  # noqa: ANN202
     try:
         import zuko
     except ImportError:
-        raise ImportError(NEEDS_ZUKO) from None
+        raise MissingExtra(NEEDS_ZUKO) from None
     return zuko
 
 
