@@ -78,7 +78,8 @@ class FlowConfig(MethodConfig):
 
 
 class FlowPosterior(Method):
-    """A normalizing-flow posterior over the last linear layer (see the module docstring)."""
+    """A normalizing-flow posterior over the last linear layer's weights and bias, fitted by the
+    ELBO on the trained body's features (see the module docstring)."""
 
     name = "flow"
     Config = FlowConfig
