@@ -167,7 +167,18 @@ CASES = {
     "laplace-link-regression": lambda p: bayesify.Laplace(nn.Sequential(nn.Linear(3, 1)),
                                                           link="mc"),
     "laplace-no-linear": lambda p: bayesify.Laplace(nn.Sequential(nn.Conv2d(1, 2, 3))),
+    "flow-needs-zuko": lambda p: _flow_without_zuko(),
+    "flow-no-train": lambda p: bayesify.FlowPosterior.from_pretrained(
+        nn.Sequential(nn.Linear(3, 1))),
 }  # fmt: skip
+
+
+def _flow_without_zuko():
+    """The flow posterior where zuko is not installed (``import zuko`` fails)."""
+    from unittest import mock
+
+    with mock.patch.dict("sys.modules", {"zuko": None}):
+        bayesify.FlowPosterior(nn.Sequential(nn.Linear(3, 1)))
 
 
 def _served():

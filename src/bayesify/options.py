@@ -33,6 +33,7 @@ __all__ = [
     "CRPSForm",
     "ConvEstimator",
     "HessianStructure",
+    "FlowKind",
     "KLSchedule",
     "LaplacePredictive",
     "LaplaceSubset",
@@ -287,6 +288,15 @@ class Link(StrEnum):
     same (mutual information 0); last layer only."""
     MC = "mc"
     """T draws of the logits, softmax of each."""
+class FlowKind(StrEnum):
+    """The distribution of the flow posterior's last-layer weights."""
+
+    NSF = "nsf"
+    """A neural spline flow: rational-quadratic spline coupling layers (Durkan et al. 2019)."""
+    REALNVP = "realnvp"
+    """RealNVP: affine coupling layers (Dinh et al. 2017)."""
+    MEAN_FIELD = "mean-field"
+    """No flow: a diagonal Gaussian fitted by the same ELBO (the mean-field baseline)."""
 
 
 # ---------------------------------------------------------------- parsing

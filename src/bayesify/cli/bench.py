@@ -28,6 +28,9 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
     ("fashion-nodes", f"{_X}.fashion_nodes:FashionNodesOptions",
      "Fashion-MNIST with a LeNet-style CNN on CPU: IBNN, IBNN from a pretrained net, "
      "StochasticNorm, weight normalisation without noise, a deterministic net and MCBN."),
+    ("flow-banana", f"{_X}.flow_banana:FlowBananaOptions",
+     "The flow posterior against the exact posterior of 2-parameter models where mean-field "
+     "fails."),
     ("images", f"{_X}.images:ImagesOptions",
      "Fashion-MNIST at full size with MNIST as the out-of-distribution set: accuracy, "
      "calibration, OOD detection, corruption sweeps, error–coverage curves and MCBN's "

@@ -4,6 +4,7 @@ from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
+from bayesify.methods.flow_posterior import FlowConfig, FlowPosterior
 from bayesify.methods.ibnn import IBNN, IBNNConfig
 from bayesify.methods.laplace import Laplace, LaplaceConfig
 from bayesify.methods.mc_dropout import MCDropout, MCDropoutConfig
@@ -44,4 +45,6 @@ __all__ = [
     "resolve_method_names",
     "StochasticNorm",
     "StochasticNormConfig",
+    "FlowConfig",
+    "FlowPosterior",
 ]

@@ -26,6 +26,7 @@ from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble
+from bayesify.methods.flow_posterior import FlowPosterior
 from bayesify.methods.ibnn import IBNN
 from bayesify.methods.inputs import check_device
 from bayesify.methods.laplace import Laplace
@@ -43,6 +44,7 @@ METHODS: dict[str, type[Method]] = {
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
     "laplace": Laplace,
+    "flow": FlowPosterior,
 }
 
 
@@ -124,7 +126,7 @@ def _config_errors(path: str | Path) -> Iterator[None]:
     """Any error reading the config's values becomes one :class:`BundleError` line."""
     try:
         yield
-    except BundleError:
+    except (BundleError, ImportError):  # a missing optional dependency says so itself
         raise
     except RecursionError:
         raise BundleError(f"bundle {path}: config.json is nested too deeply") from None
