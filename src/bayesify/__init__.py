@@ -38,6 +38,7 @@ _EXPORTS: dict[str, str] = {
     "Predictive": "bayesify.predictive",
     "Task": "bayesify.predictive",
     "Predictor": "bayesify.predictor",
+    "TTA": "bayesify.methods",
 }  # fmt: skip
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "Predictive",
     "Predictor",
     "StochasticNorm",
+    "TTA",
     "Task",
     "calibrate_conformal",
     "get_method",
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
         IBNN,
         MCBN,
         METHODS,
+        TTA,
         BayesByBackprop,
         DeepEnsemble,
         Deterministic,

@@ -15,6 +15,7 @@ from bayesify.methods.registry import (
     resolve_method_names,
 )
 from bayesify.methods.stochastic_norm import StochasticNorm, StochasticNormConfig
+from bayesify.methods.tta import TTA, TTAConfig
 from bayesify.nn.folding import DEFAULT_MAX_ROWS, resolve_max_rows
 
 __all__ = [
@@ -41,4 +42,6 @@ __all__ = [
     "resolve_method_names",
     "StochasticNorm",
     "StochasticNormConfig",
+    "TTA",
+    "TTAConfig",
 ]

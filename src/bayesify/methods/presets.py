@@ -137,6 +137,15 @@ _PRESETS = [
         # SGD with momentum 0.9, batch 32 (their grid search); 1200 epochs with a decaying lr
         fit={"optimizer": "sgd", "lr": 0.01, "batch_size": 32, "epochs": 1200},
     ),
+    Preset(
+        "tta",
+        "paper",
+        "Ashukha et al. 2020, Pitfalls of In-Domain Uncertainty Estimation: TTA with the "
+        "training augmentations (the paper text is not in our sources: the common CIFAR "
+        "policy, random crops of 4-pixel padding and horizontal flips)",
+        # random crop after 4-pixel padding (ours pads by reflection) and a flip with p = 1/2
+        config={"transforms": "flip,crop:4"},
+    ),
 ]
 
 PRESETS: dict[tuple[str, str], Preset] = {(p.method, p.name): p for p in _PRESETS}
