@@ -155,6 +155,13 @@ CASES = {
     "predict-text": lambda p: _plain_method().predict(np.array([["a", "b"]]), samples=2),
     "predict-too-many-samples": lambda p: _plain_method().predict(torch.randn(1, 2),
                                                                   samples=10**9),
+    "tta-unknown-transform": lambda p: bayesify.TTA(nn.Identity(), transforms="flip,rotate:15"),
+    "tta-transform-value": lambda p: bayesify.TTA(nn.Identity(), transforms="shift:1.5"),
+    "tta-image-transform-on-table": lambda p: bayesify.TTA(nn.Linear(3, 1), transforms="flip")
+        .predict(torch.randn(4, 3), samples=2),
+    "tta-crop-too-large": lambda p: bayesify.TTA(nn.Flatten(), task="classification",
+        transforms="crop:5").predict(torch.randn(2, 1, 5, 5), samples=2),
+    "tta-ensemble-member": lambda p: bayesify.TTA(nn.Identity(), method=bayesify.DeepEnsemble),
 }  # fmt: skip
 
 
