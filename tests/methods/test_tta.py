@@ -216,3 +216,16 @@ def test_bundle_keeps_the_transforms_and_member_and_from_pretrained_leaves_net_a
     assert loaded.config == tta.config and type(loaded.member) is bayesify.MCDropout
     a = tta.predict(x[:3], samples=5, seed=2).samples
     assert torch.equal(a, loaded.predict(x[:3], samples=5, seed=2).samples)
+
+
+def test_conformal_intervals_of_a_tta_predictive_cover_at_the_level():
+    """Conformal calibration takes TTA's Predictive as any other: on fresh rows of the same
+    law, the 90 % intervals cover about 90 % (600 test rows: sd 1.2 %)."""
+    x, y = regression_data(1200, seed=1)
+    tta = bayesify.TTA(mlp(5, hidden=(16,), norm=None), transforms="noise:0.2")
+    tta.fit((x[:400], y[:400]), val=(x[400:600], y[400:600]), epochs=5, batch_size=32,
+            progress=False)  # fmt: skip
+    conf = bayesify.Conformal.fit(tta.predict(x[400:600], samples=16, seed=0), y[400:600])
+    lo, hi = conf.interval(tta.predict(x[600:], samples=16, seed=1), level=0.9)
+    covered = ((y[600:] >= lo) & (y[600:] <= hi)).float().mean().item()
+    assert 0.85 < covered < 0.95, covered
