@@ -162,6 +162,9 @@ CASES = {
     "tta-crop-too-large": lambda p: bayesify.TTA(nn.Flatten(), task="classification",
         transforms="crop:5").predict(torch.randn(2, 1, 5, 5), samples=2),
     "tta-ensemble-member": lambda p: bayesify.TTA(nn.Identity(), method=bayesify.DeepEnsemble),
+    "tta-member-option": lambda p: bayesify.TTA.from_pretrained(
+        nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)), (torch.randn(8, 2), torch.randn(8)),
+        method=bayesify.MCBN, batch_size=4, bank_size=8),
 }  # fmt: skip
 
 

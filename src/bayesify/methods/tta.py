@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.pretrained import hook_options
 from bayesify.nn import sampling
 from bayesify.nn.augment import Augment, check_augmentable
 from bayesify.options import format_transforms, parse_transforms, shown
@@ -71,6 +72,20 @@ def _member_class(method: Any) -> type[Method]:
     if method.name in ("ensemble", "tta"):
         raise ValueError(f"TTA cannot wrap {method.name!r}: the member must be a single method")
     return method
+
+
+def _check_member_options(member: Method, options: dict[str, Any]) -> None:
+    """Refuse options the member's ``from_pretrained`` step does not take (one line; a member
+    config field is named as belonging in ``method_options``)."""
+    names, takes_any = hook_options(type(member)._from_pretrained)
+    unknown = sorted(set(options) - names)
+    if not unknown or takes_any:
+        return
+    config = {f.name for f in fields(member.Config)}
+    valid = ", ".join(sorted(names | {f.name for f in fields(TTAConfig)})) or "none"
+    hint = (f"; {member.name}'s own options go in method_options={{...}}"
+            if set(unknown) & config else "")  # fmt: skip
+    raise ValueError(f"unknown option(s) {unknown} for TTA.from_pretrained; valid: {valid}{hint}")
 
 
 class Augmented(nn.Module):
@@ -143,6 +158,7 @@ class TTA(Method):
         """The member's own ``from_pretrained`` step (e.g. MCBN fills its bank from
         ``train``), then τ⁻¹ of the augmented predictive on ``val``. ``member_options``: the
         member method's ``from_pretrained`` options."""
+        _check_member_options(self.member, member_options)
         self.member.input_shape = self.input_shape
         self.member._from_pretrained(train, None, batch_size=batch_size, seed=seed,
                                      progress=progress, **member_options)  # fmt: skip
