@@ -101,8 +101,7 @@ class Augmented(nn.Module):
 
 
 class TTA(Method):
-    """Test-time augmentation: T augmented copies of each input as the T samples of one pass,
-    over any single member method (MC dropout + TTA, MCBN + TTA, ...)."""
+    """Test-time augmentation: T augmented copies of each input in one pass, over any method."""
 
     name = "tta"
     Config = TTAConfig
