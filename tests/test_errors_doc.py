@@ -170,6 +170,16 @@ CASES = {
     "flow-needs-zuko": lambda p: _flow_without_zuko(),
     "flow-no-train": lambda p: bayesify.FlowPosterior.from_pretrained(
         nn.Sequential(nn.Linear(3, 1))),
+    "tta-unknown-transform": lambda p: bayesify.TTA(nn.Identity(), transforms="flip,rotate:15"),
+    "tta-transform-value": lambda p: bayesify.TTA(nn.Identity(), transforms="shift:1.5"),
+    "tta-image-transform-on-table": lambda p: bayesify.TTA(nn.Linear(3, 1), transforms="flip")
+        .predict(torch.randn(4, 3), samples=2),
+    "tta-crop-too-large": lambda p: bayesify.TTA(nn.Flatten(), task="classification",
+        transforms="crop:5").predict(torch.randn(2, 1, 5, 5), samples=2),
+    "tta-ensemble-member": lambda p: bayesify.TTA(nn.Identity(), method=bayesify.DeepEnsemble),
+    "tta-member-option": lambda p: bayesify.TTA.from_pretrained(
+        nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)), (torch.randn(8, 2), torch.randn(8)),
+        method=bayesify.MCBN, batch_size=4, bank_size=8),
 }  # fmt: skip
 
 

@@ -40,6 +40,7 @@ _EXPORTS: dict[str, str] = {
     "Predictive": "bayesify.predictive",
     "Task": "bayesify.predictive",
     "Predictor": "bayesify.predictor",
+    "TTA": "bayesify.methods",
 }  # fmt: skip
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "Predictive",
     "Predictor",
     "StochasticNorm",
+    "TTA",
     "Task",
     "calibrate_conformal",
     "get_method",
@@ -74,11 +76,12 @@ if TYPE_CHECKING:
         IBNN,
         MCBN,
         METHODS,
+        TTA,
         BayesByBackprop,
         DeepEnsemble,
         Deterministic,
-        Laplace,
         FlowPosterior,
+        Laplace,
         MCBNConfig,
         MCDropout,
         Method,

@@ -100,7 +100,7 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
     assert "4 finished" in text
     # every job trained: deterministic and ensemble member 0 are one cached network
     assert sorted(p.name.split("-s")[0] for p in (tmp_path / "nets").iterdir()) == [
-        "lenet-deterministic", "lenet-deterministic"]  # fmt: skip
+        "lenet-deterministic", "lenet-deterministic", "lenet-mc-dropout"]  # fmt: skip
 
     # the stored error of the deterministic row is the cached network's test error
     from bayesify.bench.store import ResultsStore
@@ -112,7 +112,7 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
     assert set(rows) == {"deterministic", "mc-dropout", "mcbn", "ensemble"}
     job = opts.jobs()[0]
     data = images._data(job.split, job.n_val, job.n_train, job.n_test, job.n_ood)
-    folder = next(p for p in (tmp_path / "nets").iterdir() if "-s0-" in p.name)
+    folder = next(p for p in (tmp_path / "nets").iterdir() if "deterministic-s0-" in p.name)
     net = lenet(norm="batch")
     net.load_state_dict(read_bundle(folder)[0])
     with torch.no_grad():
@@ -126,6 +126,15 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
     again = images.run(opts)  # every row is done: nothing is recomputed
     assert "0 finished, 4 skipped" in again
 
+    # TTA rows augment the networks the deterministic and MC dropout rows trained (loaded
+    # from the checkpoints, not trained again)
+    images.run(replace(opts, methods=("tta", "mc-dropout-tta")))
+    with ResultsStore(opts.store) as db:
+        rows = {r["method"]: r["metrics"] for r in db.records("images")}
+    for name in ("tta", "mc-dropout-tta"):
+        assert rows[name]["training"]["cached"] and rows[name]["n"] == rows["mc-dropout"]["n"]
+        assert rows[name]["uncertainty"]["test"] != rows["deterministic"]["uncertainty"]["test"]
+
 
 @pytest.mark.parametrize("model", images.MODELS)
 def test_every_paper_method_trains_and_samples_on_both_models(model):
@@ -134,7 +143,7 @@ def test_every_paper_method_trains_and_samples_on_both_models(model):
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(16, 1, 28, 28, generator=g), torch.randint(0, 10, (16,), generator=g)
     for method in images.METHODS:
-        if method in ("mcbn", "ensemble"):  # built from the deterministic network (tiny run)
+        if method in ("mcbn", "ensemble", *images.TTA_OVER):  # from another's net (tiny run)
             continue
         job = images.ImagesJob(method, images.DATASET, 0, 0, model=model)
         m = images._build(method, job)

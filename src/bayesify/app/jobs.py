@@ -32,6 +32,14 @@ CLASSIFICATION_KEYS = ["error", "nll", "ece", "brier", "mean_mi"]
 MC_DROPOUT_RATE = 0.05
 
 
+def default_dropout(cls: type[Method], options: dict[str, Any]) -> float:
+    """The model's dropout rate when none is given: :data:`MC_DROPOUT_RATE` for MC dropout,
+    alone or as the member method of an ensemble or TTA (``options["method"]``), else 0."""
+    member = options.get("method")
+    names = {cls.name, getattr(member, "name", None)}
+    return MC_DROPOUT_RATE if "mc-dropout" in names else 0.0
+
+
 @dataclass
 class Job:
     """A method with its data: training/validation parts and the test set it is scored on."""
@@ -131,7 +139,7 @@ def build_training(
     options = resolve_method_names(cls.Config, options or {})  # e.g. an ensemble's member
     _check_data(data)
     if dropout is None:
-        dropout = MC_DROPOUT_RATE if cls.name == "mc-dropout" else 0.0
+        dropout = default_dropout(cls, options)
     meta: dict[str, Any] = {"data": data}
     if data in UCI_DATASETS:
         if model not in ("", "mlp"):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from bayesify.app.jobs import MC_DROPOUT_RATE, Job, hidden_sizes
+from bayesify.app.jobs import Job, default_dropout, hidden_sizes
 from bayesify.data.errors import DataError
 from bayesify.data.preprocessing import (
     FLOAT32_MAX,
@@ -28,7 +28,7 @@ from bayesify.data.preprocessing import (
     describe_row_errors,
 )
 from bayesify.data.tables import read_table
-from bayesify.methods import get_method
+from bayesify.methods import get_method, resolve_method_names
 from bayesify.models import mlp
 from bayesify.options import shown
 from bayesify.predictive import Task
@@ -310,6 +310,7 @@ def build_table_training(
     """
     path = Path(path)
     cls = get_method(method)
+    options = resolve_method_names(cls.Config, options or {})  # e.g. a TTA's member method
     if not target:
         raise ValueError("--target COLUMN is required when --data is a file")
     if not 0 < val_fraction < 1:
@@ -416,7 +417,7 @@ def build_table_training(
         return xt, torch.as_tensor(y, dtype=torch.int64)
 
     if dropout is None:
-        dropout = MC_DROPOUT_RATE if cls.name == "mc-dropout" else 0.0
+        dropout = default_dropout(cls, options)
     out = 1 if kind is Task.REGRESSION else len(class_names or [])
     with seeded(seed):  # the network's initial weights
         net = mlp(x_tr.shape[1], out, hidden_sizes(hidden), norm=norm, dropout=dropout)

@@ -17,6 +17,7 @@ from bayesify.methods.registry import (
     resolve_method_names,
 )
 from bayesify.methods.stochastic_norm import StochasticNorm, StochasticNormConfig
+from bayesify.methods.tta import TTA, TTAConfig
 from bayesify.nn.folding import DEFAULT_MAX_ROWS, resolve_max_rows
 
 __all__ = [
@@ -47,4 +48,6 @@ __all__ = [
     "StochasticNormConfig",
     "FlowConfig",
     "FlowPosterior",
+    "TTA",
+    "TTAConfig",
 ]

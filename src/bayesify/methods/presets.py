@@ -150,6 +150,15 @@ _PRESETS = [
             "predictive": "glm",
         },  # fmt: skip
     ),
+    Preset(
+        "tta",
+        "paper",
+        "Ashukha et al. 2020, Pitfalls of In-Domain Uncertainty Estimation: TTA with the "
+        "training augmentations (the paper text is not in our sources: the common CIFAR "
+        "policy, random crops of 4-pixel padding and horizontal flips)",
+        # random crop after 4-pixel padding (ours pads by reflection) and a flip with p = 1/2
+        config={"transforms": "flip,crop:4"},
+    ),
 ]
 
 _PRESETS.append(

@@ -33,6 +33,7 @@ from bayesify.methods.laplace import Laplace
 from bayesify.methods.mc_dropout import MCDropout
 from bayesify.methods.mcbn import MCBN
 from bayesify.methods.stochastic_norm import StochasticNorm
+from bayesify.methods.tta import TTA
 from bayesify.models import build_model, net_from_reference
 
 METHODS: dict[str, type[Method]] = {
@@ -45,6 +46,7 @@ METHODS: dict[str, type[Method]] = {
     "stochastic-norm": StochasticNorm,
     "laplace": Laplace,
     "flow": FlowPosterior,
+    "tta": TTA,
 }
 
 

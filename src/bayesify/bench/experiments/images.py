@@ -34,10 +34,17 @@ EXPERIMENT = "images"
 DATASET = "fashion-mnist"
 MODELS = ("lenet", "resnet")
 METHODS = ("deterministic", "mc-dropout", "mcbn", "ensemble", "bbb", "ibnn", "stochastic-norm",
-           "laplace", "laplace-sampled", "laplace-torch")  # fmt: skip
+           "laplace", "laplace-sampled", "laplace-torch", "tta", "mc-dropout-tta")  # fmt: skip
+#: test-time augmentation (Ashukha et al. 2020) over the network of another method, without
+#: retraining: "tta" on the deterministic network, "mc-dropout-tta" on the MC dropout one
+TTA_OVER = {"tta": "deterministic", "mc-dropout-tta": "mc-dropout"}
+TTA_TRANSFORMS = "flip,shift:2"
 #: methods whose network is the deterministic batch-norm network of the same seed
 SHARED_NET = ("deterministic", "mcbn", "ensemble")
 ENSEMBLE_SEED_STRIDE = 1000
+#: methods whose trained networks are kept in the checkpoint folder (MC dropout's for the MC
+#: dropout + TTA rows)
+CHECKPOINTED = (*SHARED_NET, "mc-dropout")
 
 
 @dataclass(frozen=True)
@@ -169,10 +176,14 @@ def _train(
     if method == "mc-dropout":
         settings["dropout"] = job.dropout
     folder = cache / f"{job.model}-{method}-s{job.seed}-{config_hash(settings)}" if cache else None
-    if folder is not None and folder.is_dir():  # only shared networks are saved
+    if folder is not None and folder.is_dir():  # only CHECKPOINTED networks are saved
         import bayesify
 
         tensors, info = read_bundle(folder)
+        if method == "mc-dropout":  # its own layers: the method rebuilt, then its weights
+            m = _build(method, job)
+            m.net.load_state_dict(tensors)
+            return m, {**info["training"], "cached": True}
         net = _factory(job.model)
         net.load_state_dict(tensors)
         m = bayesify.Deterministic.from_pretrained(net, task="classification", inplace=True)
@@ -184,7 +195,7 @@ def _train(
     h = m.history
     info = {"train_seconds": time.perf_counter() - t0, "epochs_run": len(h.train_loss),
             "best_epoch": h.best_epoch, "val_loss": list(h.val_loss)}  # fmt: skip
-    if folder is not None and method in SHARED_NET:
+    if folder is not None and method in CHECKPOINTED:
         tmp = folder.with_name(folder.name + ".tmp")
         write_bundle(tmp, m.net.state_dict(), {"training": info})
         tmp.replace(folder)  # appears complete or not at all
@@ -195,6 +206,12 @@ def _method(job: ImagesJob, data: dict[str, Any], cache: Path | None) -> tuple[A
     """The trained method of ``job`` and how its network(s) were trained."""
     import bayesify
 
+    if job.method in TTA_OVER:  # the other method's trained network, augmented at test time
+        base, info = _train(TTA_OVER[job.method], job, data, cache)
+        member = {"method": bayesify.MCDropout} if job.method == "mc-dropout-tta" else {}
+        tta = bayesify.TTA.from_pretrained(base.net, task="classification",
+                                           transforms=TTA_TRANSFORMS, **member)  # fmt: skip
+        return tta, info
     if job.method in ("deterministic", "mcbn"):
         det, info = _train("deterministic", job, data, cache)
         if job.method == "deterministic":
