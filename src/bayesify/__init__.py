@@ -38,6 +38,8 @@ _EXPORTS: dict[str, str] = {
     "Predictive": "bayesify.predictive",
     "Task": "bayesify.predictive",
     "Predictor": "bayesify.predictor",
+    "SWAG": "bayesify.methods",
+    "MultiSWAG": "bayesify.methods",
 }  # fmt: skip
 
 __all__ = [
@@ -56,6 +58,8 @@ __all__ = [
     "Predictive",
     "Predictor",
     "StochasticNorm",
+    "SWAG",
+    "MultiSWAG",
     "Task",
     "calibrate_conformal",
     "get_method",
@@ -70,6 +74,7 @@ if TYPE_CHECKING:
         IBNN,
         MCBN,
         METHODS,
+        SWAG,
         BayesByBackprop,
         DeepEnsemble,
         Deterministic,
@@ -77,6 +82,7 @@ if TYPE_CHECKING:
         MCDropout,
         Method,
         MethodConfig,
+        MultiSWAG,
         StochasticNorm,
         get_method,
         load,

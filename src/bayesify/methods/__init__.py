@@ -15,6 +15,7 @@ from bayesify.methods.registry import (
     resolve_method_names,
 )
 from bayesify.methods.stochastic_norm import StochasticNorm, StochasticNormConfig
+from bayesify.methods.swag import SWAG, MultiSWAG, MultiSWAGConfig, SWAGConfig
 from bayesify.nn.folding import DEFAULT_MAX_ROWS, resolve_max_rows
 
 __all__ = [
@@ -41,4 +42,8 @@ __all__ = [
     "resolve_method_names",
     "StochasticNorm",
     "StochasticNormConfig",
+    "SWAG",
+    "SWAGConfig",
+    "MultiSWAG",
+    "MultiSWAGConfig",
 ]

@@ -31,6 +31,7 @@ from bayesify.methods.inputs import check_device
 from bayesify.methods.mc_dropout import MCDropout
 from bayesify.methods.mcbn import MCBN
 from bayesify.methods.stochastic_norm import StochasticNorm
+from bayesify.methods.swag import SWAG, MultiSWAG
 from bayesify.models import build_model, net_from_reference
 
 METHODS: dict[str, type[Method]] = {
@@ -41,6 +42,8 @@ METHODS: dict[str, type[Method]] = {
     "ensemble": DeepEnsemble,
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
+    "swag": SWAG,
+    "multiswag": MultiSWAG,
 }
 
 
