@@ -339,7 +339,8 @@ class SWAG(Method):
 
 @dataclass(frozen=True)
 class MultiSWAGConfig(SWAGConfig):
-    """MultiSWAG: SWAG's options with ``members`` = 3 trajectories by default."""
+    """``members``: SWAG trajectories mixed with equal weights (3 by default); the other
+    options are SWAG's."""
 
     members: int = 3
 

@@ -33,10 +33,15 @@ log = logging.getLogger(__name__)
 EXPERIMENT = "images"
 DATASET = "fashion-mnist"
 MODELS = ("lenet", "resnet")
-METHODS = ("deterministic", "mc-dropout", "mcbn", "ensemble", "bbb", "ibnn", "stochastic-norm")
+METHODS = ("deterministic", "mc-dropout", "mcbn", "ensemble", "bbb", "ibnn", "stochastic-norm",
+           "swag", "multiswag")  # fmt: skip
 #: methods whose network is the deterministic batch-norm network of the same seed
 SHARED_NET = ("deterministic", "mcbn", "ensemble")
 ENSEMBLE_SEED_STRIDE = 1000
+#: SWAG / MultiSWAG (``job.members`` trajectories) from the deterministic network: SGD epochs at
+#: a constant rate, two snapshots per epoch (K = 20 columns after 10 epochs); module constants,
+#: not job fields, so the keys of the rows already stored do not change
+SWAG_EPOCHS, SWAG_LR, SWAG_SNAPSHOTS_PER_EPOCH = 10, 0.01, 2
 
 
 @dataclass(frozen=True)
@@ -217,7 +222,25 @@ def _method(job: ImagesJob, data: dict[str, Any], cache: Path | None) -> tuple[A
             "epochs_run": infos[0]["epochs_run"],
             "best_epoch": infos[0]["best_epoch"],
         }
+    if job.method in ("swag", "multiswag"):
+        return _swag(job, data, cache)
     return _train(job.method, job, data, cache)
+
+
+def _swag(job: ImagesJob, data: dict[str, Any], cache: Path | None) -> tuple[Any, dict]:
+    """SWAG (MultiSWAG: ``job.members`` trajectories) from the deterministic network."""
+    import bayesify
+
+    det, info = _train("deterministic", job, data, cache)
+    cls = bayesify.MultiSWAG if job.method == "multiswag" else bayesify.SWAG
+    steps = len(data["train"][1]) // job.batch_size
+    members = {"members": job.members} if job.method == "multiswag" else {}
+    t0 = time.perf_counter()
+    swag = cls.from_pretrained(det.net, data["train"], task="classification", seed=job.seed,
+                               batch_size=job.batch_size, epochs=SWAG_EPOCHS, lr=SWAG_LR,
+                               collect_every=max(1, steps // SWAG_SNAPSHOTS_PER_EPOCH),
+                               **members)  # fmt: skip
+    return swag, {**info, "swag_seconds": time.perf_counter() - t0}
 
 
 # ---------------------------------------------------------------------------------- one job
