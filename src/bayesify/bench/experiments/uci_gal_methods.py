@@ -9,7 +9,8 @@ constant-uncertainty baseline's (CUBN / CUDO-style: the same mean, one variance 
 validation) and the normalised scores against it, and a 10-bin uncertainty–error curve.
 
 The grid's meaning per method (:data:`GRID_NAMES`): the prior σ of Bayes by Backprop, the prior
-std of IBNN's node noise, StochasticNorm's initial scale σ, MCBN's training batch size; the deep
+std of IBNN's node noise, StochasticNorm's initial scale σ, MCBN's training batch size, SWAG's
+SGD rate while it collects (after the net is trained as the others are); the deep
 ensemble (Lakshminarayanan et al. 2017: 5 members, each a heteroscedastic net trained by its NLL
 from its own initialisation) has no grid.
 """
@@ -34,6 +35,7 @@ GRID_NAMES = {
     "ibnn": "prior_std",
     "stochastic-norm": "sigma_init",
     "mcbn": "batch_size",
+    "swag": "swag_lr",
 }
 UE_BINS = 10  # bins of the uncertainty–error curve
 
@@ -87,6 +89,8 @@ def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
             return bayesify.IBNN(net, prior_std=value, init_seed=job.seed + job.split, **common)
         if job.method == "stochastic-norm":
             return bayesify.StochasticNorm(net, sigma_init=value, **common)
+        if job.method == "swag":  # 20 epochs of SGD after training, one snapshot per epoch
+            return bayesify.SWAG(net, swag_lr=value, swag_epochs=20, **common)
         return bayesify.MCBN(net, bank_size=128, **common)
 
 

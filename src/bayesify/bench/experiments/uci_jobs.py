@@ -28,7 +28,7 @@ GAL_EXPERIMENT = "gal-uci"  # MC dropout rows (the experiment name of the earlie
 METHODS_EXPERIMENT = "uci-gal"  # every other method on Gal's splits
 TEYE_EXPERIMENT = "uci-teye"
 PROTOCOLS = ("gal", "teye")
-GAL_METHODS = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn")
+GAL_METHODS = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "swag")
 TEYE_METHODS = ("mcbn", "mc-dropout")
 BIG = ("kin8nm", "naval-propulsion-plant", "power-plant", "protein-tertiary-structure")
 SMALL = tuple(d for d in UCI_DATASETS if d not in BIG)
@@ -39,6 +39,7 @@ GRIDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "ibnn": ((0.1, 0.3), (0.1, 0.3, 1.0)),
     "stochastic-norm": ((0.05, 0.1), (0.02, 0.05, 0.1, 0.2)),
     "mcbn": ((32.0, 128.0), (32.0, 64.0, 128.0, 256.0, 512.0)),
+    "swag": ((1e-4, 1e-3), (1e-4, 3e-4, 1e-3, 1e-2)),
 }
 #: likelihoods a method runs when none are given: Lakshminarayanan's ensemble is heteroscedastic
 DEFAULT_LIKELIHOODS = {"ensemble": ("heteroscedastic",)}
