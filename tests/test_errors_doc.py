@@ -155,6 +155,11 @@ CASES = {
     "predict-text": lambda p: _plain_method().predict(np.array([["a", "b"]]), samples=2),
     "predict-too-many-samples": lambda p: _plain_method().predict(torch.randn(1, 2),
                                                                   samples=10**9),
+    "swag-no-train": lambda p: bayesify.SWAG.from_pretrained(nn.Sequential(nn.Linear(2, 1))),
+    "swag-few-snapshots": lambda p: bayesify.SWAG.from_pretrained(
+        nn.Sequential(nn.Linear(2, 1)), (torch.randn(40, 2), torch.randn(40)), epochs=1),
+    "swag-not-collected": lambda p: bayesify.SWAG(nn.Sequential(nn.Linear(2, 1))).predict(
+        torch.randn(3, 2), samples=2),
 }  # fmt: skip
 
 
