@@ -6,8 +6,8 @@ forward over the same T·N rows), measured side by side in one run.
 Variants per cell (N, T): the plain LeNet over T·N rows (the floor), SWAG with batch norm
 recomputed per sample (default, ``bn_rows=64``), SWAG with each member's SWA statistics
 (``batch_norm="swa"``), MultiSWAG with 3 members (recompute). The variants of a cell run
-interleaved in a rotating order after one warm-up round; ratios are medians of the
-per-repetition ratios. The moments come from a short SWAG run on random images (the cost of a
+interleaved in a rotating order (one warm-up round before the first cell); ratios are medians
+of the per-repetition ratios. The moments come from a short SWAG run on random images (the cost of a
 prediction does not depend on what the weights learned).
 """
 
@@ -42,6 +42,7 @@ def main() -> None:
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
     print("| N | T | floor ms | " + " | ".join(f"{k} ms (× floor)" for k in variants) + " |")
     print("| ---: | ---: | ---: |" + " ---: |" * len(variants))
+    first = True
     for n in (int(v) for v in args.n.split(",")):
         for t in (int(v) for v in args.t.split(",")):
             rows = x[:n].repeat(t, 1, 1, 1)  # [T*N, ...]
@@ -50,8 +51,10 @@ def main() -> None:
                 calls[name] = lambda m=m, n=n, t=t: m.predict(x[:n], samples=t, seed=0)
             times: dict[str, list[float]] = {k: [] for k in calls}
             names = list(calls)
+            warm = first
+            first = False
             with torch.no_grad():
-                for r in range(args.repeats + 1):
+                for r in range(0 if warm else 1, args.repeats + 1):
                     for k in names[r % len(names) :] + names[: r % len(names)]:
                         t0 = time.perf_counter()
                         calls[k]()
