@@ -152,17 +152,19 @@ def draw_weights(
 ) -> Tensor:
     """Weights ``[G, P]`` for G sample groups: group g from member ``members[g]``'s Gaussian
     (``mean``/``sq_mean [M, P]``, ``deviations [M, rank, P]``, ``counts [M]`` snapshots),
-    with its normals drawn from a generator seeded ``seeds[g]`` (z₁ ``[P]`` then z₂ ``[K]``),
-    so a group's weights do not depend on which other groups are drawn with it."""
+    with its normals drawn from a CPU generator seeded ``seeds[g]`` (z₁ ``[P]`` then z₂ ``[K]``),
+    so a group's weights depend neither on which other groups are drawn with it nor on the
+    device."""
     g, p = len(seeds), mean.shape[1]
     k_max = deviations.shape[1]
-    z1 = mean.new_empty(g, p)
-    z2 = mean.new_empty(g, k_max)
-    gen = torch.Generator(device=mean.device)
+    z1 = torch.empty(g, p, dtype=mean.dtype)  # drawn on the CPU: the same draws on any device
+    z2 = torch.empty(g, k_max, dtype=mean.dtype)
+    gen = torch.Generator()
     for i, seed in enumerate(seeds.tolist()):
         gen.manual_seed(int(seed))
         z1[i].normal_(generator=gen)
         z2[i].normal_(generator=gen)
+    z1, z2 = z1.to(mean.device), z2.to(mean.device)
     for m in members.unique().tolist():
         whole = bool((members == m).all())
         rows = None if whole else (members == m).nonzero().squeeze(1)
