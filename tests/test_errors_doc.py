@@ -180,6 +180,11 @@ CASES = {
     "tta-member-option": lambda p: bayesify.TTA.from_pretrained(
         nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2)), (torch.randn(8, 2), torch.randn(8)),
         method=bayesify.MCBN, batch_size=4, bank_size=8),
+    "swag-no-train": lambda p: bayesify.SWAG.from_pretrained(nn.Sequential(nn.Linear(2, 1))),
+    "swag-few-snapshots": lambda p: bayesify.SWAG.from_pretrained(
+        nn.Sequential(nn.Linear(2, 1)), (torch.randn(40, 2), torch.randn(40)), epochs=1),
+    "swag-not-collected": lambda p: bayesify.SWAG(nn.Sequential(nn.Linear(2, 1))).predict(
+        torch.randn(3, 2), samples=2),
 }  # fmt: skip
 
 

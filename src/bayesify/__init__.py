@@ -41,6 +41,8 @@ _EXPORTS: dict[str, str] = {
     "Task": "bayesify.predictive",
     "Predictor": "bayesify.predictor",
     "TTA": "bayesify.methods",
+    "SWAG": "bayesify.methods",
+    "MultiSWAG": "bayesify.methods",
 }  # fmt: skip
 
 __all__ = [
@@ -62,6 +64,8 @@ __all__ = [
     "Predictor",
     "StochasticNorm",
     "TTA",
+    "SWAG",
+    "MultiSWAG",
     "Task",
     "calibrate_conformal",
     "get_method",
@@ -76,6 +80,7 @@ if TYPE_CHECKING:
         IBNN,
         MCBN,
         METHODS,
+        SWAG,
         TTA,
         BayesByBackprop,
         DeepEnsemble,
@@ -86,6 +91,7 @@ if TYPE_CHECKING:
         MCDropout,
         Method,
         MethodConfig,
+        MultiSWAG,
         StochasticNorm,
         get_method,
         load,

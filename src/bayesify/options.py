@@ -50,6 +50,8 @@ __all__ = [
     "SigmaPer",
     "SplitProtocol",
     "Statistics",
+    "SwagBatchNorm",
+    "SwagSchedule",
     "Task",
     "format_transforms",
     "parse_fields",
@@ -302,6 +304,27 @@ class FlowKind(StrEnum):
     """RealNVP: affine coupling layers (Dinh et al. 2017)."""
     MEAN_FIELD = "mean-field"
     """No flow: a diagonal Gaussian fitted by the same ELBO (the mean-field baseline)."""
+
+
+class SwagSchedule(StrEnum):
+    """The learning rate of SWAG's SGD while it collects weight snapshots."""
+
+    CONSTANT = "constant"
+    """``swag_lr`` throughout; a snapshot every ``collect_every`` steps (Maddox et al. 2019)."""
+    CYCLIC = "cyclic"
+    """Down from ``swag_lr`` to ``swag_lr_min`` linearly in each cycle of ``collect_every``
+    steps, a snapshot at each cycle's end (Izmailov et al. 2018)."""
+
+
+class SwagBatchNorm(StrEnum):
+    """Where SWAG's batch-norm statistics come from for each weight sample."""
+
+    RECOMPUTE = "recompute"
+    """Recomputed for every sample from the training rows the bundle stores (``bn_rows``), as
+    Maddox et al. recompute them per sample."""
+    SWA = "swa"
+    """Those of each member's SWA mean, computed once on the same rows and shared by its
+    samples: no extra rows per call."""
 
 
 # ---------------------------------------------------------------- parsing

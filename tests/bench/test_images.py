@@ -143,7 +143,13 @@ def test_every_paper_method_trains_and_samples_on_both_models(model):
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(16, 1, 28, 28, generator=g), torch.randint(0, 10, (16,), generator=g)
     for method in images.METHODS:
-        if method in ("mcbn", "ensemble", *images.TTA_OVER):  # from another's net (tiny run)
+        if method in (
+            "mcbn",
+            "ensemble",
+            *images.TTA_OVER,
+            "swag",
+            "multiswag",
+        ):  # from another's net (tiny run)
             continue
         job = images.ImagesJob(method, images.DATASET, 0, 0, model=model)
         m = images._build(method, job)
@@ -151,6 +157,19 @@ def test_every_paper_method_trains_and_samples_on_both_models(model):
         samples = m.predict(x[:4], samples=4, seed=0).samples
         assert samples.shape == (4, 4, 10), method
         assert (method == "deterministic") == bool((samples == samples[0]).all()), method
+
+
+def test_swag_and_multiswag_start_from_the_deterministic_network():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(48, 1, 28, 28, generator=g), torch.randint(0, 10, (48,), generator=g)
+    data = {"train": (x[:32], y[:32]), "val": (x[32:], y[32:])}
+    for method, members in (("swag", 1), ("multiswag", 2)):
+        job = images.ImagesJob(method, images.DATASET, 0, 0, epochs=1, batch_size=16, members=2)
+        m, info = images._method(job, data, None)
+        assert m.net.counts.tolist() == [2 * images.SWAG_EPOCHS] * members
+        assert info["swag_seconds"] > 0
+        samples = m.predict(x[:3], samples=2, seed=0).samples
+        assert samples.shape == (2, 3, 10) and (samples != samples[0]).any()
 
 
 def test_overrides_reach_every_job_and_bad_values_are_refused():

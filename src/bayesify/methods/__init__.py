@@ -17,6 +17,7 @@ from bayesify.methods.registry import (
     resolve_method_names,
 )
 from bayesify.methods.stochastic_norm import StochasticNorm, StochasticNormConfig
+from bayesify.methods.swag import SWAG, MultiSWAG, MultiSWAGConfig, SWAGConfig
 from bayesify.methods.tta import TTA, TTAConfig
 from bayesify.nn.folding import DEFAULT_MAX_ROWS, resolve_max_rows
 
@@ -50,4 +51,8 @@ __all__ = [
     "FlowPosterior",
     "TTA",
     "TTAConfig",
+    "SWAG",
+    "SWAGConfig",
+    "MultiSWAG",
+    "MultiSWAGConfig",
 ]

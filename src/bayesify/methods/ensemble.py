@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, stack_module_state, vmap
+from torch.func import stack_module_state
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.deterministic import Deterministic
@@ -51,6 +51,7 @@ from bayesify.nn import (
     group_bytes,
     stochastic_modules,
 )
+from bayesify.nn.stacked import stacked_call
 from bayesify.train import Data, as_dataset
 
 log = logging.getLogger(__name__)
@@ -242,13 +243,8 @@ class DeepEnsemble(Method):
         """All members on the same rows ``x [R, ...]`` -> ``[M, R, ...]`` (vmap, else a loop)."""
         nets = list(self.net.members)
         params, buffers = stack_module_state(nets)
-        base = nets[0]
-
-        def run(p: dict[str, Tensor], b: dict[str, Tensor], xs: Tensor) -> Tensor:
-            return functional_call(base, (p, b), (xs,))
-
         try:
-            out = vmap(run, in_dims=(0, 0, None))(params, buffers, x)
+            out = stacked_call(nets[0], params, buffers, x)
         except Exception as e:  # noqa: BLE001 - any vmap failure falls back to the loop
             log.warning("vmap cannot run the members (%s); looping over members", e)
             self._vmap_ok = False

@@ -33,6 +33,7 @@ from bayesify.methods.laplace import Laplace
 from bayesify.methods.mc_dropout import MCDropout
 from bayesify.methods.mcbn import MCBN
 from bayesify.methods.stochastic_norm import StochasticNorm
+from bayesify.methods.swag import SWAG, MultiSWAG
 from bayesify.methods.tta import TTA
 from bayesify.models import build_model, net_from_reference
 
@@ -47,6 +48,8 @@ METHODS: dict[str, type[Method]] = {
     "laplace": Laplace,
     "flow": FlowPosterior,
     "tta": TTA,
+    "swag": SWAG,
+    "multiswag": MultiSWAG,
 }
 
 

@@ -34,7 +34,8 @@ EXPERIMENT = "images"
 DATASET = "fashion-mnist"
 MODELS = ("lenet", "resnet")
 METHODS = ("deterministic", "mc-dropout", "mcbn", "ensemble", "bbb", "ibnn", "stochastic-norm",
-           "laplace", "laplace-sampled", "laplace-torch", "tta", "mc-dropout-tta")  # fmt: skip
+           "laplace", "laplace-sampled", "laplace-torch", "tta", "mc-dropout-tta",
+           "swag", "multiswag")  # fmt: skip
 #: test-time augmentation (Ashukha et al. 2020) over the network of another method, without
 #: retraining: "tta" on the deterministic network, "mc-dropout-tta" on the MC dropout one
 TTA_OVER = {"tta": "deterministic", "mc-dropout-tta": "mc-dropout"}
@@ -45,6 +46,11 @@ ENSEMBLE_SEED_STRIDE = 1000
 #: methods whose trained networks are kept in the checkpoint folder (MC dropout's for the MC
 #: dropout + TTA rows)
 CHECKPOINTED = (*SHARED_NET, "mc-dropout")
+#: SWAG / MultiSWAG (``job.members`` trajectories) from the deterministic network: SGD at a
+#: constant rate for SWAG_EPOCHS passes over the first SWAG_TRAIN_ROWS training rows (a random
+#: subset: the training part is a permutation), 10 snapshots per pass (K = 20 columns); sized
+#: for a shared 2-core CPU. Module constants, not job fields: the stored rows keep their keys
+SWAG_EPOCHS, SWAG_LR, SWAG_SNAPSHOTS_PER_EPOCH, SWAG_TRAIN_ROWS = 2, 0.01, 10, 6400
 
 
 @dataclass(frozen=True)
@@ -241,7 +247,27 @@ def _method(job: ImagesJob, data: dict[str, Any], cache: Path | None) -> tuple[A
             "epochs_run": infos[0]["epochs_run"],
             "best_epoch": infos[0]["best_epoch"],
         }
+    if job.method in ("swag", "multiswag"):
+        return _swag(job, data, cache)
     return _train(job.method, job, data, cache)
+
+
+def _swag(job: ImagesJob, data: dict[str, Any], cache: Path | None) -> tuple[Any, dict]:
+    """SWAG (MultiSWAG: ``job.members`` trajectories) from the deterministic network."""
+    import bayesify
+
+    det, info = _train("deterministic", job, data, cache)
+    cls = bayesify.MultiSWAG if job.method == "multiswag" else bayesify.SWAG
+    x, y = data["train"]
+    train = (x[:SWAG_TRAIN_ROWS], y[:SWAG_TRAIN_ROWS])
+    steps = len(train[1]) // job.batch_size
+    members = {"members": job.members} if job.method == "multiswag" else {}
+    t0 = time.perf_counter()
+    swag = cls.from_pretrained(det.net, train, task="classification", seed=job.seed,
+                               batch_size=job.batch_size, epochs=SWAG_EPOCHS, lr=SWAG_LR,
+                               collect_every=max(1, steps // SWAG_SNAPSHOTS_PER_EPOCH),
+                               **members)  # fmt: skip
+    return swag, {**info, "swag_seconds": time.perf_counter() - t0}
 
 
 # ---------------------------------------------------------------------------------- one job

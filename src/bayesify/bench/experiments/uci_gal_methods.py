@@ -9,7 +9,8 @@ constant-uncertainty baseline's (CUBN / CUDO-style: the same mean, one variance 
 validation) and the normalised scores against it, and a 10-bin uncertainty–error curve.
 
 The grid's meaning per method (:data:`GRID_NAMES`): the prior σ of Bayes by Backprop, the prior
-std of IBNN's node noise, StochasticNorm's initial scale σ, MCBN's training batch size; the deep
+std of IBNN's node noise, StochasticNorm's initial scale σ, MCBN's training batch size, SWAG's
+SGD rate while it collects (after the net is trained as the others are); the deep
 ensemble (Lakshminarayanan et al. 2017: 5 members, each a heteroscedastic net trained by its NLL
 from its own initialisation) has no grid, nor has Laplace (last layer or all layers, KFAC, around
 the trained net; its prior precision by the marginal likelihood).
@@ -37,6 +38,7 @@ GRID_NAMES = {
     "mcbn": "batch_size",
     "laplace": None,  # last-layer KFAC Laplace of the trained net, δ (and σ²) by marglik
     "laplace-all": None,  # all-layer KFAC Laplace (GLM predictive), δ (and σ²) by marglik
+    "swag": "swag_lr",
 }
 UE_BINS = 10  # bins of the uncertainty–error curve
 
@@ -93,6 +95,8 @@ def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
         if job.method.startswith("laplace"):  # fit() trains the MAP, then fits the posterior
             subset = "all" if job.method == "laplace-all" else "last-layer"
             return bayesify.Laplace(net, subset=subset, hessian="kfac", **common)
+        if job.method == "swag":  # 20 epochs of SGD after training, one snapshot per epoch
+            return bayesify.SWAG(net, swag_lr=value, swag_epochs=20, **common)
         return bayesify.MCBN(net, bank_size=128, **common)
 
 

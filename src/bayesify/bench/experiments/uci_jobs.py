@@ -29,7 +29,7 @@ METHODS_EXPERIMENT = "uci-gal"  # every other method on Gal's splits
 TEYE_EXPERIMENT = "uci-teye"
 PROTOCOLS = ("gal", "teye")
 GAL_METHODS = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "laplace",
-               "laplace-all")  # fmt: skip
+               "laplace-all", "swag")  # fmt: skip
 TEYE_METHODS = ("mcbn", "mc-dropout")
 BIG = ("kin8nm", "naval-propulsion-plant", "power-plant", "protein-tertiary-structure")
 SMALL = tuple(d for d in UCI_DATASETS if d not in BIG)
@@ -42,6 +42,7 @@ GRIDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "mcbn": ((32.0, 128.0), (32.0, 64.0, 128.0, 256.0, 512.0)),
     "laplace": ((), ()),  # the prior precision by the marginal likelihood: no grid
     "laplace-all": ((), ()),
+    "swag": ((1e-4, 1e-3), (1e-4, 3e-4, 1e-3, 1e-2)),
 }
 #: likelihoods a method runs when none are given: Lakshminarayanan's ensemble is heteroscedastic
 DEFAULT_LIKELIHOODS = {"ensemble": ("heteroscedastic",)}

@@ -26,7 +26,7 @@ from bayesify.data.uci import UCI_DATASETS
 
 SHORT = {"homoscedastic": "homo", "heteroscedastic": "hetero"}
 METHOD_ORDER = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "laplace",
-                "laplace-all")  # fmt: skip
+                "laplace-all", "swag")  # fmt: skip
 
 
 def _pm(mean: float, se: float, digits: int = 2) -> str:
@@ -267,8 +267,9 @@ def write_page(out: str | Path, *, stores: Sequence[str | Path], command: str,
         "",
         "Methods on Gal's splits: one hidden layer of 50 ReLU units (100 for protein); the last "
         "20% of each training split is validation, used for the grid (MC dropout: rate; BBB: "
-        "prior σ; IBNN: prior std; StochasticNorm: initial σ; MCBN: batch size), the best epoch "
-        "and τ (homoscedastic); the test split is only scored. Heteroscedastic nets output a "
+        "prior σ; IBNN: prior std; StochasticNorm: initial σ; MCBN: batch size; SWAG: SGD rate "
+        "of its 20 collecting epochs after training), the best epoch and τ (homoscedastic); the "
+        "test split is only scored. Heteroscedastic nets output a "
         "mean and a variance and are trained by their Gaussian NLL; the deep ensemble is 5 "
         "such nets (no adversarial training). Settings per row are in the store's config.",
         "",

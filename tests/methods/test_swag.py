@@ -1,0 +1,202 @@
+"""SWAG and MultiSWAG: moments against SGD recorded by hand, the covariance of draws against
+the closed form, batch norm per sample against a train-mode pass, and the shared suite."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+from conformance import MethodConformance
+from test_mcbn import regression_data
+from torch import nn
+
+import bayesify
+from bayesify.models import mlp
+from bayesify.train import as_loader
+
+
+def _pretrained(net, n=120, **options):
+    x, y = regression_data(160)
+    options = {"epochs": 2, "batch_size": 20, "collect_every": 3, "rank": 4, **options}
+    cls = options.pop("cls", bayesify.SWAG)
+    method = cls.from_pretrained(net, (x[:n], y[:n]), val=(x[n:], y[n:]), **options)
+    return method, x[n : n + 20]
+
+
+class TestSWAGRegressionBatchNorm(MethodConformance):
+    def make(self):
+        return _pretrained(mlp(5, hidden=(8,), norm="batch"), bn_rows=16)
+
+
+class TestSWAGNoBatchNorm(MethodConformance):
+    def make(self):
+        return _pretrained(mlp(5, hidden=(8,), norm=None), schedule="cyclic", lr=0.05)
+
+
+class TestMultiSWAGSwaStatistics(MethodConformance):
+    samples = 7  # M = 3 does not divide T: 9 samples, 3 per member
+
+    def make(self):
+        net = mlp(5, hidden=(8, 8), norm="batch", dropout=0.1)
+        return _pretrained(net, cls=bayesify.MultiSWAG, batch_norm="swa", bn_rows=16)
+
+
+class TestSWAGConvClassifier(MethodConformance):
+    def make(self):
+        g = torch.Generator().manual_seed(0)
+        x = torch.randn(48, 1, 8, 8, generator=g)
+        y = torch.randint(0, 3, (48,), generator=g)
+        net = nn.Sequential(nn.Conv2d(1, 4, 3, bias=False), nn.BatchNorm2d(4), nn.ReLU(),
+                            nn.Flatten(), nn.Linear(144, 3))  # fmt: skip
+        method = bayesify.SWAG.from_pretrained(
+            net, (x, y), task="classification", epochs=2, batch_size=16, collect_every=1,
+            bn_rows=12, rank=3,
+        )  # fmt: skip
+        return method, x[:6]
+
+
+def _hand_sgd(net, data, steps_lr, momentum, batch_size, seed):
+    """Plain SGD written out, the flat weights recorded after every step."""
+    net = copy.deepcopy(net)
+    opt = torch.optim.SGD(net.parameters(), lr=steps_lr[0], momentum=momentum)
+    loader = as_loader(data, batch_size, shuffle=True, seed=seed)
+    recorded, step = [], 0
+    while step < len(steps_lr):
+        for xb, yb in loader:
+            for group in opt.param_groups:
+                group["lr"] = steps_lr[step]
+            loss = nn.functional.mse_loss(net(xb).reshape(yb.shape), yb)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            recorded.append(torch.cat([p.detach().reshape(-1) for p in net.parameters()]))
+            step += 1
+    return torch.stack(recorded)
+
+
+@pytest.mark.parametrize("schedule", ["constant", "cyclic"])
+def test_moments_and_deviations_match_sgd_recorded_by_hand(schedule):
+    torch.manual_seed(0)
+    x, y = regression_data(60)
+    net = mlp(5, hidden=(4,), norm=None)
+    epochs, bs, every, rank, lr, lr_min = 3, 20, 2, 3, 0.05, 0.01  # 9 steps, snapshots 2,4,6,8
+    method = bayesify.SWAG.from_pretrained(
+        net, (x, y), epochs=epochs, lr=lr, schedule=schedule, swag_lr_min=lr_min,
+        batch_size=bs, collect_every=every, rank=rank, seed=3,
+    )  # fmt: skip
+    steps = epochs * 60 // bs
+    if schedule == "constant":
+        rates = [lr] * steps
+    else:  # linear from lr to lr_min within each cycle of `every` steps
+        rates = [(1 - t) * lr + t * lr_min for t in ((i % every + 1) / every for i in range(steps))]
+    theta = _hand_sgd(net, (x, y), rates, 0.9, bs, seed=3)[every - 1 :: every]  # [4, P]
+    snapshots = len(theta)
+    # the two-line reference: moments of the snapshots, deviations from the running mean
+    mean, sq_mean = theta.mean(0), theta.square().mean(0)
+    running = theta.cumsum(0) / torch.arange(1, snapshots + 1)[:, None]
+    dev = (theta - running)[-rank:]
+    swag = method.net
+    assert swag.counts.tolist() == [snapshots]
+    torch.testing.assert_close(swag.mean[0], mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(swag.sq_mean[0], sq_mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(swag.deviations[0], dev, rtol=1e-4, atol=1e-6)
+    # the wrapped network holds the SWA mean; the caller's does not move
+    flat = torch.cat([p.detach().reshape(-1) for p in swag.base.parameters()])
+    torch.testing.assert_close(flat, mean)
+    assert not torch.equal(torch.cat([p.detach().reshape(-1) for p in net.parameters()]), mean)
+
+
+def test_covariance_of_draws_in_one_call_is_the_closed_form():
+    x, y = regression_data(80)
+    method, _ = _pretrained(mlp(5, hidden=(2,), norm=None), epochs=6, lr=0.1, collect_every=2,
+                            rank=5)  # fmt: skip
+    swag = method.net
+    k = min(int(swag.counts[0]), 5)
+    assert k == 5
+    d = swag.deviations[0, :k].double()  # [K, P]
+    var = (swag.sq_mean[0] - swag.mean[0].square()).double()
+    closed = 0.5 * (torch.diag(var) + d.T @ d / (k - 1))  # diag/2 + DDᵀ/(2(K−1))
+    draws = method.sample_weights(60_000, generator=torch.Generator().manual_seed(0)).double()
+    assert draws.shape == (60_000, swag.mean.shape[1])
+    torch.testing.assert_close(draws.mean(0), swag.mean[0].double(), rtol=0,
+                               atol=4 * math.sqrt(closed.diag().max() / 60_000))  # fmt: skip
+    cov = torch.cov(draws.T)
+    err = (cov - closed).norm() / closed.norm()
+    assert err < 0.03, f"relative Frobenius error {err:.3f}"
+    # without the low-rank term the covariance would be far off: the test can fail
+    assert (0.5 * torch.diag(var) - closed).norm() / closed.norm() > 0.1
+
+
+def test_each_sample_is_the_net_with_its_weights_and_batch_norm_updated_on_the_kept_rows():
+    """Sample t equals the plain network carrying weights θ_t whose batch-norm running
+    statistics were reset and updated by one train-mode pass (momentum None) over the rows the
+    bundle keeps: Maddox et al.'s bn_update, on those rows."""
+    method, x = _pretrained(mlp(5, hidden=(8,), norm="batch"), bn_rows=24)
+    swag = method.net
+    assert swag.bn_inputs.shape == (24, 5)
+    out = method.sample(x, 4, generator=torch.Generator().manual_seed(7))
+    theta = method.sample_weights(4, generator=torch.Generator().manual_seed(7))
+    for t in range(4):
+        net = copy.deepcopy(swag.base)
+        torch.nn.utils.vector_to_parameters(theta[t], net.parameters())
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm1d):
+                m.reset_running_stats()
+                m.momentum = None
+        net.train()
+        with torch.no_grad():
+            net(swag.bn_inputs)
+            net.eval()
+            torch.testing.assert_close(out[t], net(x), rtol=1e-4, atol=1e-5)
+
+
+def test_swa_statistics_mode_shares_each_members_statistics():
+    method, x = _pretrained(mlp(5, hidden=(8,), norm="batch"), bn_rows=16, batch_norm="swa")
+    bn = method.net.base[1]
+    stats = method.net.swa_statistics()
+    torch.testing.assert_close(stats["1.running_mean"][0], bn.running_mean)
+    assert method.predict(x, samples=4, seed=0).samples.std(0).max() > 1e-4
+
+
+def test_multiswag_members_start_from_the_same_weights_and_follow_their_own_orders():
+    method, x = _pretrained(mlp(5, hidden=(8,), norm=None), cls=bayesify.MultiSWAG)
+    means = method.net.mean
+    assert means.shape[0] == 3 and method.sample_count(4) == 6
+    assert not torch.allclose(means[0], means[1]) and not torch.allclose(means[1], means[2])
+    out = method.sample(x, 6, seed=0)
+    # sample k*M + m comes from member m: each member's draws centre on its own mean
+    theta = method.sample_weights(3000, generator=torch.Generator().manual_seed(1))
+    for m in range(3):
+        apart = (means[m] - means[(m + 1) % 3]).abs().max()
+        assert (theta[m::3].mean(0) - means[m]).abs().max() < apart
+    assert out.shape[:2] == (6, len(x))
+
+
+def test_fit_trains_then_collects():
+    x, y = regression_data(100)
+    method = bayesify.SWAG(mlp(5, hidden=(8,), norm=None), swag_epochs=2, collect_every=2)
+    method.fit((x, y), epochs=2, batch_size=20, progress=False)
+    assert method.net.counts.tolist() == [5]  # 5 steps per epoch, a snapshot every 2 of 10
+
+
+def test_clear_errors():
+    x, y = regression_data(40)
+    with pytest.raises(ValueError, match="needs the training data"):
+        bayesify.SWAG.from_pretrained(mlp(5, hidden=(4,), norm=None))
+    with pytest.raises(ValueError, match="needs at least 2"):
+        bayesify.SWAG.from_pretrained(mlp(5, hidden=(4,), norm=None), (x, y), epochs=1,
+                                      batch_size=20)  # fmt: skip
+    with pytest.raises(ValueError, match="unknown schedule"):
+        bayesify.SWAG(mlp(5, hidden=(4,), norm=None), schedule="step")
+    with pytest.raises(ValueError, match="rank must be >= 1"):
+        bayesify.SWAG(mlp(5, hidden=(4,), norm=None), rank=0)
+    with pytest.raises(ValueError, match="collected no moments"):
+        bayesify.SWAG(mlp(5, hidden=(4,), norm=None)).predict(x, samples=2)
+
+
+def test_paper_preset():
+    method = bayesify.SWAG(mlp(5, hidden=(4,), norm=None), preset="paper")
+    assert method.config.rank == 20 and method.config.scale == 0.5
+    assert method.config.schedule == "constant"
