@@ -24,6 +24,9 @@ def test_tiny_speed_grid_reports_paired_ratios_and_option_rows() -> None:
     cell = result.cells[0]
     per_rep = [a / b for a, b in zip(cell.times["loop"], cell.times["one-pass"], strict=True)]
     assert cell.ratio("loop")[1] == statistics.median(per_rep)
+    floor = [a / b for a, b in zip(cell.times["one-pass"], cell.times["floor"], strict=True)]
+    assert cell.ratio("one-pass", "floor")[1] == statistics.median(floor)
+    assert "one-pass / floor" in speed_markdown(result, "bayesify bench speed")
     labels = [t.label for t in result.training]
     assert labels == ["mc-dropout", "ibnn", "ibnn (train_samples=2)"]
     for t in result.training:
@@ -32,3 +35,20 @@ def test_tiny_speed_grid_reports_paired_ratios_and_option_rows() -> None:
     assert "| ibnn (train_samples=2) | mlp |" in text
     assert "training per epoch, ibnn / mlp" in text  # the target line uses the default only
     assert "training per epoch, ibnn (train_samples=2)" not in text
+
+
+def test_floor_is_the_plain_network_over_the_same_rows_in_chunks() -> None:
+    """The floor of a cell: the plain network over T copies of every row, chunked as the one
+    pass is (here T alone exceeds the row budget, so groups run in ranges), equals T plain
+    passes over x."""
+    import torch
+
+    from bayesify.bench.experiments.speed_cases import build_case, plain_pass, random_data
+
+    case = build_case("bbb", "lenet")
+    x, _ = random_data("lenet", 3, seed=0)
+    out = plain_pass(case, x, 200)  # 200 groups > the 167 rows of one LeNet forward
+    with torch.no_grad():
+        ref = case.plain(x)
+    assert out.shape == (200, 3, 10)
+    torch.testing.assert_close(out, ref.expand(200, 3, 10), rtol=1e-4, atol=1e-5)

@@ -1,4 +1,5 @@
-"""BayesLinear / BayesConv2d: KL, moments of the local reparameterisation, flipout, conversion."""
+"""BayesLinear / BayesConv2d: KL, moments of the local reparameterisation and of the per-group
+convolution weights, conversion."""
 
 from __future__ import annotations
 
@@ -63,13 +64,13 @@ def test_local_reparameterisation_moments_match_sampled_weights():
     torch.testing.assert_close(lrt.var(0), direct.var(0), atol=0.01, rtol=0.05)
 
 
-def test_flipout_rows_have_the_posterior_moments():
+def test_conv_samples_have_the_posterior_moments():
     torch.manual_seed(2)
     layer = BayesConv2d(2, 3, 3, padding=1, init_rho=-1.0)
     x = torch.randn(1, 2, 4, 4)
     with torch.no_grad():
         outs = []
-        for s in range(400):  # fresh shared ε per pass, per-row signs
+        for s in range(400):  # 400 blocks of 25 groups, one weight sample per group
             with sampling(layer, 25, torch.Generator().manual_seed(s)):
                 outs.append(layer(repeat_samples(x, 25)))
         flip = torch.cat(outs)  # [10000, 3, 4, 4]
@@ -119,3 +120,25 @@ def test_conversion_keeps_pretrained_means_and_last_k():
     torch.testing.assert_close(net[4].weight_mu, weights[2])
     with pytest.raises(ValueError, match="Linear or Conv2d"):
         bayesianize(nn.Sequential(nn.ReLU()))
+
+
+def test_conv_rows_of_a_group_share_one_weight_sample():
+    """While sampling, every row of group t is convolved with group t's weight sample: two
+    equal rows get equal outputs in a group (flipout's per-row signs gave them different ones),
+    the groups differ, and each group equals a plain convolution with the weights its key
+    gives (one normal draw per group, the weight part first, then the bias)."""
+    torch.manual_seed(5)
+    layer = BayesConv2d(2, 3, 3, padding=1, init_rho=-1.0)
+    row = torch.randn(1, 2, 5, 5)
+    x = torch.cat([row, torch.randn(1, 2, 5, 5), row])  # rows 0 and 2 equal
+    with torch.no_grad(), sampling(layer, 4, torch.Generator().manual_seed(1)):
+        out = layer(repeat_samples(x, 4)).view(4, 3, 3, 5, 5)
+        eps = layer.noise.group_normal(54 + 3, torch.device("cpu"), 4)
+    torch.testing.assert_close(out[:, 0], out[:, 2])
+    assert not torch.allclose(out[0], out[1])
+    with torch.no_grad():
+        for t in range(4):
+            w = layer.weight_mu + layer.weight_sigma * eps[t, :54].view(3, 2, 3, 3)
+            b = layer.bias_mu + layer.bias_sigma * eps[t, 54:]
+            ref = nn.functional.conv2d(x, w, b, padding=1)
+            torch.testing.assert_close(out[t], ref, rtol=1e-5, atol=1e-5)

@@ -9,21 +9,27 @@ Noise per row:
 
 * :class:`BayesLinear` uses the local reparameterisation trick (Kingma et al. 2015): the
   pre-activation of a row is ``N(x μᵀ + b_μ, x² σ²ᵀ + σ_b²)``, sampled directly, in training
-  and prediction.
-* :class:`BayesConv2d` samples per row at prediction with flipout (Wen et al. 2018): a
-  perturbation ``ε_t ∘ σ`` per sample group t and per-row random signs,
-  ``conv(x, μ) + conv(x ∘ s_in, σ ∘ ε_t) ∘ s_out`` (each row's weight is marginally
-  ``N(μ, σ²)``, and the T samples of a row are independent posterior draws), plus a per-row
-  bias sample. In training it draws one weight sample per mini-batch by default
+  and prediction (two matrix products and one standard normal per output unit and row).
+* :class:`BayesConv2d` predicts with one weight sample per sample group:
+  ``w_t = μ + σ ∘ ε_t``, ``b_t = b_μ + σ_b ∘ ε_t'`` drawn once per group (and per range of
+  groups) from the group's key, every row of group t convolved with ``w_t`` in one grouped
+  convolution. Sample t of a row is an exact posterior draw, the T samples of a row are
+  independent, and the rows of one group share their network draw (a function sample, as in the
+  loop of T passes with sampled weights). One convolution per layer, the price of a plain one;
+  no per-row noise. In training it draws one weight sample per mini-batch by default
   (``train_estimator="shared"``, Blundell et al.'s plain reparameterisation: one convolution);
-  ``"flipout"`` trains with per-row signs around one ε per mini-batch and lower-variance
-  gradients at the price of a second convolution.
+  ``"flipout"`` (Wen et al. 2018) trains with per-row signs around one ε per mini-batch,
+  ``conv(x, μ) + conv(x ∘ s_in, σ ∘ ε) ∘ s_out``, and lower-variance gradients at the price of
+  a second convolution.
 
 Outside sampling the layers are random in ``.train()`` (torch's global RNG, for the ELBO) and
 return the posterior-mean output in ``.eval()``. Inside :func:`bayesify.nn.sampling` the per-row
-noise comes from :class:`~bayesify.nn.row_noise.RowNoise` (chunk-invariant, replayable per group),
-flipout's per-group ε too (:meth:`~bayesify.nn.row_noise.RowNoise.group_normal`, from the
-group's key: the same in every chunk and range of groups).
+noise of :class:`BayesLinear` comes from :class:`~bayesify.nn.row_noise.RowNoise`
+(chunk-invariant, replayable per group), the convolutions' per-group weights from
+:meth:`~bayesify.nn.row_noise.RowNoise.group_normal` (the group's key: the same in every chunk
+and range of groups), made once per range of groups and kept by
+:meth:`~bayesify.nn.row_noise.RowNoiseModule.range_cached`; σ = softplus(ρ) is computed once
+per sampling block, not per chunk.
 """
 
 from __future__ import annotations
@@ -41,8 +47,8 @@ from bayesify.nn.gaussian_posterior import (
 from bayesify.nn.row_noise import RowNoiseModule
 from bayesify.options import ConvEstimator, parse_option
 
-#: the :class:`~bayesify.nn.row_noise.RowNoise` stream of flipout's per-group ε (the per-row
-#: draws use uniform streams 1-2 and normal stream 3)
+#: the :class:`~bayesify.nn.row_noise.RowNoise` stream of the convolutions' per-group weight
+#: noise (streams 1-3 were the per-row flipout signs and bias noise of earlier versions)
 _EPS_STREAM = 4
 
 
@@ -100,11 +106,6 @@ class _BayesLayer(RowNoiseModule):
             sigmas.append(s)
         return sigmas, kl
 
-    def _sigmas(self, training: bool) -> list[Tensor]:
-        """σ of the weights (and bias) for a forward: in training with the step's KL recorded
-        (:meth:`_training_sigmas`), else σ alone."""
-        return self._training_sigmas() if training else [s for _, s in self._pairs()]
-
     def _training_sigmas(self) -> list[Tensor]:
         """σ for a training forward; the step's KL is computed alongside and kept for
         :meth:`take_kl` (one softplus per step serves both)."""
@@ -119,6 +120,11 @@ class _BayesLayer(RowNoiseModule):
 
     def _noisy(self) -> bool:
         return self.stochastic and self.noise.keys is not None
+
+    def _block_sigmas(self) -> list[Tensor]:
+        """σ of the weights (and bias) while sampling, computed once per sampling block (every
+        chunk and range of groups reuses it)."""
+        return self.range_cached("sigmas", lambda: [s for _, s in self._pairs()], per_range=False)
 
 
 class BayesLinear(_BayesLayer):
@@ -156,17 +162,22 @@ class BayesLinear(_BayesLayer):
         mean = F.linear(x, self.weight_mu, self.bias_mu)  # [R, *, out]
         if not (noisy or self.training):
             return mean
-        sigmas = self._sigmas(training=not noisy)
-        b_var = sigmas[1].square() if len(sigmas) > 1 else None
-        var = F.linear(x.square(), sigmas[0].square(), b_var)  # [R, *, out]
         if noisy:
+            w_var, b_var = self.range_cached("variances", self._variances, per_range=False)
+            var = F.linear(x.square(), w_var, b_var)  # [R, *, out]
             rows = x.shape[0]
             z = self.noise.normal(rows, mean[0].numel(), x.device).to(mean.dtype)
             self.noise.advance(rows)
-            z = z.view_as(mean)
-        else:
-            z = torch.randn_like(mean)
-        return mean + torch.sqrt(var + 1e-16) * z
+            return torch.addcmul(mean, var.add_(1e-16).sqrt_(), z.view_as(mean))
+        sigmas = self._training_sigmas()
+        b_var = sigmas[1].square() if len(sigmas) > 1 else None
+        var = F.linear(x.square(), sigmas[0].square(), b_var)  # [R, *, out]
+        return mean + torch.sqrt(var + 1e-16) * torch.randn_like(mean)
+
+    def _variances(self) -> tuple[Tensor, Tensor | None]:
+        """σ² of the weights ``[out, in]`` and bias ``[out]`` (None without bias)."""
+        sigmas = self._block_sigmas()
+        return sigmas[0].square(), sigmas[1].square() if len(sigmas) > 1 else None
 
     def _fused_training_forward(self, x: Tensor) -> Tensor:
         """Training output (local reparameterisation) and this step's KL from one autograd
@@ -183,7 +194,7 @@ class BayesLinear(_BayesLayer):
 
 class BayesConv2d(_BayesLayer):
     """Mean-field Gaussian ``nn.Conv2d`` (zero padding): ``[N, C, H, W]`` -> ``[N, C', H', W']``
-    with flipout weight noise and per-row bias samples."""
+    with one weight and bias sample per sample group while sampling."""
 
     def __init__(
         self,
@@ -208,7 +219,6 @@ class BayesConv2d(_BayesLayer):
         self.conv_groups = conv_groups
         self.train_estimator = _conv_estimator(train_estimator)
         self._init_params(ref.weight, ref.bias, prior or Prior(), init_rho)
-        self._eps: tuple[int, Tensor] | None = None  # (first group, ε [G, ...]) of this block
 
     @classmethod
     def from_conv2d(
@@ -239,34 +249,43 @@ class BayesConv2d(_BayesLayer):
 
     def extra_repr(self) -> str:
         k = tuple(self.weight_mu.shape[2:])
-        return f"{self.in_channels}, {self.out_channels}, kernel_size={k}, flipout"
+        return f"{self.in_channels}, {self.out_channels}, kernel_size={k}"
 
     def _conv(self, x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
         return F.conv2d(x, w, b, self.stride, self.padding, self.dilation, self.conv_groups)
 
-    def _group_eps(self, device: torch.device, dtype: torch.dtype) -> Tensor:
-        """Flipout's ε ``[G, C', C/conv_groups, kh, kw]`` of the groups in use, made once per
-        sampling block or range of groups (every row chunk reuses it)."""
-        start, groups = self.noise.start, len(self.noise.keys)
-        if self._eps is None or self._eps[0] != start or len(self._eps[1]) != groups:
-            eps = self.noise.group_normal(self.weight_mu.numel(), device, _EPS_STREAM)
-            self._eps = (start, eps.to(dtype).view(groups, *self.weight_mu.shape))
-        return self._eps[1]
+    def _group_weights(self, dtype: torch.dtype) -> tuple[Tensor, Tensor | None]:
+        """Weight samples ``[G, C', C/conv_groups, kh, kw]`` and bias samples ``[G, C']`` (None
+        without bias) of the groups in use, ``μ + σ ∘ ε_t`` with ε from each group's key; made
+        once per sampling block or range of groups (every row chunk reuses them)."""
 
-    def end_sampling(self) -> None:
-        super().end_sampling()
-        self._eps = None
+        def draw() -> tuple[Tensor, Tensor | None]:
+            mu, b_mu = self.weight_mu, self.bias_mu
+            sigmas = self._block_sigmas()
+            n_w = mu.numel()
+            n_b = 0 if b_mu is None else b_mu.numel()
+            eps = self.noise.group_normal(n_w + n_b, mu.device, _EPS_STREAM).to(dtype)
+            groups = len(eps)
+            w = torch.addcmul(mu, sigmas[0], eps[:, :n_w].view(groups, *mu.shape))
+            if b_mu is None:
+                return w, None
+            return w, torch.addcmul(b_mu, sigmas[1], eps[:, n_w:])
 
-    def _group_conv(self, x: Tensor, w: Tensor) -> Tensor:
+        return self.range_cached("weights", draw)
+
+    def _group_conv(self, x: Tensor, w: Tensor, b: Tensor | None) -> Tensor:
         """Group t of ``x [G*n, C, H, W]`` convolved with its own weight ``w[t]``
-        (``w [G, C', C/conv_groups, kh, kw]``) as one grouped convolution: ``[G*n, C', H', W']``."""
+        (``w [G, C', C/conv_groups, kh, kw]``) and bias ``b[t]`` (``b [G, C']``) as one grouped
+        convolution: ``[G*n, C', H', W']``."""
         g = w.shape[0]
+        if x.shape[0] % g:
+            raise ValueError(f"{x.shape[0]} rows do not split into {g} sample groups")
         if g == 1:
-            return self._conv(x, w[0])
+            return self._conv(x, w[0], None if b is None else b[0])
         n, rest = x.shape[0] // g, x.shape[1:]
         xg = x.view(g, n, *rest).transpose(0, 1).reshape(n, g * rest[0], *rest[1:])
-        out = F.conv2d(xg, w.reshape(-1, *w.shape[2:]), None, self.stride, self.padding,
-                       self.dilation, self.conv_groups * g)  # fmt: skip
+        out = F.conv2d(xg, w.reshape(-1, *w.shape[2:]), None if b is None else b.reshape(-1),
+                       self.stride, self.padding, self.dilation, self.conv_groups * g)  # fmt: skip
         out = out.view(n, g, -1, *out.shape[2:]).transpose(0, 1)  # [G, n, C', H', W']
         return out.reshape(g * n, *out.shape[2:])
 
@@ -278,35 +297,33 @@ class BayesConv2d(_BayesLayer):
         b = None if self.bias_mu is None else self.bias_mu + sigmas[1] * torch.randn_like(sigmas[1])
         return self._conv(x, w, b)
 
-    def forward(self, x: Tensor) -> Tensor:
-        noisy = self._noisy()
-        if self.training and not noisy and self.train_estimator == ConvEstimator.SHARED:
-            return self._shared_sample_forward(x)
+    def _flipout_forward(self, x: Tensor) -> Tensor:
+        """Training with flipout (Wen et al. 2018): per-row signs around one ε per mini-batch,
+        ``conv(x, μ) + conv(x ∘ s_in, σ ∘ ε) ∘ s_out`` plus a per-row bias sample."""
         mean = self._conv(x, self.weight_mu, self.bias_mu)  # [R, C', H', W']
-        if not (noisy or self.training):
-            return mean
         rows, c_in, c_out = x.shape[0], x.shape[1], mean.shape[1]
-        if noisy:
-            dev = x.device
-            s_in = torch.where(self.noise.uniform(rows, c_in, dev, 1) < 0.5, -1.0, 1.0)
-            s_out = torch.where(self.noise.uniform(rows, c_out, dev, 2) < 0.5, -1.0, 1.0)
-            z_b = self.noise.normal(rows, c_out, dev, 3) if self.bias_mu is not None else None
-            self.noise.advance(rows)
-            eps = self._group_eps(dev, x.dtype)  # [G, C', C/g, kh, kw]
-        else:
-            s_in = torch.randint(0, 2, (rows, c_in), device=x.device) * 2.0 - 1.0
-            s_out = torch.randint(0, 2, (rows, c_out), device=x.device) * 2.0 - 1.0
-            z_b = torch.randn(rows, c_out, device=x.device) if self.bias_mu is not None else None
-            eps = torch.randn_like(self.weight_mu)
-        sigmas = self._sigmas(training=not noisy)
+        s_in = torch.randint(0, 2, (rows, c_in), device=x.device) * 2.0 - 1.0
+        s_out = torch.randint(0, 2, (rows, c_out), device=x.device) * 2.0 - 1.0
+        z_b = torch.randn(rows, c_out, device=x.device) if self.bias_mu is not None else None
+        eps = torch.randn_like(self.weight_mu)
+        sigmas = self._training_sigmas()
         s_in, s_out = s_in.to(x.dtype)[..., None, None], s_out.to(x.dtype)[..., None, None]
-        if noisy:
-            out = mean + self._group_conv(x * s_in, sigmas[0] * eps) * s_out
-        else:
-            out = mean + self._conv(x * s_in, sigmas[0] * eps) * s_out
+        out = mean + self._conv(x * s_in, sigmas[0] * eps) * s_out
         if z_b is not None:
             out = out + (sigmas[1] * z_b.to(x.dtype))[..., None, None]
         return out
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self._noisy():  # inside a sampling block: one weight sample per group
+            w, b = self._group_weights(x.dtype)
+            out = self._group_conv(x, w, b)
+            self.noise.advance(x.shape[0])
+            return out
+        if not self.training:
+            return self._conv(x, self.weight_mu, self.bias_mu)
+        if self.train_estimator == ConvEstimator.SHARED:
+            return self._shared_sample_forward(x)
+        return self._flipout_forward(x)
 
 
 def bayesianize(

@@ -25,8 +25,9 @@ deterministic otherwise; MC dropout and the Bayes layers follow ``.train()`` ins
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -34,6 +35,7 @@ from torch import Tensor, nn
 from bayesify.nn.stochastic import SamplingPlan, StochasticModule, generator_device
 
 _M32 = 0xFFFFFFFF
+_V = TypeVar("_V")
 
 
 def _mul32(x: Tensor, c: int) -> Tensor:
@@ -177,6 +179,7 @@ class RowNoiseModule(StochasticModule):
     def __init__(self) -> None:
         super().__init__()
         self.noise = RowNoise()
+        self._range_cache: dict[str, tuple[Any, Any]] = {}
 
     @property
     def sampling_active(self) -> bool:
@@ -186,10 +189,25 @@ class RowNoiseModule(StochasticModule):
     def begin_sampling(self, plan: SamplingPlan) -> None:
         super().begin_sampling(plan)
         self.noise.begin(plan.samples, plan.generator)
+        self._range_cache.clear()
 
     def end_sampling(self) -> None:
         super().end_sampling()
         self.noise.end()
+        self._range_cache.clear()
+
+    def range_cached(self, name: str, make: Callable[[], _V], per_range: bool = True) -> _V:
+        """``make()``, made once and reused by every row chunk of the sampling block: once per
+        range of groups in use (``per_range``: per-group draws such as weight samples built from
+        :meth:`RowNoise.group_normal`, ``[G, ...]``), or once per block (a value every group
+        shares, such as σ = softplus(ρ)). Forgotten when the block ends."""
+        key = (self.noise.start, len(self.noise.keys)) if per_range else None
+        hit = self._range_cache.get(name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        value = make()
+        self._range_cache[name] = (key, value)
+        return value
 
     def select_groups(self, start: int, stop: int) -> None:
         """Behave as groups ``start .. stop-1`` of the current sampling block, alone."""

@@ -211,6 +211,8 @@ def run_speed(
         cell = Cell(name, model, n, t, time_interleaved(fns, s.repeats, s.warmup, dev))
         if s.memory:
             for v, fn in fns.items():
+                if v == "floor":
+                    continue
                 if dev.type == "cuda":
                     cell.memory[v] = peak_memory_cuda(lambda fn=fn: fn(0), dev)
                 else:
@@ -278,6 +280,10 @@ def targets(result: SpeedResult) -> list[str]:
 
 
 NOTES = [
+    "- The floor is the same network variant without stochastic layers, one plain pass over the "
+    "same T·N rows in the same row chunks, ending in the same `Predictive` "
+    "(`speed_cases.plain_pass`): one-pass / floor is what drawing the samples costs beyond the "
+    "rows themselves.",
     "- Networks have random weights (timing does not depend on training); MCBN's bank holds "
     "128 mini-batches of b = 32 random training rows; Algorithm 1 draws a fresh mini-batch of "
     "b rows per sample from 512 random training rows and forwards it with the query.",
@@ -318,13 +324,14 @@ def speed_markdown(result: SpeedResult, command: str) -> str:
         "## Prediction",
         "",
         "| method | model | N | T | one-pass ms | loop ms | loop / one-pass | "
-        "Alg. 1 / one-pass | peak MiB one / loop / Alg. 1 |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "one-pass / floor | Alg. 1 / one-pass | peak MiB one / loop / Alg. 1 |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for c in result.cells:
-        mem = " / ".join(_mib(c.memory.get(v)) for v in c.times) if c.memory else ""
+        mem = " / ".join(_mib(v) for v in c.memory.values()) if c.memory else ""
+        floor = _ratio(c.ratio("one-pass", "floor")) if "floor" in c.times else ""
         out.append(f"| {c.method} | {c.model} | {c.n} | {c.t} | {_ms(c.times['one-pass'])} | "
-                   f"{_ms(c.times['loop'])} | {_ratio(c.ratio('loop'))} | "
+                   f"{_ms(c.times['loop'])} | {_ratio(c.ratio('loop'))} | {floor} | "
                    f"{_ratio(c.ratio('teye'))} | {mem} |")  # fmt: skip
     if result.training:
         out += [

@@ -30,6 +30,7 @@ from torch import Tensor, nn
 from bayesify.methods import METHODS, Deterministic, Method
 from bayesify.models import lenet, mlp, resnet
 from bayesify.nn import MCBatchNorm
+from bayesify.nn.folding import chunk_plan, fold_samples, repeat_samples, resolve_max_rows
 from bayesify.predictive import Predictive, Task
 from bayesify.seeding import seeded
 
@@ -94,6 +95,7 @@ class Case:
     method: Method
     train_x: Tensor
     train_y: Tensor
+    plain: nn.Module | None = None  # the same network variant, plain (the floor of a pass)
 
 
 def build_case(
@@ -113,12 +115,33 @@ def build_case(
     cls = Deterministic if method == "deterministic" else METHODS[method]
     with seeded(0):
         net = build_net(model, net_of or method)
+        plain = build_net(model, net_of or method).to(device).eval()
         m = cls(net.to(device), task=task_of(model), **(options or {}))
     train_x, train_y = (t.to(device) for t in random_data(model, TRAIN_ROWS, seed=1))
     if method == "mcbn":
         m.fill_bank((train_x, train_y), batch_size=bank_batch, bank_size=bank_size)
     m.net.eval()
-    return Case(m, train_x, train_y)
+    return Case(m, train_x, train_y, plain)
+
+
+def plain_pass(case: Case, x: Tensor, samples: int) -> Tensor:
+    """The floor of a one-pass prediction: the plain network (no stochastic layers) over the
+    same ``T*N`` rows in the same row chunks as the one pass. ``[T, N, ...]``."""
+    if case.plain is None:
+        raise ValueError("the case has no plain network")
+    ranges, per_chunk = chunk_plan(samples, len(x), resolve_max_rows("auto", x, case.method.net))
+    with torch.no_grad():
+        groups = [
+            torch.cat(
+                [
+                    fold_samples(case.plain(repeat_samples(c, b - a)), b - a)
+                    for c in x.split(per_chunk)
+                ],
+                1,
+            )  # fmt: skip
+            for a, b in ranges
+        ]
+    return torch.cat(groups, 0)
 
 
 def teye_algorithm1(
@@ -171,6 +194,8 @@ def variants(case: Case, x: Tensor, samples: int, bank_batch: int = 32) -> dict[
             m.reference_samples(x, samples, torch.Generator().manual_seed(r))
         ),
     }
+    if case.plain is not None:
+        out["floor"] = lambda _r: m.to_predictive(plain_pass(case, x, samples))
     if m.name == "mcbn":
         out["teye"] = lambda r: m.to_predictive(
             teye_algorithm1(
