@@ -155,6 +155,9 @@ CASES = {
     "predict-text": lambda p: _plain_method().predict(np.array([["a", "b"]]), samples=2),
     "predict-too-many-samples": lambda p: _plain_method().predict(torch.randn(1, 2),
                                                                   samples=10**9),
+    "hmc-network": lambda p: __import__("bayesify.reference").reference.sample_posterior(
+        nn.Sequential(nn.Linear(1, 3), nn.BatchNorm1d(3), nn.Linear(3, 1)), torch.zeros(4, 1),
+        torch.zeros(4), "regression"),
 }  # fmt: skip
 
 

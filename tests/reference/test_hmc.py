@@ -81,3 +81,15 @@ def test_rhat_flags_chains_that_disagree():
     bad = predictive_diagnostics(apart)
     assert not bad["reference"] and bad["rhat_max"] > 1.5
     assert math.isfinite(bad["ess_min"])
+
+
+def test_without_the_extra_one_line_names_it(monkeypatch):
+    import sys
+
+    from bayesify.reference import MissingExtra
+
+    monkeypatch.setitem(sys.modules, "numpyro", None)  # `import numpyro` raises ImportError
+    monkeypatch.setitem(sys.modules, "numpyro.infer", None)
+    with pytest.raises(MissingExtra, match=r"^the HMC reference needs numpyro and jax: "
+                                           r"pip install 'bayesify\[hmc\]'$"):  # fmt: skip
+        sample_posterior(nn.Linear(1, 1), torch.zeros(4, 1), torch.zeros(4), "regression")

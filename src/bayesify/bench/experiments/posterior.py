@@ -49,6 +49,8 @@ class Preset:
 PRESETS = {
     "quick": Preset(("toy-1d", "toy-2d", "yacht"), 3, 4, 200, 150, 1, 8, 200, 100),
     "full": Preset(("toy-1d", "toy-2d", *UCI), 3, 4, 500, 250, 2, 10, 200, 100),
+    # a smoke test of the machinery (seconds, not a reference)
+    "tiny": Preset(("toy-1d", "toy-2d"), 1, 4, 20, 20, 1, 3, 5, 10),
 }
 
 
@@ -57,7 +59,9 @@ class PosteriorOptions:
     """Options of ``bayesify bench posterior``."""
 
     command: ClassVar[str] = "posterior"
-    preset: str = option("quick", "quick (toys and yacht) or full (toys and five UCI sets).")
+    preset: str = option(
+        "quick", "quick (toys and yacht), full (toys and five UCI sets) or tiny (a smoke test)."
+    )
     datasets: tuple[str, ...] = option((), "Problems instead of the preset's, comma-separated.")
     splits: int = option(0, "UCI splits per dataset (0: the preset's).")
     methods: tuple[str, ...] = option((), "Methods (default: all of posterior_jobs.METHODS).")
