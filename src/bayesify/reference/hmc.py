@@ -11,8 +11,8 @@ norm, dropout or other buffers: its output depends on ``w`` and ``x`` only):
 * classification: ``y_n ~ Categorical(softmax(f_w(x_n)))``.
 
 The network is an ``nn.Sequential`` of ``nn.Linear`` layers and elementwise activations; its
-forward pass is rebuilt in JAX for the sampler (pyro's NUTS, the PyTorch-only choice, took 5.7
-times as long on the 1-D toy, measured side by side: benchmarks/posterior.md), and the draws come
+forward pass is rebuilt in JAX for the sampler (pyro's NUTS, the PyTorch-only choice, took
+about 5.7 times as long on the 1-D toy: docs/fidelity.md), and the draws come
 back as torch tensors in the order of ``net.named_parameters()``, so predictions run the torch
 network itself (``torch.func.functional_call``).
 
