@@ -77,3 +77,24 @@ def test_sigkill_then_rerun_resumes_without_recomputing(tmp_path):
         row = next(line for line in page.splitlines() if line.startswith(f"| {dataset} | 0 |"))
         assert row.endswith("| yes |") == (rhat <= 1.05), row
     assert (tmp_path / "posterior" / "toy_1d.png").stat().st_size > 1000
+
+
+def test_gal_rows_average_one_row_per_split_and_skip_ambiguous_methods(tmp_path):
+    from bayesify.bench.experiments.posterior_report import gal_rows
+
+    head = "protocol,experiment,method,likelihood,dataset,split,seed,config_hash,ll\n"
+    rows = [
+        "gal,gal-uci,bbb,homoscedastic,yacht,0,0,a,-1.0",
+        "gal,gal-uci,bbb,homoscedastic,yacht,1,0,a,-2.0",
+        "gal,gal-uci,bbb,homoscedastic,yacht,2,0,a,-9.0",  # not a split we ran
+        "gal,gal-uci,bbb,heteroscedastic,yacht,0,0,b,-5.0",
+        "teye,uci-teye,bbb,homoscedastic,yacht,1,0,c,-5.0",
+        "gal,gal-uci,mcbn,homoscedastic,yacht,0,0,d,-1.0",
+        "gal,gal-uci,mcbn,homoscedastic,yacht,0,0,e,-3.0",  # a second configuration
+        "gal,gal-uci,mcbn,homoscedastic,yacht,1,0,d,-1.0",
+        "gal,gal-uci,ibnn,homoscedastic,yacht,0,0,f,-1.0",  # split 1 missing
+    ]
+    csv = tmp_path / "rows.csv"
+    csv.write_text(head + "\n".join(rows) + "\n")
+    assert gal_rows(csv, "yacht", {0, 1}) == {"bbb": -1.5}
+    assert gal_rows(tmp_path / "absent.csv", "yacht", {0}) == {}

@@ -52,20 +52,44 @@ def _diagnostics(refs: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _table(dataset: str, refs: list[dict], rows: list[dict], methods: list[str]) -> list[str]:
+def gal_rows(csv: Path, dataset: str, splits: set[int]) -> dict[str, float]:
+    """Mean homoscedastic test LL per method of ``bench uci --protocol gal`` on ``splits`` of
+    ``dataset``, from its CSV of rows (empty when the file or rows are absent; a method is left
+    out unless it has exactly one row on each split)."""
+    import csv as csv_module
+
+    if not csv.is_file():
+        return {}
+    found: dict[str, dict[int, list[float]]] = {}
+    with csv.open() as f:
+        for row in csv_module.DictReader(f):
+            keep = row["protocol"] == "gal" and row["likelihood"] == "homoscedastic"
+            if keep and row["dataset"] == dataset and int(row["split"]) in splits and row["ll"]:
+                found.setdefault(row["method"], {}).setdefault(int(row["split"]), []).append(
+                    float(row["ll"])
+                )
+    # a method with several configurations on a split (e.g. reruns at other epochs) is ambiguous
+    return {m: sum(v[0] for v in per.values()) / len(per) for m, per in found.items()
+            if len(per) == len(splits) and all(len(v) == 1 for v in per.values())}  # fmt: skip
+
+
+def _table(
+    dataset: str, refs: list[dict], rows: list[dict], methods: list[str], gal: dict[str, float]
+) -> list[str]:
     classification = any("accuracy" in r["metrics"] for r in refs)
     ref_ok = all(r["metrics"]["reference"] for r in refs)
     gap = any(r["metrics"].get("std_ratio_gap") is not None for r in rows)
     head = ["method", *(["agreement", "TV"] if classification else ["W2 (all)"]),
             *([] if classification or not gap else ["W2 (gap)"]), "std ratio (data)",
-            *(["std ratio (gap)"] if gap else []), "test LL", "runs"]  # fmt: skip
+            *(["std ratio (gap)"] if gap else []), "test LL",
+            *(["LL in uci.md"] if gal else []), "runs"]  # fmt: skip
     note = "" if ref_ok else " — **not a reference** (some split has R-hat > 1.05)"
     lines = [f"### {dataset}{note}", "", "| " + " | ".join(head) + " |",
              "| " + " | ".join("---" for _ in head) + " |"]  # fmt: skip
     ll = _mean([r["metrics"]["ll"] for r in refs])
     cells = ["**HMC**", *(["1", "0"] if classification else ["0"]),
              *([] if classification or not gap else ["0"]), "1", *(["1"] if gap else []),
-             _f(ll), str(len(refs))]  # fmt: skip
+             _f(ll), *(["–"] if gal else []), str(len(refs))]  # fmt: skip
     lines.append("| " + " | ".join(cells) + " |")
     for method in methods:
         mine = [r["metrics"] for r in rows if r["method"] == method]
@@ -77,7 +101,8 @@ def _table(dataset: str, refs: list[dict], rows: list[dict], methods: list[str])
 
         cells = [method, *([avg("agreement"), avg("tv")] if classification else [avg("w2")]),
                  *([] if classification or not gap else [avg("w2_gap")]), avg("std_ratio_data"),
-                 *([avg("std_ratio_gap")] if gap else []), avg("ll"), str(len(mine))]  # fmt: skip
+                 *([avg("std_ratio_gap")] if gap else []), avg("ll"),
+                 *([_f(gal.get(method))] if gal else []), str(len(mine))]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 
@@ -152,12 +177,15 @@ def report(opts: Any, jobs: list[Any], summary: str, wall: float, page: Path) ->
         "with HMC's most probable class. std ratio: mean predictive std of the method / HMC's "
         "(classification: std of the class probabilities over samples), on test inputs in the "
         "data and in the gap between clusters. Test LL on inputs in the data (UCI: original "
-        "units).",
+        "units). LL in uci.md: the same method's homoscedastic test LL on the same Gal splits "
+        "in `benchmarks/uci.md` (`bench uci --protocol gal`: its own grids and epochs, "
+        "trained on the same 80% of the training split), for comparison.",
         "",
     ]
     for d in datasets:
-        lines += _table(d, [r for r in refs if r["dataset"] == d],
-                        [r for r in scored if r["dataset"] == d], methods)  # fmt: skip
+        mine = [r for r in refs if r["dataset"] == d]
+        gal = gal_rows(page.parent / "uci" / "rows.csv", d, {r["split"] for r in mine})
+        lines += _table(d, mine, [r for r in scored if r["dataset"] == d], methods, gal)
     toy = [r for r in refs if r["dataset"] == "toy-1d"]
     if toy:
         figure = page.with_suffix("") / "toy_1d.png"
