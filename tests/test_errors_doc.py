@@ -185,6 +185,9 @@ CASES = {
         nn.Sequential(nn.Linear(2, 1)), (torch.randn(40, 2), torch.randn(40)), epochs=1),
     "swag-not-collected": lambda p: bayesify.SWAG(nn.Sequential(nn.Linear(2, 1))).predict(
         torch.randn(3, 2), samples=2),
+    "hmc-network": lambda p: __import__("bayesify.reference").reference.sample_posterior(
+        nn.Sequential(nn.Linear(1, 3), nn.BatchNorm1d(3), nn.Linear(3, 1)), torch.zeros(4, 1),
+        torch.zeros(4), "regression"),
 }  # fmt: skip
 
 

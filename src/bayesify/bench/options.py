@@ -34,6 +34,7 @@ from bayesify.atomic import write_text
 from bayesify.bench.store import StoreError
 from bayesify.data.errors import DataError
 from bayesify.io import BundleError
+from bayesify.reference.hmc import MissingExtra
 
 O = TypeVar("O")
 SCALARS = (int, float, str, bool, Path)
@@ -170,7 +171,7 @@ def add_bench_command(app: typer.Typer, cls: type[O], run: Callable[[O], str]) -
         logging.getLogger("bayesify.bench").setLevel(logging.INFO)  # progress on stderr
         try:
             text = run(options)
-        except (DataError, BundleError, StoreError) as e:  # the message says which file
+        except (DataError, BundleError, StoreError, MissingExtra) as e:  # one line says which
             typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
             raise typer.Exit(code=2) from None
         typer.echo(text)

@@ -44,6 +44,11 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
      "the homoscedastic likelihood (one τ⁻¹ fitted on validation data) and the heteroscedastic "
      "one (a variance output per input), several seeds, run job by job into a resumable "
      "results store."),
+    ("posterior", f"{_X}.posterior:PosteriorOptions",
+     "How close each method's predictive is to the true posterior's: an HMC reference "
+     "(full-batch NUTS, 4 chains) on small problems, every method fitted on the same data and "
+     "scored against it, run job by job into a resumable results store -> "
+     "benchmarks/posterior.md and a figure of the 1-D toy."),
     ("serve", f"{_X}.serve:ServeBenchOptions",
      "Serving latency and throughput: a bounded closed-loop load on a real bayesify serve "
      "process."),

@@ -3,7 +3,8 @@
 Families: :mod:`~bayesify.metrics.regression` (log likelihood, CRPS),
 :mod:`~bayesify.metrics.regression_baselines` (Teye et al. normalised scores),
 :mod:`~bayesify.metrics.regression_calibration` (interval coverage),
-:mod:`~bayesify.metrics.classification`, :mod:`~bayesify.metrics.ood` and
+:mod:`~bayesify.metrics.classification`, :mod:`~bayesify.metrics.ood`,
+:mod:`~bayesify.metrics.posterior` (distances to a reference posterior) and
 :mod:`~bayesify.metrics.selective`.
 """
 
@@ -22,6 +23,7 @@ from bayesify.metrics.classification import (
     reliability_curve,
 )
 from bayesify.metrics.ood import OODPositive, aupr, auroc, fpr_at_tpr
+from bayesify.metrics.posterior import argmax_agreement, total_variation, wasserstein_1d
 from bayesify.metrics.regression import (
     crps_gaussian,
     crps_mixture,
@@ -58,6 +60,7 @@ __all__ = [
     "RegressionCalibrationCurve",
     "ReliabilityCurve",
     "RiskCoverageCurve",
+    "argmax_agreement",
     "aupr",
     "auroc",
     "aurc",
@@ -86,4 +89,6 @@ __all__ = [
     "reliability_curve",
     "risk_coverage_curve",
     "rmse",
+    "total_variation",
+    "wasserstein_1d",
 ]

@@ -1,0 +1,126 @@
+"""How close each method's predictive is to the true posterior's: an HMC reference (full-batch
+NUTS, 4 chains) on small problems, every method fitted on the same data and scored against it,
+run job by job into a resumable results store -> benchmarks/posterior.md and a figure of the
+1-D toy.
+
+Problems: a 1-D regression toy with a gap between two clusters of inputs, a 2-class 2-D toy
+(XOR of four blobs) and UCI datasets on Gal's splits, all with Gal's one-hidden-layer MLP of 50
+ReLU units. The reference: prior N(0, 1/5) on every weight and bias (Izmailov et al. 2021),
+homoscedastic noise σ sampled with log σ ~ N(0, 1). Scores on test inputs: agreement of the most
+probable class and total variation of class probabilities (classification), the 2-Wasserstein
+distance between per-input predictive distributions (regression), the ratio of each method's
+predictive std to HMC's in the data and in the gap, and test log-likelihood beside HMC's own.
+A reference whose largest split R-hat over test inputs exceeds 1.05 is marked as not a reference.
+
+    bayesify bench posterior --preset quick --store benchmarks/posterior/results.db
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import ClassVar
+
+from bayesify.bench.options import check_choices, option
+
+log = logging.getLogger(__name__)
+
+EXPERIMENT = "posterior"
+UCI = ("yacht", "bostonHousing", "energy", "concrete", "wine-quality-red")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """Problems and sampler / training settings of a preset (``--preset``)."""
+
+    datasets: tuple[str, ...]
+    splits: int  # per UCI dataset (toys: one data draw)
+    chains: int
+    warmup: int
+    samples: int
+    thin: int
+    max_tree_depth: int
+    epochs: int  # toys; UCI: a fifth of it (Gal trains 40 epochs on a few hundred rows)
+    mc_samples: int
+
+
+PRESETS = {
+    "quick": Preset(("toy-1d", "toy-2d", "yacht"), 3, 4, 200, 150, 1, 8, 200, 100),
+    "full": Preset(("toy-1d", "toy-2d", *UCI), 3, 4, 500, 250, 2, 10, 200, 100),
+    # a smoke test of the machinery (seconds, not a reference)
+    "tiny": Preset(("toy-1d", "toy-2d"), 1, 4, 20, 20, 1, 3, 5, 10),
+}
+
+
+@dataclass(frozen=True)
+class PosteriorOptions:
+    """Options of ``bayesify bench posterior``."""
+
+    command: ClassVar[str] = "posterior"
+    preset: str = option(
+        "quick", "quick (toys and yacht), full (toys and five UCI sets) or tiny (a smoke test)."
+    )
+    datasets: tuple[str, ...] = option((), "Problems instead of the preset's, comma-separated.")
+    splits: int = option(0, "UCI splits per dataset (0: the preset's).")
+    methods: tuple[str, ...] = option((), "Methods (default: all of posterior_jobs.METHODS).")
+    store: str = option("benchmarks/posterior/results.db", "The results store (sqlite file).")
+    references: str = option("benchmarks/posterior/references", "Folder of the HMC draws.")
+    page: str = option(
+        "benchmarks/posterior.md", "The page (its figure goes in a folder beside it)."
+    )
+    workers: int = option(1, "Parallel worker processes.")
+
+    def __post_init__(self) -> None:
+        from bayesify.bench.experiments.posterior_jobs import METHODS
+        from bayesify.bench.experiments.posterior_problems import TOYS
+
+        check_choices("preset", (self.preset,), PRESETS)
+        if self.datasets:
+            check_choices("datasets", self.datasets, (*TOYS, *UCI))
+        if self.methods:
+            check_choices("methods", self.methods, METHODS)
+        if self.splits < 0 or self.workers < 1:
+            raise ValueError("splits must be >= 0 and workers >= 1")
+
+    def settings(self) -> Preset:
+        p = PRESETS[self.preset]
+        return replace(p, datasets=self.datasets or p.datasets, splits=self.splits or p.splits)
+
+    def jobs(self) -> tuple[list, list]:
+        """(HMC jobs, method jobs)."""
+        from bayesify.bench.experiments.posterior_jobs import HMC, METHODS, PosteriorJob
+
+        p = self.settings()
+        hmc, methods = [], []
+        for d in p.datasets:
+            toy = d.startswith("toy")
+            for split in range(1 if toy else p.splits):
+                common = dict(references=self.references, chains=p.chains, warmup=p.warmup,
+                              samples=p.samples, thin=p.thin, max_tree_depth=p.max_tree_depth,
+                              epochs=p.epochs if toy else p.epochs // 5,
+                              mc_samples=p.mc_samples)  # fmt: skip
+                hmc.append(PosteriorJob(HMC, d, split, **common))
+                methods += [PosteriorJob(m, d, split, **common) for m in self.methods or METHODS]
+        return hmc, methods
+
+
+def run(opts: PosteriorOptions) -> str:
+    """Run the references, then the methods, not yet in the store; write the page from it."""
+    import torch
+
+    from bayesify.bench.experiments.posterior_jobs import score_job
+    from bayesify.bench.experiments.posterior_report import report
+    from bayesify.bench.runner import run_jobs
+    from bayesify.reference.hmc import _numpyro
+
+    _numpyro()  # one line naming the extra before any job starts
+    torch.set_num_threads(1)
+    t0 = time.time()
+    hmc, methods = opts.jobs()
+    first = run_jobs(EXPERIMENT, hmc, score_job, opts.store, workers=opts.workers)
+    second = run_jobs(EXPERIMENT, methods, score_job, opts.store, workers=opts.workers)
+    wall = time.time() - t0
+    return report(opts, hmc + methods, f"references: {first}; methods: {second}", wall,
+                  Path(opts.page))  # fmt: skip

@@ -1,0 +1,176 @@
+"""The jobs of ``bayesify bench posterior``: one HMC reference per (problem, split), stored as a
+bundle of draws; then every method fitted on the same training rows and scored against it.
+
+The methods are :data:`METHODS`, one line each (network options for the one-hidden-layer MLP,
+then the method's own options); a method registered in ``bayesify.methods`` is added here by one
+line. A method row never reruns HMC: it reads the reference's bundle.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from bayesify.bench.experiments.posterior_problems import Problem, load_problem, log_scale
+from bayesify.options import Task
+
+log = logging.getLogger(__name__)
+
+HMC = "hmc"
+#: method -> (mlp options, method options): the methods scored against the reference
+METHODS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+    "mc-dropout": ({"dropout": 0.05}, {}),
+    "mcbn": ({"norm": "batch"}, {"bank_size": 64}),
+    "bbb": ({}, {"init_rho": -5.0, "kl_schedule": "linear", "kl_warmup": 0.3}),
+    "ensemble": ({}, {"members": 5}),
+    "ibnn": ({}, {}),
+    "stochastic-norm": ({}, {}),
+}
+HIDDEN = 50
+W2_DRAWS = 1000  # draws per input from each predictive for the 2-Wasserstein distance
+
+
+@dataclass(frozen=True)
+class PosteriorJob:
+    """One row: the HMC reference (``method="hmc"``) or a method, on one problem and split.
+
+    The HMC settings are part of every row's configuration, so a method row belongs to the
+    reference it was scored against; ``references`` is the folder of the reference bundles."""
+
+    method: str
+    dataset: str
+    split: int
+    seed: int = 0
+    references: str = "benchmarks/posterior/references"
+    chains: int = 4
+    warmup: int = 200
+    samples: int = 200
+    thin: int = 1
+    max_tree_depth: int = 8
+    epochs: int = 200
+    mc_samples: int = 100
+
+    def reference_path(self) -> Path:
+        tag = f"c{self.chains}-w{self.warmup}-s{self.samples}-t{self.thin}-d{self.max_tree_depth}"
+        return Path(self.references) / f"{self.dataset}-{self.split}-seed{self.seed}-{tag}"
+
+
+def _net(problem: Problem, **options: Any) -> torch.nn.Sequential:
+    from bayesify.models import mlp
+
+    opts = {"norm": None, **options}
+    return mlp(problem.n_features, problem.n_outputs, (HIDDEN,), **opts)
+
+
+def _masked_mean(v: Tensor, mask: Tensor) -> float | None:
+    return float(v[mask].double().mean()) if bool(mask.any()) else None
+
+
+def _spread(pred: Any) -> Tensor:
+    """Per-input predictive std ``[N]``: regression, the mixture's; classification, the std of
+    the class probabilities over samples (root mean over classes)."""
+    if pred.task is Task.CLASSIFICATION:
+        return pred.samples.double().var(0).mean(-1).sqrt()
+    return pred.std.double()
+
+
+def _test_scores(pred: Any, problem: Problem) -> dict[str, Any]:
+    """Test LL (original units for UCI) and RMSE or accuracy on the inputs in the data."""
+    m = problem.in_data
+    sub, y = pred[m], problem.y_test[m]
+    ll = float(sub.log_prob(y).mean()) - log_scale(problem)
+    if problem.task is Task.CLASSIFICATION:
+        return {"ll": ll, "accuracy": float((sub.predicted_class == y).double().mean())}
+    return {"ll": ll, "rmse": float((sub.mean - y).square().mean().sqrt()) * problem.y_scale}
+
+
+def _band(pred: Any, problem: Problem) -> dict[str, Any]:
+    """The 1-D toy's predictive mean and std on its grid, for the figure."""
+    if problem.name != "toy-1d":
+        return {}
+    return {"grid_mean": [round(float(v), 4) for v in pred.mean],
+            "grid_std": [round(float(v), 4) for v in pred.std]}  # fmt: skip
+
+
+def score_reference(job: PosteriorJob) -> dict[str, Any]:
+    """Run NUTS on the problem's training rows, store the draws, check convergence on the
+    test predictive and score it."""
+    from bayesify.reference import HMCConfig, predictive_diagnostics, sample_posterior
+    from bayesify.seeding import seeded
+
+    problem = load_problem(job.dataset, job.split)
+    with seeded(job.seed):
+        net = _net(problem)
+    cfg = HMCConfig(chains=job.chains, warmup=job.warmup, samples=job.samples, thin=job.thin,
+                    max_tree_depth=job.max_tree_depth, seed=job.seed + 100 * job.split)  # fmt: skip
+    draws = sample_posterior(net, problem.x_train, problem.y_train, problem.task, cfg)
+    draws.save(job.reference_path(), extra={"dataset": job.dataset, "split": job.split})
+    out = draws.outputs(net, problem.x_test)  # [C, S, N, out]
+    values = out.softmax(-1) if problem.task is Task.CLASSIFICATION else out[..., 0]
+    diag = predictive_diagnostics(values)
+    pred = draws.predictive(net, problem.x_test, outputs=out)
+    chains = draws.stats["chains"]
+    metrics = {
+        **diag,
+        **_test_scores(pred, problem),
+        "divergences": sum(c["divergences"] for c in chains),
+        "accept": sum(c["accept"] for c in chains) / len(chains),
+        "step_size": sum(c["step_size"] for c in chains) / len(chains),
+        "steps": sum(c["steps"] for c in chains) / len(chains),
+        "hmc_seconds": draws.stats["seconds"],
+        **_band(pred, problem),
+    }
+    if draws.log_noise is not None:
+        metrics["noise_std"] = float(draws.log_noise.exp().mean()) * problem.y_scale
+    return metrics
+
+
+def score_method(job: PosteriorJob) -> dict[str, Any]:
+    """Fit ``job.method`` on the problem's training rows (validation rows for early stopping and
+    τ) and score its test predictive against the stored reference."""
+    from bayesify.methods import get_method
+    from bayesify.metrics import argmax_agreement, total_variation, wasserstein_1d
+    from bayesify.reference import HMCSamples
+    from bayesify.seeding import seeded
+
+    problem = load_problem(job.dataset, job.split)
+    path = job.reference_path()
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"no HMC reference at {path}: its row has not finished")
+    draws = HMCSamples.load(path)
+    net_options, options = METHODS[job.method]
+    with seeded(job.seed + job.split):
+        ref_net = _net(problem)
+        net = _net(problem, **net_options)
+        method = get_method(job.method)(net, task=problem.task, **options)
+    ref = draws.predictive(ref_net, problem.x_test)
+    method.fit((problem.x_train, problem.y_train), val=(problem.x_val, problem.y_val),
+               epochs=job.epochs, batch_size=32, lr=1e-2, seed=job.seed + job.split,
+               progress=False)  # fmt: skip
+    pred = method.predict(problem.x_test, samples=job.mc_samples, seed=job.seed)
+    ratio = _spread(pred) / _spread(ref).clamp_min(1e-12)
+    metrics: dict[str, Any] = {
+        **_test_scores(pred, problem),
+        "std_ratio_data": _masked_mean(ratio, problem.in_data),
+        "std_ratio_gap": _masked_mean(ratio, problem.gap),
+        **_band(pred, problem),
+    }
+    if problem.task is Task.CLASSIFICATION:
+        metrics["agreement"] = argmax_agreement(pred.mean, ref.mean)
+        metrics["tv"] = float(total_variation(pred.mean, ref.mean).mean())
+    else:
+        g = torch.Generator().manual_seed(job.seed)
+        w2 = wasserstein_1d(pred.sample(W2_DRAWS, generator=g), ref.sample(W2_DRAWS, generator=g))
+        metrics["w2"] = float(w2.mean())
+        metrics["w2_gap"] = _masked_mean(w2, problem.gap)
+    return metrics
+
+
+def score_job(job: PosteriorJob) -> dict[str, Any]:
+    """The runner's job function: the reference or a method."""
+    return score_reference(job) if job.method == HMC else score_method(job)

@@ -1,0 +1,100 @@
+"""``bayesify bench posterior`` killed with SIGKILL part-way resumes without recomputing the
+finished rows (HMC references included), and its page says which runs are references."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import pytest
+
+pytest.importorskip("numpyro")
+
+CLI = [sys.executable, "-c", "from bayesify.cli import main; main()"]
+
+
+def _bench(tmp_path) -> list[str]:
+    return [*CLI, "bench", "posterior", "--preset", "tiny", "--methods", "mc-dropout",
+            "--store", str(tmp_path / "r.db"), "--references", str(tmp_path / "refs"),
+            "--page", str(tmp_path / "posterior.md")]  # fmt: skip
+
+
+def _done(store) -> dict[tuple, tuple[float, int]]:
+    conn = sqlite3.connect(store)
+    try:
+        rows = conn.execute(
+            "SELECT method, dataset, created, attempts FROM runs WHERE status='done'"
+        ).fetchall()
+    except sqlite3.OperationalError:
+        return {}
+    finally:
+        conn.close()
+    return {(m, d): (c, a) for m, d, c, a in rows}
+
+
+@pytest.mark.slow
+def test_sigkill_then_rerun_resumes_without_recomputing(tmp_path):
+    store = tmp_path / "r.db"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(_bench(tmp_path), stdout=log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.time() + 600
+        while not _done(store) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
+    before = _done(store)
+    assert 1 <= len(before) < 4, f"{len(before)} rows done when killed: need a partial run"
+    assert ("hmc", "toy-1d") in before  # the references run first
+    bundle = tmp_path / "refs"
+    stamps = {p: p.stat().st_mtime_ns for p in bundle.rglob("*.safetensors")}
+
+    second = subprocess.run(_bench(tmp_path), capture_output=True, text=True, env=env,
+                            timeout=900)  # fmt: skip
+    assert second.returncode == 0, second.stderr[-2000:]
+    after = _done(store)
+    assert set(after) == {(m, d) for m in ("hmc", "mc-dropout") for d in ("toy-1d", "toy-2d")}
+    for key, (created, attempts) in before.items():
+        assert after[key] == (created, attempts) and attempts == 1
+    # the finished reference's draws were not sampled again: its files are untouched
+    done_refs = [p for p in stamps if "toy-1d" in str(p)]
+    assert done_refs and all(p.stat().st_mtime_ns == stamps[p] for p in done_refs)
+    assert "skipped posterior/hmc/toy-1d" in second.stderr
+    page = (tmp_path / "posterior.md").read_text()
+    assert "| toy-1d | 0 |" in page and "| mc-dropout |" in page
+    # each run is called a reference exactly when its largest R-hat is at most 1.05
+    conn = sqlite3.connect(store)
+    refs = conn.execute("SELECT dataset, metrics FROM runs WHERE method='hmc'").fetchall()
+    conn.close()
+    for dataset, metrics in refs:
+        rhat = json.loads(metrics)["rhat_max"]
+        row = next(line for line in page.splitlines() if line.startswith(f"| {dataset} | 0 |"))
+        assert row.endswith("| yes |") == (rhat <= 1.05), row
+    assert (tmp_path / "posterior" / "toy_1d.png").stat().st_size > 1000
+
+
+def test_gal_rows_average_one_row_per_split_and_skip_ambiguous_methods(tmp_path):
+    from bayesify.bench.experiments.posterior_report import gal_rows
+
+    head = "protocol,experiment,method,likelihood,dataset,split,seed,config_hash,ll\n"
+    rows = [
+        "gal,gal-uci,bbb,homoscedastic,yacht,0,0,a,-1.0",
+        "gal,gal-uci,bbb,homoscedastic,yacht,1,0,a,-2.0",
+        "gal,gal-uci,bbb,homoscedastic,yacht,2,0,a,-9.0",  # not a split we ran
+        "gal,gal-uci,bbb,heteroscedastic,yacht,0,0,b,-5.0",
+        "teye,uci-teye,bbb,homoscedastic,yacht,1,0,c,-5.0",
+        "gal,gal-uci,mcbn,homoscedastic,yacht,0,0,d,-1.0",
+        "gal,gal-uci,mcbn,homoscedastic,yacht,0,0,e,-3.0",  # a second configuration
+        "gal,gal-uci,mcbn,homoscedastic,yacht,1,0,d,-1.0",
+        "gal,gal-uci,ibnn,homoscedastic,yacht,0,0,f,-1.0",  # split 1 missing
+    ]
+    csv = tmp_path / "rows.csv"
+    csv.write_text(head + "\n".join(rows) + "\n")
+    assert gal_rows(csv, "yacht", {0, 1}) == {"bbb": -1.5}
+    assert gal_rows(tmp_path / "absent.csv", "yacht", {0}) == {}
