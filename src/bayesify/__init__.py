@@ -38,6 +38,8 @@ _EXPORTS: dict[str, str] = {
     "Predictive": "bayesify.predictive",
     "Task": "bayesify.predictive",
     "Predictor": "bayesify.predictor",
+    "VCL": "bayesify.methods",
+    "MultiHeadMLP": "bayesify.models.multihead",
 }  # fmt: skip
 
 __all__ = [
@@ -63,6 +65,8 @@ __all__ = [
     "register_method",
     "sampling",
     "set_stochastic",
+    "VCL",
+    "MultiHeadMLP",
 ]
 
 if TYPE_CHECKING:
@@ -70,6 +74,7 @@ if TYPE_CHECKING:
         IBNN,
         MCBN,
         METHODS,
+        VCL,
         BayesByBackprop,
         DeepEnsemble,
         Deterministic,
@@ -82,6 +87,7 @@ if TYPE_CHECKING:
         load,
         register_method,
     )
+    from bayesify.models.multihead import MultiHeadMLP
     from bayesify.nn import sampling, set_stochastic
     from bayesify.posthoc.conformal import Conformal, calibrate_conformal
     from bayesify.predictive import CRPSForm, Predictive, Task

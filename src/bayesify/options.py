@@ -32,6 +32,7 @@ __all__ = [
     "BatchNormMode",
     "CRPSForm",
     "ConvEstimator",
+    "CoresetKind",
     "KLSchedule",
     "Norm",
     "NoiseObjective",
@@ -231,6 +232,18 @@ class SigmaPer(StrEnum):
     """One σ per channel."""
     LAYER = "layer"
     """One σ shared by the layer's channels."""
+
+
+class CoresetKind(StrEnum):
+    """How variational continual learning picks each task's coreset (Nguyen et al. 2018)."""
+
+    NONE = "none"
+    """No coreset: prediction uses the propagated posterior itself."""
+    RANDOM = "random"
+    """A uniformly random subset of the task's training rows."""
+    K_CENTER = "k-center"
+    """Greedy k-center in input space: start from a random row, then add the row farthest from
+    the rows already chosen."""
 
 
 # ---------------------------------------------------------------- parsing

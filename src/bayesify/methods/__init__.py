@@ -2,6 +2,7 @@
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
+from bayesify.methods.continual import VCL, VCLConfig
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
 from bayesify.methods.ibnn import IBNN, IBNNConfig
@@ -41,4 +42,6 @@ __all__ = [
     "resolve_method_names",
     "StochasticNorm",
     "StochasticNormConfig",
+    "VCL",
+    "VCLConfig",
 ]

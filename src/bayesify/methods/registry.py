@@ -24,6 +24,7 @@ from bayesify.io import (
 )
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop
+from bayesify.methods.continual import VCL
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble
 from bayesify.methods.ibnn import IBNN
@@ -41,6 +42,7 @@ METHODS: dict[str, type[Method]] = {
     "ensemble": DeepEnsemble,
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
+    "vcl": VCL,
 }
 
 
