@@ -174,10 +174,17 @@ class ContinualOptions:
     def jobs(self) -> list[ContinualJob]:
         p = PRESETS[self.preset]
         return [
-            ContinualJob(m, b, 0, s, epochs=p["epochs"], train_rows=p["train_rows"],
-                         test_rows=p["test_rows"],
-                         coreset_size=self.coreset_permuted if b == "permuted-mnist"
-                         else self.coreset_split, samples=self.samples)  # fmt: skip
+            ContinualJob(
+                m,
+                b,
+                0,
+                s,
+                epochs=p["epochs"],
+                train_rows=p["train_rows"],
+                test_rows=p["test_rows"],
+                coreset_size=self.coreset_permuted if b == "permuted-mnist" else self.coreset_split,
+                samples=self.samples,
+            )  # fmt: skip
             for b in self.benchmarks
             for m in self.methods
             for s in range(self.seeds)
