@@ -155,7 +155,21 @@ CASES = {
     "predict-text": lambda p: _plain_method().predict(np.array([["a", "b"]]), samples=2),
     "predict-too-many-samples": lambda p: _plain_method().predict(torch.randn(1, 2),
                                                                   samples=10**9),
+    "vcl-continue-other-method": lambda p: _continue_other_method(p),
+    "vcl-coreset-without-size": lambda p: bayesify.VCL(nn.Sequential(nn.Linear(2, 2)),
+                                                       task="classification", coreset="random"),
+    "vcl-head": lambda p: bayesify.VCL(bayesify.MultiHeadMLP(2, 2, (4,), 2),
+                                       task="classification").predict(torch.randn(3, 2), 2,
+                                                                      head=5),
 }  # fmt: skip
+
+
+def _continue_other_method(tmp_path):
+    """``bayesify train --continue-from`` a bundle that is not a vcl bundle."""
+    from bayesify.app.continual_jobs import continue_from_bundle
+
+    _plain_method().save(tmp_path / "b")
+    continue_from_bundle(tmp_path / "b", tmp_path / "t.csv")
 
 
 def _served():
