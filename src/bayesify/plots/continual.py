@@ -45,5 +45,5 @@ def task_accuracy_plot(
     axes[0, tasks].legend(fontsize=6, loc="lower left")
     fig.supxlabel("tasks trained on", fontsize=8)
     if title:
-        fig.suptitle(title, fontsize=9)
+        fig.suptitle(title, fontsize=9, y=1.04)
     return save_figure(fig, path, dpi=dpi)
