@@ -43,7 +43,7 @@ def task_accuracy_plot(
         ax.tick_params(labelsize=6)
     axes[0, 0].set_ylabel("test accuracy", fontsize=8)
     axes[0, tasks].legend(fontsize=6, loc="lower left")
-    fig.supxlabel("tasks trained on", fontsize=8)
+    fig.supxlabel("tasks trained on", fontsize=8, y=-0.1)
     if title:
         fig.suptitle(title, fontsize=9, y=1.04)
     return save_figure(fig, path, dpi=dpi)
