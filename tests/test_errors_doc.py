@@ -188,6 +188,12 @@ CASES = {
     "hmc-network": lambda p: __import__("bayesify.reference").reference.sample_posterior(
         nn.Sequential(nn.Linear(1, 3), nn.BatchNorm1d(3), nn.Linear(3, 1)), torch.zeros(4, 1),
         torch.zeros(4), "regression"),
+    "vcl-continue-other-method": lambda p: _continue_other_method(p),
+    "vcl-coreset-without-size": lambda p: bayesify.VCL(nn.Sequential(nn.Linear(2, 2)),
+                                                       task="classification", coreset="random"),
+    "vcl-head": lambda p: bayesify.VCL(bayesify.MultiHeadMLP(2, 2, (4,), 2),
+                                       task="classification").predict(torch.randn(3, 2), 2,
+                                                                      head=5),
 }  # fmt: skip
 
 
@@ -197,6 +203,14 @@ def _flow_without_zuko():
 
     with mock.patch.dict("sys.modules", {"zuko": None}):
         bayesify.FlowPosterior(nn.Sequential(nn.Linear(3, 1)))
+
+
+def _continue_other_method(tmp_path):
+    """``bayesify train --continue-from`` a bundle that is not a vcl bundle."""
+    from bayesify.app.continual_jobs import continue_from_bundle
+
+    _plain_method().save(tmp_path / "b")
+    continue_from_bundle(tmp_path / "b", tmp_path / "t.csv")
 
 
 def _served():

@@ -43,6 +43,8 @@ _EXPORTS: dict[str, str] = {
     "TTA": "bayesify.methods",
     "SWAG": "bayesify.methods",
     "MultiSWAG": "bayesify.methods",
+    "VCL": "bayesify.methods",
+    "MultiHeadMLP": "bayesify.models.multihead",
 }  # fmt: skip
 
 __all__ = [
@@ -73,6 +75,8 @@ __all__ = [
     "register_method",
     "sampling",
     "set_stochastic",
+    "VCL",
+    "MultiHeadMLP",
 ]
 
 if TYPE_CHECKING:
@@ -82,6 +86,7 @@ if TYPE_CHECKING:
         METHODS,
         SWAG,
         TTA,
+        VCL,
         BayesByBackprop,
         DeepEnsemble,
         Deterministic,
@@ -97,6 +102,7 @@ if TYPE_CHECKING:
         load,
         register_method,
     )
+    from bayesify.models.multihead import MultiHeadMLP
     from bayesify.nn import sampling, set_stochastic
     from bayesify.posthoc.conformal import Conformal, calibrate_conformal
     from bayesify.predictive import CRPSForm, Predictive, Task

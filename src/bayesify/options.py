@@ -35,6 +35,7 @@ __all__ = [
     "ConvEstimator",
     "HessianStructure",
     "FlowKind",
+    "CoresetKind",
     "KLSchedule",
     "LaplacePredictive",
     "LaplaceSubset",
@@ -325,6 +326,18 @@ class SwagBatchNorm(StrEnum):
     SWA = "swa"
     """Those of each member's SWA mean, computed once on the same rows and shared by its
     samples: no extra rows per call."""
+
+
+class CoresetKind(StrEnum):
+    """How variational continual learning picks each task's coreset (Nguyen et al. 2018)."""
+
+    NONE = "none"
+    """No coreset: prediction uses the propagated posterior itself."""
+    RANDOM = "random"
+    """A uniformly random subset of the task's training rows."""
+    K_CENTER = "k-center"
+    """Greedy k-center in input space: start from a random row, then add the row farthest from
+    the rows already chosen."""
 
 
 # ---------------------------------------------------------------- parsing

@@ -22,6 +22,11 @@ _X = "bayesify.bench.experiments"
 EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
     ("bn-noise", f"{_X}.bn_noise:BNNoiseOptions",
      "How noisy is batch norm? (Shekhovtsov & Flach 2018, Fig. 4.)"),
+    ("continual", f"{_X}.continual:ContinualOptions",
+     "Variational continual learning (Nguyen et al. 2018) on Permuted MNIST (10 tasks, one "
+     "head) and Split MNIST (5 tasks, a head per task): VCL with and without a coreset beside "
+     "plain fine-tuning, accuracy on every earlier task after each new one, run job by job into "
+     "a resumable results store."),
     ("coverage", f"{_X}.coverage:CoverageOptions",
      "Coverage of prediction intervals and sets on held-out data, with and without "
      "conformal calibration."),

@@ -6,7 +6,7 @@ Help texts are given where the commands are registered (``bayesify/cli/__init__.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -89,6 +89,14 @@ def train(
         bool, typer.Option("--eval/--no-eval", help="Score the bundle on the test set.")
     ] = True,
     threads: Threads = None,
+    continue_from: Annotated[
+        Path | None,
+        typer.Option(
+            help="A vcl bundle to go on from: learn --data (a table, read with the bundle's "
+            "preprocessing) as its next task and write a new bundle to --out (the model "
+            "options are the bundle's)."
+        ),
+    ] = None,
 ) -> None:
     """Train a method on a built-in dataset or on your own table (--data
     FILE.csv|.parquet|.npz --target COLUMN), save a bundle (safetensors + JSON) that predicts in
@@ -99,6 +107,10 @@ def train(
 
     check_out(out, overwrite)
     set_threads(threads)
+    if continue_from is not None:
+        fit_options = dict(epochs=epochs, batch_size=batch_size, lr=lr,
+                           weight_decay=weight_decay, seed=seed)  # fmt: skip
+        return _continue(continue_from, data, out, overwrite, fit_options)
     options = parse_options(option or []) | ({"preset": preset} if preset else {})
     try:
         if is_table_path(data):
@@ -148,6 +160,32 @@ def train(
         where = "validation rows" if "table" in job.metadata else "test set"
         console.print(scores_table(f"{where}, T = {samples}", {job.method.name: scores},
                                    job.score_keys))  # fmt: skip
+
+
+def _continue(
+    bundle: Path, data: str, out: Path, overwrite: bool, fit_options: dict[str, Any]
+) -> None:
+    """``train --continue-from``: the bundle's next task from the table ``data``, to ``out``."""
+    from bayesify.app.continual_jobs import continue_from_bundle
+
+    if out.resolve() == bundle.resolve():
+        raise fail(
+            f"--out {out} is the --continue-from bundle; write the next task to a new folder"
+        )
+    try:
+        method, train = continue_from_bundle(bundle, data)
+        method.fit(train, **fit_options)
+        method.tasks[-1]["data"] = str(data)
+        method.save(out, overwrite=overwrite)
+    except (ValueError, TypeError, OSError) as e:
+        raise fail(str(e)) from None
+    last = method.tasks[-1]
+    console.print(
+        f"learned task {last['task'] + 1} from {data} ({last['trained_rows']} training rows, "
+        f"{last['coreset_rows']} coreset rows); saved vcl bundle with {len(method.tasks)} "
+        f"tasks to {out}/",
+        highlight=False,
+    )
 
 
 def evaluate(

@@ -2,6 +2,7 @@
 
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
+from bayesify.methods.continual import VCL, VCLConfig
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
 from bayesify.methods.flow_posterior import FlowConfig, FlowPosterior
@@ -55,4 +56,6 @@ __all__ = [
     "SWAGConfig",
     "MultiSWAG",
     "MultiSWAGConfig",
+    "VCL",
+    "VCLConfig",
 ]

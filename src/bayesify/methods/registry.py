@@ -24,6 +24,7 @@ from bayesify.io import (
 )
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop
+from bayesify.methods.continual import VCL
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.ensemble import DeepEnsemble
 from bayesify.methods.flow_posterior import FlowPosterior
@@ -50,6 +51,7 @@ METHODS: dict[str, type[Method]] = {
     "tta": TTA,
     "swag": SWAG,
     "multiswag": MultiSWAG,
+    "vcl": VCL,
 }
 
 

@@ -8,6 +8,7 @@ from bayesify.models.architecture import (
 )
 from bayesify.models.lenet import lenet
 from bayesify.models.mlp import Norm, mlp, teye_regression_net
+from bayesify.models.multihead import MultiHeadMLP, multihead_mlp, use_head
 from bayesify.models.registry import MODELS, build_model, register_model
 from bayesify.models.resnet import resnet
 
@@ -18,6 +19,9 @@ __all__ = [
     "build_model",
     "lenet",
     "mlp",
+    "multihead_mlp",
+    "MultiHeadMLP",
+    "use_head",
     "net_class_name",
     "net_from_reference",
     "register_model",
