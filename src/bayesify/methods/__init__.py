@@ -3,6 +3,8 @@
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
 from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.distill import distill
+from bayesify.methods.distilled import Distilled, DistilledConfig
 from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
 from bayesify.methods.ibnn import IBNN, IBNNConfig
 from bayesify.methods.mc_dropout import MCDropout, MCDropoutConfig
@@ -41,4 +43,7 @@ __all__ = [
     "resolve_method_names",
     "StochasticNorm",
     "StochasticNormConfig",
+    "Distilled",
+    "DistilledConfig",
+    "distill",
 ]

@@ -25,6 +25,7 @@ from bayesify.io import (
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop
 from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.distilled import Distilled
 from bayesify.methods.ensemble import DeepEnsemble
 from bayesify.methods.ibnn import IBNN
 from bayesify.methods.inputs import check_device
@@ -41,6 +42,7 @@ METHODS: dict[str, type[Method]] = {
     "ensemble": DeepEnsemble,
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
+    "distilled": Distilled,
 }
 
 
