@@ -258,13 +258,17 @@ def _train(student: Distilled, x: Tensor, targets: Tensor, ref: float, epochs: i
 
 
 def classification_loss(out: Tensor, log_p: Tensor, temperature: float = 1.0) -> Tensor:
-    """Dirichlet NLL of the teacher's samples ``log_p [B, T, C]`` (tempered, smoothed) under
-    the student's heads ``out [B, C + 1]``."""
+    """The teacher's samples ``log_p [B, T, C]`` (tempered, smoothed) against the student's
+    heads ``out [B, C + 1]``: cross-entropy of the student's mean ``softmax(z)`` to the
+    teacher's mean class probabilities, plus the Dirichlet NLL of the samples with the mean
+    held fixed (its gradient reaches only the precision head)."""
     c = log_p.shape[-1]
     p = torch.softmax(log_p.double() / temperature, -1)
-    mean_log = ((1 - SMOOTHING) * p + SMOOTHING / c).log().mean(1)  # [B, C]
-    log_alpha = torch.log_softmax(out[:, :-1].double(), -1) + out[:, -1:].double().clamp(-30, 30)
-    return dirichlet_nll(log_alpha, mean_log).to(out.dtype)
+    p = (1 - SMOOTHING) * p + SMOOTHING / c
+    z = torch.log_softmax(out[:, :-1].double(), -1)
+    ce = -(p.mean(1) * z).sum(-1).mean()
+    log_alpha = z.detach() + out[:, -1:].double().clamp(-30, 30)
+    return (ce + dirichlet_nll(log_alpha, p.log().mean(1))).to(out.dtype)
 
 
 def regression_loss(out: Tensor, target: Tensor, ref: float) -> Tensor:

@@ -39,6 +39,7 @@ import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
+from bayesify.nn.dropout import MCDropout as MCDropoutLayer
 from bayesify.nn.modes import eval_mode
 from bayesify.options import Task
 from bayesify.predictive import Predictive
@@ -87,6 +88,9 @@ class Distilled(Method):
     config: DistilledConfig
 
     def _prepare(self, net: nn.Module) -> None:
+        for m in net.modules():  # a deterministic student: dropout off in training as well
+            if isinstance(m, nn.modules.dropout._DropoutNd | MCDropoutLayer):
+                m.p = 0.0
         parent, attr, layer = last_linear(net)
         classify = self.config.task is Task.CLASSIFICATION
         k = self.config.outputs or layer.out_features
