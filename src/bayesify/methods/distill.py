@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
@@ -238,37 +239,49 @@ def _init_heads(student: Distilled, targets: Tensor) -> float:
 def _train(student: Distilled, x: Tensor, targets: Tensor, ref: float, epochs: int,
            batch_size: int, lr: float, temperature: float, seed: int, progress: bool):  # fmt: skip
     classify = student.config.task is Task.CLASSIFICATION
+    _, _, wide = last_linear(student.net)
+    seen: list[Tensor] = []  # the last layer's input of the current batch
+    hook = wide.register_forward_pre_hook(lambda _m, args: seen.append(args[0]))
 
     def objective(xb: Tensor, yb: Tensor, done: float) -> Tensor:
+        seen.clear()
         out = student.net(xb)
-        if classify:
-            tau = max(1.0, temperature + (1.0 - temperature) * min(1.0, 2 * done))
-            return classification_loss(out, yb, tau)
-        return regression_loss(out, yb, ref)
+        if not classify:
+            return regression_loss(out, yb, ref)
+        # the precision head learns on the features the mean head shapes: its gradient (the
+        # Dirichlet NLL's, large for confident rows) does not reach the shared layers
+        bias = wide.bias[-1:] if wide.bias is not None else None
+        s = F.linear(seen[-1].detach(), wide.weight[-1:], bias)
+        tau = max(1.0, temperature + (1.0 - temperature) * min(1.0, 2 * done))
+        return classification_loss(torch.cat([out[:, :-1], s], -1), yb, tau)
 
     loader = as_loader(TensorDataset(x, targets), batch_size, shuffle=True, seed=seed)
     opt = make_optimizer(student.param_groups(lr, 0.0), "adam", lr)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        history = train_loop(student.net, objective, loader, opt, epochs=epochs,
-                             device=student.device, progress=progress, desc="distill")  # fmt: skip
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            history = train_loop(student.net, objective, loader, opt, epochs=epochs,
+                                 device=student.device, progress=progress,
+                                 desc="distill")  # fmt: skip
+    finally:
+        hook.remove()
     student.net.eval()
     student.history = history
     return history
 
 
 def classification_loss(out: Tensor, log_p: Tensor, temperature: float = 1.0) -> Tensor:
-    """The teacher's samples ``log_p [B, T, C]`` (tempered, smoothed) against the student's
-    heads ``out [B, C + 1]``: cross-entropy of the student's mean ``softmax(z)`` to the
-    teacher's mean class probabilities, plus the Dirichlet NLL of the samples with the mean
-    held fixed (its gradient reaches only the precision head)."""
+    """The teacher's samples ``log_p [B, T, C]`` against the student's heads ``out [B, C + 1]``:
+    cross-entropy of the student's mean ``softmax(z)`` to the teacher's mean class
+    probabilities, plus the Dirichlet NLL of the samples (tempered by ``temperature``, smoothed)
+    with the mean held fixed (its gradient reaches only the precision head)."""
     c = log_p.shape[-1]
-    p = torch.softmax(log_p.double() / temperature, -1)
-    p = (1 - SMOOTHING) * p + SMOOTHING / c
+    p = torch.softmax(log_p.double(), -1).mean(1)  # [B, C]
     z = torch.log_softmax(out[:, :-1].double(), -1)
-    ce = -(p.mean(1) * z).sum(-1).mean()
+    ce = -(p * z).sum(-1).mean()
+    q = (1 - SMOOTHING) * torch.softmax(log_p.double() / temperature, -1) + SMOOTHING / c
     log_alpha = z.detach() + out[:, -1:].double().clamp(-30, 30)
-    return (ce + dirichlet_nll(log_alpha, p.log().mean(1))).to(out.dtype)
+    return (ce + dirichlet_nll(log_alpha, q.log().mean(1))).to(out.dtype)
 
 
 def regression_loss(out: Tensor, target: Tensor, ref: float) -> Tensor:
