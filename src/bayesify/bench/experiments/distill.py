@@ -97,23 +97,28 @@ def _images(opts: DistillOptions, lines: list[str]) -> None:
         mcd = bayesify.MCDropout(lenet(norm="batch"), task="classification",
                                  dropout=opts.dropout, where="before-last-linear")  # fmt: skip
     mcd.fit((train.x, train.y), **fit)
+    log.info("MC dropout teacher trained in %.0f s", time.perf_counter() - t0)
     teachers.append(("MC dropout", mcd, time.perf_counter() - t0))
     if opts.members:
         t0 = time.perf_counter()
         ens = bayesify.DeepEnsemble(lenet(norm="batch"), members=opts.members,
                                     task="classification", init_seed=opts.seed)  # fmt: skip
         ens.fit((train.x, train.y), **fit)
+        log.info("ensemble teacher trained in %.0f s", time.perf_counter() - t0)
         teachers.append((f"ensemble of {opts.members}", ens, time.perf_counter() - t0))
     rows, notes = [], []
     for label, teacher, seconds in teachers:
         student = bayesify.distill(teacher, train.x, samples=opts.samples,
                                    epochs=opts.student_epochs, seed=opts.seed,
                                    progress=False)  # fmt: skip
+        log.info("%s, %s: distilled and scored", name, label)
         notes.append(
             f"{label}: teacher trained in {seconds:.0f} s, student distilled in "
             f"{student.distillation['seconds']:.0f} s (teacher samples and training)"
         )
+        log.info("%s: student distilled in %.0f s", label, student.distillation["seconds"])
         rows += _image_rows(label, teacher, student, data, opts.samples)
+        log.info("%s: scored", label)
         if opts.bundles and teacher is mcd:
             folder = Path(opts.bundles)
             mcd.save(folder / "fmnist-mc-dropout", overwrite=True)
@@ -162,6 +167,7 @@ def _uci_rows(name: str, opts: DistillOptions) -> tuple[list[str], list[str]]:
             rows.append(f"| {name} | {label} | {who} | {float(rmse):.4f} | "
                         f"{float(-p.log_prob(s.y_test).mean()):.4f} | {100 * float(cover):.1f} | "
                         f"{rho} |")  # fmt: skip
+        log.info("%s, %s: distilled and scored", name, label)
         notes.append(
             f"{name}, {label}: student distilled in {student.distillation['seconds']:.0f} s"
         )
