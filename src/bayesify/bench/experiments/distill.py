@@ -111,7 +111,6 @@ def _images(opts: DistillOptions, lines: list[str]) -> None:
         student = bayesify.distill(teacher, train.x, samples=opts.samples,
                                    epochs=opts.student_epochs, seed=opts.seed,
                                    progress=False)  # fmt: skip
-        log.info("%s, %s: distilled and scored", name, label)
         notes.append(
             f"{label}: teacher trained in {seconds:.0f} s, student distilled in "
             f"{student.distillation['seconds']:.0f} s (teacher samples and training)"
