@@ -223,3 +223,23 @@ def test_ensemble_teacher_and_bad_arguments():
         bayesify.distill(teacher, x, samples=0)
     with pytest.raises(ValueError, match="distilled student already"):
         bayesify.distill(student, x)
+
+
+def test_adaptive_rounds_draw_without_running_the_network_again():
+    """Adaptive sampling's rounds reuse one pass over the rows; their draws are those of
+    ``sample(x[rows])`` with the same generator, and ``predict(samples="adaptive")`` works."""
+    x, y = blobs(100)
+    teacher = bayesify.MCDropout(mlp(4, 3, (8,), norm=None, dropout=0.2), task="classification")
+    teacher.fit((x, y), epochs=2, progress=False)
+    student = bayesify.distill(teacher, x, epochs=2, samples=4, progress=False)
+    rows = torch.tensor([3, 7, 11])
+    draw = student._prefix_sampler(x, torch.Generator().manual_seed(0), None)
+    calls = []
+    hook = student.net.register_forward_pre_hook(lambda *_: calls.append(1))
+    got = draw(rows, 8)
+    hook.remove()
+    want = student.sample(x[rows], 8, generator=torch.Generator().manual_seed(0))
+    assert not calls
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    pred = student.predict(x[:10], samples="adaptive", tol=0.01, start=4, max_samples=16, seed=0)
+    assert len(pred) == 10

@@ -32,6 +32,7 @@ set in ``distillation``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,7 @@ import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
+from bayesify.nn import MaxRows, resolve_max_rows
 from bayesify.nn.dropout import MCDropout as MCDropoutLayer
 from bayesify.nn.modes import eval_mode
 from bayesify.options import Task
@@ -159,6 +161,20 @@ class Distilled(Method):
             z = torch.zeros_like(z)
         means = mu + ve.sqrt() * z  # [T, N]
         return torch.stack([means, va.expand_as(means)], -1)
+
+    def _prefix_sampler(
+        self, x: Tensor, generator: torch.Generator | None, max_rows: MaxRows
+    ) -> Callable[[Tensor, int], Tensor] | None:
+        """Adaptive sampling's rounds: the network runs once over ``x``; every round only draws
+        (the same draws as ``self.sample(x[rows], T, generator=generator)``)."""
+        x, _ = self._sample_inputs(x, 1, None, None)
+        with eval_mode(self.net), torch.no_grad():
+            out = self.heads(x, resolve_max_rows(max_rows, x, self.net))
+
+        def draw(rows: Tensor, samples: int) -> Tensor:
+            return self._draws(out[rows.to(out.device)], samples, generator)
+
+        return draw
 
     def reference_samples(
         self, x: Tensor, samples: int, generator: torch.Generator | None = None
