@@ -138,6 +138,14 @@ CASES = {
         (torch.randn(4, 2), torch.tensor([0, 1, 2, 7])), epochs=1, progress=False),
     "save-overwrite": lambda p: [_plain_method().save(p / "b") for _ in range(2)],
     "device-no-cuda": lambda p: bayesify.load(_plain_method().save(p / "b"), device="cuda"),
+    "distill-augment": lambda p: bayesify.distill(_plain_method(), torch.randn(4, 2),
+                                                  augment="rotate"),
+    "distill-student-teacher": lambda p: bayesify.distill(bayesify.distill(
+        _plain_method(), torch.randn(4, 2), epochs=1, samples=2, progress=False),
+        torch.randn(4, 2)),
+    "distill-no-linear": lambda p: bayesify.distill(bayesify.Deterministic(
+        nn.Sequential(nn.Conv1d(1, 3, 3), nn.Flatten()), task="classification"),
+        torch.randn(4, 1, 3), progress=False),
     "load-malformed-config": lambda p: bayesify.load(_edited_bundle(p, lambda c: c.pop("method"))),
     "load-nested-config": lambda p: bayesify.load(_edited_bundle(p, text="[" * 9**5 + "]" * 9**5)),
     "load-shape-mismatch": lambda p: bayesify.load(_edited_bundle(p, lambda c: c["model"]["kwargs"][

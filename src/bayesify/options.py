@@ -340,6 +340,17 @@ class CoresetKind(StrEnum):
     the rows already chosen."""
 
 
+class Augment(StrEnum):
+    """The inputs a distilled student learns from besides the training inputs themselves."""
+
+    MIXUP = "mixup"
+    """Convex blends ``λ x_i + (1 - λ) x_j`` of two random training inputs, λ ~ U(0, 1)."""
+    NOISE = "noise"
+    """Training inputs plus Gaussian noise of ``noise`` times one (network input units)."""
+    NONE = "none"
+    """The training inputs alone."""
+
+
 # ---------------------------------------------------------------- parsing
 def shown(value: Any) -> str:
     """``value`` as a one-line error shows it: Python's repr of plain values, but numpy and torch

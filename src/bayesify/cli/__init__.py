@@ -49,6 +49,12 @@ app.lazy_command("serve", "bayesify.cli.serve:serve",
                  "Inference Protocol (/v2/..., with load and unload while it runs), /metrics, "
                  "feedback and a status page at /. Set BAYESIFY_API_KEY to require an API "
                  "key.")  # fmt: skip
+app.lazy_command("distill", "bayesify.cli.distill:distill",
+                 "Train a student network on a bundle's predictive that gives, in one pass over "
+                 "the rows, the predictive mean and its uncertainty split (classification: a "
+                 "Dirichlet over the class probabilities; regression: mean, epistemic and "
+                 "aleatoric variance), and save it as a bundle that predict, calibrate and "
+                 "serve use like any other.")  # fmt: skip
 app.add_typer(bench_app, name="bench")
 
 __all__ = ["app", "main"]

@@ -30,6 +30,8 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
     ("coverage", f"{_X}.coverage:CoverageOptions",
      "Coverage of prediction intervals and sets on held-out data, with and without "
      "conformal calibration."),
+    ("distill", f"{_X}.distill:DistillOptions",
+     "Distilled students against their teachers: Fashion-MNIST LeNet (MNIST as OOD) and UCI."),
     ("fashion-nodes", f"{_X}.fashion_nodes:FashionNodesOptions",
      "Fashion-MNIST with a LeNet-style CNN on CPU: IBNN, IBNN from a pretrained net, "
      "StochasticNorm, weight normalisation without noise, a deterministic net and MCBN."),

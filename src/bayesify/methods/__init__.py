@@ -4,6 +4,8 @@ from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
 from bayesify.methods.continual import VCL, VCLConfig
 from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.distill import distill
+from bayesify.methods.distilled import Distilled, DistilledConfig
 from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
 from bayesify.methods.flow_posterior import FlowConfig, FlowPosterior
 from bayesify.methods.ibnn import IBNN, IBNNConfig
@@ -58,4 +60,7 @@ __all__ = [
     "MultiSWAGConfig",
     "VCL",
     "VCLConfig",
+    "Distilled",
+    "DistilledConfig",
+    "distill",
 ]

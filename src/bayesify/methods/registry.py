@@ -26,6 +26,7 @@ from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop
 from bayesify.methods.continual import VCL
 from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.distilled import Distilled
 from bayesify.methods.ensemble import DeepEnsemble
 from bayesify.methods.flow_posterior import FlowPosterior
 from bayesify.methods.ibnn import IBNN
@@ -52,6 +53,7 @@ METHODS: dict[str, type[Method]] = {
     "swag": SWAG,
     "multiswag": MultiSWAG,
     "vcl": VCL,
+    "distilled": Distilled,
 }
 
 

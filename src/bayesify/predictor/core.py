@@ -14,7 +14,7 @@ from torch import nn
 
 from bayesify.data.errors import DataError
 from bayesify.data.preprocessing import Preprocessing, RowErrors, describe_row_errors
-from bayesify.methods import Method
+from bayesify.methods import Distilled, Method
 from bayesify.methods.registry import load as load_method
 from bayesify.posthoc.conformal import METADATA_KEY as CONFORMAL_KEY
 from bayesify.posthoc.conformal import ConformalByPolicy
@@ -96,6 +96,15 @@ class Predictor:
         return self.method.config.task
 
     @property
+    def distilled_from(self) -> dict[str, Any] | None:
+        """The teacher of a distilled student (method, config and weights digests, source);
+        None for any other bundle. Answers served from a student carry it."""
+        if not isinstance(self.method, Distilled):
+            return None
+        teacher = self.method.distillation.get("teacher") or {}
+        return {k: teacher.get(k) for k in ("method", "config_hash", "weights_hash", "source")}
+
+    @property
     def input_shape(self) -> tuple[int, ...] | None:
         shape = self._prep.input_shape or self.method.input_shape
         return tuple(shape) if shape is not None else None
@@ -142,6 +151,8 @@ class Predictor:
             if self.conformal is not None
             else m.metadata,
         }
+        if isinstance(m, Distilled):  # a one-pass student: what it learned from, and how
+            card["distilled"] = m.distillation
         if regression:
             scale = self._prep.y_std or 1.0
             card["noise_variance"] = m.noise_variance * scale**2  # target units

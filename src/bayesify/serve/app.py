@@ -230,6 +230,8 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
             out.append(rec)
         body = {"model": model.name, "version": entry.version, "request_id": rid,
                 "predictions": out}  # fmt: skip
+        if model.predictor.distilled_from is not None:
+            body["distilled_from"] = model.predictor.distilled_from
         if answer.warnings:
             body["warnings"] = answer.warnings
         return JSONResponse(body)

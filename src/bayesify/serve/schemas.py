@@ -41,6 +41,11 @@ class PredictResponse(BaseModel):
         description="Guarantees this answer does not carry: e.g. conformal intervals "
         "calibrated under another sampling policy than the one served.",
     )
+    distilled_from: dict[str, Any] | None = Field(
+        default=None,
+        description="Answers of a distilled student (bayesify distill): its teacher's method, "
+        "config and weights digests and source bundle. Absent for any other model.",
+    )
     predictions: list[dict[str, Any]] = Field(
         description="Per row: the predictor's record (prediction, uncertainty, interval or "
         "prediction set, defer/defer_score/defer_threshold when the bundle has a deferral "

@@ -257,8 +257,11 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
             outputs = [have[o.name] for o in req.outputs]
         out = {"model_name": model.name, "model_version": str(entry.version),
                "id": req.id or rid, "outputs": outputs}  # fmt: skip
-        if answer.warnings:
-            out["parameters"] = {"warnings": answer.warnings}
+        parameters = {"warnings": answer.warnings} if answer.warnings else {}
+        if model.predictor.distilled_from is not None:
+            parameters["distilled_from"] = model.predictor.distilled_from
+        if parameters:
+            out["parameters"] = parameters
         return JSONResponse(out)
 
     add_repository_routes(app, repo)

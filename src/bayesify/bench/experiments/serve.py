@@ -43,6 +43,11 @@ class ServeBenchOptions:
 
     command: ClassVar[str] = "serve"
     bundle: str = option("", "Fashion-MNIST bundle; empty: train one (--method, --limit).")
+    student: str = option(
+        "",
+        "A second bundle, e.g. the bundle's distilled student (bayesify distill), served under "
+        "every configuration right after it, rows side by side.",
+    )
     method: str = option("mc-dropout", "Method of the bundle trained when --bundle is empty.")
     dropout: float = option(
         0.5,
@@ -208,25 +213,32 @@ def run(opts: ServeBenchOptions) -> str:
         workdir = Path(tmp)
         bundle = _bundle(opts, workdir)
         bodies = _request_bodies(bundle)
+        served = [("", bundle)]
+        if opts.student:
+            served = [("teacher: ", bundle), ("student: ", Path(opts.student))]
         rows = []
-        for label, args in _serve_configs(opts):
-            server = start_server(bundle, workdir / "server.log", "--threads", str(opts.threads),
-                                  "--max-samples", str(max(opts.samples, opts.max_samples)),
-                                  *args, name="fmnist")  # fmt: skip
-            raw = [post_request(server.url, "/v1/predict", json.dumps(b).encode())
-                   for b in bodies]  # fmt: skip
-            try:
-                asyncio.run(closed_loop(server.url, raw, 1, 10))  # warm-up
-                for c in opts.clients:
-                    cells = _load(server.url, server.process.pid, raw, c, opts.requests)
-                    log.info("%s, %d clients: %s", label, c, cells)
-                    rows.append(f"| {label} | {c} | " + " | ".join(cells) + " |")
-            finally:
-                server.stop()
+        for config, args in _serve_configs(opts):
+            for who, path in served:  # teacher and student under the same load, one after the other
+                label = who + config
+                server = start_server(path, workdir / "server.log", "--threads",
+                                      str(opts.threads), "--max-samples",
+                                      str(max(opts.samples, opts.max_samples)), *args,
+                                      name="fmnist")  # fmt: skip
+                raw = [post_request(server.url, "/v1/predict", json.dumps(b).encode())
+                       for b in bodies]  # fmt: skip
+                try:
+                    asyncio.run(closed_loop(server.url, raw, 1, 10))  # warm-up
+                    for c in opts.clients:
+                        cells = _load(server.url, server.process.pid, raw, c, opts.requests)
+                        log.info("%s, %d clients: %s", label, c, cells)
+                        rows.append(f"| {label} | {c} | " + " | ".join(cells) + " |")
+                finally:
+                    server.stop()
         offline = _offline(opts, bundle)
     text = "\n".join([
         "# Serving: latency and throughput of `bayesify serve`", "",
         f"Command: `{command_line(opts)}`  ", f"Bundle: `{opts.bundle or 'trained here'}`  ",
+        *([f"Student: `{opts.student}` (its rows are labelled student)  "] if opts.student else []),
         f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, torch "
         f"{torch.__version__}, server threads {opts.threads}; load average at start "
         f"{load_avg[0]:.1f} / {load_avg[1]:.1f} / {load_avg[2]:.1f} (1/5/15 min); the clients "
