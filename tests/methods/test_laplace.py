@@ -225,6 +225,42 @@ def test_lenet_with_batch_norm_runs_its_body_once_per_row():
     torch.testing.assert_close(out, loop, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    ("hessian", "predictive"),
+    [("kfac", "sampled"), ("full", "sampled"), ("diag", "sampled"), ("kfac", "glm")],
+)
+def test_last_layer_multiplies_the_feature_rows_once(hessian, predictive, monkeypatch):
+    """Behind a deterministic body the T groups' outputs come from the N feature rows (the
+    layer's forward never sees the T·N repeated rows), equal to the pass through that forward
+    (a hook on the layer forces it) and to the loop of T passes; chunking changes nothing."""
+    from bayesify.nn.laplace_posterior import LaplaceLinear
+
+    data = classification_data(96)
+    net = _trained(mlp(5, 3, hidden=(16,)), data, "classification", epochs=3)
+    la = bayesify.Laplace.from_pretrained(net, data, task="classification", hessian=hessian,
+                                          predictive=predictive, batch_size=32)  # fmt: skip
+    x = data[0][:7]
+    seen: list[int] = []
+    plain_forward = LaplaceLinear.forward
+
+    def counting(self, rows):
+        seen.append(rows.shape[0])
+        return plain_forward(self, rows)
+
+    monkeypatch.setattr(LaplaceLinear, "forward", counting)
+    out = la.sample(x, 12, seed=0, max_rows=None)
+    assert seen == []
+    chunked = la.sample(x, 12, seed=0, max_rows=36)  # 3 rows per block
+    handle = la.layer.register_forward_pre_hook(lambda *_: None)
+    through_forward = la.sample(x, 12, seed=0, max_rows=None)
+    handle.remove()
+    assert seen == [12 * 7]
+    torch.testing.assert_close(chunked, out, rtol=0, atol=0)
+    torch.testing.assert_close(through_forward, out, rtol=1e-6, atol=1e-6)
+    loop = la.reference_samples(x, 12, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(out, loop, rtol=1e-5, atol=1e-5)
+
+
 def test_bayesify_train_method_laplace(tmp_path):
     """``bayesify train --method laplace`` on a table: the MAP trained, then the posterior,
     saved as a bundle that loads as a Laplace with its fitted prior precision."""

@@ -38,7 +38,8 @@ from bayesify.methods.laplace_curvature import (
     posterior_layers,
 )
 from bayesify.methods.laplace_prior import Evidence, fit_evidence, log_marglik, prior_grid
-from bayesify.nn import chunk_plan
+from bayesify.nn import check_sample_bytes, chunk_plan, group_bytes
+from bayesify.nn.folding import deterministic_prefix
 from bayesify.nn.laplace_posterior import BLOCKS, LaplaceBlock, LaplaceLinear
 from bayesify.nn.modes import eval_mode
 from bayesify.nn.sampled_linear import last_linear
@@ -274,6 +275,9 @@ class Laplace(Method):
         max_bytes: int | None = None,
     ) -> Tensor:
         if self.layer is not None:
+            fast = self._last_layer_pass(x, samples, generator, max_rows, start, max_bytes)
+            if fast is not None:
+                return fast
             return super()._draw_samples(x, samples, generator, max_rows, start, max_bytes)
         deltas = self._all_layer_deltas(samples, generator)
         ranges, per_chunk = chunk_plan(samples, len(x), max_rows)
@@ -287,6 +291,44 @@ class Laplace(Method):
                     out = y.new_empty((samples, len(x), *y.shape[2:]))
                 out[a:b, row : row + len(chunk)] = y
                 row += len(chunk)
+        return out
+
+    def _last_layer_pass(
+        self,
+        x: Tensor,
+        samples: int,
+        generator: torch.Generator | None,
+        max_rows: int | None,
+        start: int,
+        max_bytes: int | None,
+    ) -> Tensor | None:
+        """The one pass when the Laplace layer is the net's last child behind a deterministic
+        body: the body runs once per data row (blocks of G·n rows, as in
+        :func:`~bayesify.nn.forward_in_chunks`) and the layer gives all T groups' outputs of
+        each block's feature rows at once (no ``[T·n, in]`` repeat): ``[T, N, out]``. None
+        where that does not apply (other nets, groups split into ranges, hooks on the layer)."""
+        net, k = self.net, len(self.net) - 1 if isinstance(self.net, nn.Sequential) else -1
+        if k < 1 or net[k] is not self.layer or start not in (0, k):
+            return None
+        if self.layer._forward_hooks or self.layer._forward_pre_hooks:
+            return None  # the layer's forward runs (over the repeated rows) for its hooks
+        if not start and deterministic_prefix(net) != k:
+            return None
+        ranges, per_chunk = chunk_plan(samples, len(x), max_rows)
+        if len(ranges) > 1:
+            return None
+        out: Tensor | None = None
+        row = 0
+        with self.sampling(samples, generator):
+            for block in x.split(per_chunk * samples):
+                h = block if start else net[:k](block)
+                y = self.layer.group_outputs(h.reshape(len(h), -1))  # [T, n, out]
+                if out is None:
+                    check_sample_bytes(samples, len(x), y.shape[-1], y.element_size(),
+                                       group_bytes(net), max_bytes)  # fmt: skip
+                    out = y.new_empty((samples, len(x), y.shape[-1]))
+                out[:, row : row + len(h)] = y
+                row += len(h)
         return out
 
     def reference_samples(

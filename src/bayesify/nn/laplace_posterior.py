@@ -259,23 +259,51 @@ class LaplaceLinear(SampledLinear):
             return self._rotated_forward(x)
         return super().forward(x)
 
+    def group_outputs(self, rows: Tensor) -> Tensor:
+        """Every group's outputs for the same ``rows [n, in]`` (inside a sampling block, all
+        of its groups selected): ``[G, n, out]``, the rows multiplied once, not once per group
+        (what a forward over the ``[G*n, in]`` repeated rows gives, without the repeat)."""
+        if self.probit:
+            return probit_logits(self, rows).unsqueeze(0).expand(self.groups, -1, -1)
+        if self._draw is None:
+            raise RuntimeError("group_outputs needs an active sampling block")
+        w, b = self._draw  # [G, out, in] (rotated or whole weights), [G, out]
+        groups = w.shape[0]
+        if getattr(self, "_rotated_draws", False):
+            return self._rotated_rows(rows, groups).to(rows.dtype)
+        # one product over every group's weights, as SampledLinear's float64 product
+        flat = rows.double() @ w.double().reshape(-1, self.in_features).T  # [n, G*out]
+        out = flat.unflatten(1, (groups, self.out_features)).transpose(0, 1)
+        if b is not None:
+            out = out + b.double().unsqueeze(1)
+        return out.to(rows.dtype)
+
+    def _rotated_rows(self, base: Tensor, groups: int) -> Tensor:
+        """The rotated forward (:meth:`_rotated_forward`) of rows shared by every group
+        (``base [n, in]``) or of each group's own (``base [G, n, in]``): float64 ``[G, n, out]``."""
+        zs, db = self._draw  # [G, out, in], [G, out] float64
+        block: KronBlock = self.posterior
+        base = base.double()
+        mean = base @ self.weight.double().T  # [(G,) n, out]
+        if self.bias is not None:
+            mean = mean + self.bias.double()
+        psi = base @ block.q_in  # [(G,) n, in]
+        if base.dim() == 2:  # one product over every group's draws: [n, in] @ [in, G*out]
+            flat = psi @ zs.reshape(groups * self.out_features, self.in_features).T
+            rot = flat.unflatten(1, (groups, self.out_features)).transpose(0, 1)  # [G, n, out]
+        else:
+            rot = torch.bmm(psi, zs.transpose(1, 2))
+        out = mean + rot @ block.q_out.T  # [G, n, out]
+        return out if self.bias is None else out + db.unsqueeze(1)
+
     def _rotated_forward(self, x: Tensor) -> Tensor:
         """``W φ + b + Q_out (Z_t ⊙ S)(Q_inᵀ φ) + Δb_t`` per group t: the input is rotated once
         per row (once per data row when every group holds the same rows, as behind a
         deterministic body), then each group costs ``out × in`` per row, as a plain product."""
-        zs, db = self._draw  # [G, out, in], [G, out] float64
-        block: KronBlock = self.posterior
-        groups = zs.shape[0]
+        groups = self._draw[0].shape[0]
         rows = x.reshape(groups, -1, self.in_features)  # [G, n, in]
         shared = groups == 1 or torch.equal(rows, rows[:1].expand_as(rows))
-        base = (rows[:1] if shared else rows).double()
-        w = self.weight.double()
-        mean = base @ w.T + (0 if self.bias is None else self.bias.double())  # [1|G, n, out]
-        psi = base @ block.q_in  # [1|G, n, in]
-        dev = torch.matmul(psi, zs.transpose(1, 2)) @ block.q_out.T  # [G, n, out]
-        out = mean + dev
-        if self.bias is not None:
-            out = out + db.unsqueeze(1)
+        out = self._rotated_rows(rows[0] if shared else rows, groups)
         return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
 
