@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+import bayesify
 from bayesify.methods import METHODS, Method, resolve_max_rows
 from bayesify.models import mlp
 
@@ -28,9 +29,13 @@ def _fitted(name: str) -> Method:
     """A briefly trained method on an MLP that every method accepts (batch norm + dropout)."""
     torch.manual_seed(0)
     net = mlp(D, 1, (16, 16), norm="batch", dropout=0.1)
+    if name == "distilled":  # a student is made by distilling a teacher, not by fit
+        return bayesify.distill(_fitted("mc-dropout"), _data(), epochs=1, progress=False)
+    # table rows: the one augmentation of TTA that applies to them
+    options = {"tta": {"transforms": "noise:0.1"}}.get(name, {})
     cls = METHODS[name]
     try:
-        method = cls(net)
+        method = cls(net, **options)
     except (TypeError, ValueError) as e:  # a method that needs options we do not know here
         pytest.skip(f"{name} cannot wrap a plain MLP with default options: {e}")
     method.fit(_data(), epochs=1, batch_size=16, progress=False)

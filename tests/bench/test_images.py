@@ -143,13 +143,8 @@ def test_every_paper_method_trains_and_samples_on_both_models(model):
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(16, 1, 28, 28, generator=g), torch.randint(0, 10, (16,), generator=g)
     for method in images.METHODS:
-        if method in (
-            "mcbn",
-            "ensemble",
-            *images.TTA_OVER,
-            "swag",
-            "multiswag",
-        ):  # from another's net (tiny run)
+        from_another_net = ("mcbn", "ensemble", *images.TTA_OVER, "swag", "multiswag")
+        if method in from_another_net or method.startswith("laplace"):  # (the tiny run)
             continue
         job = images.ImagesJob(method, images.DATASET, 0, 0, model=model)
         m = images._build(method, job)

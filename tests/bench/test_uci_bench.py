@@ -50,7 +50,17 @@ def test_uncertainty_error_bins_match_a_numpy_reference():
 def test_options_make_the_protocols_jobs_and_reject_bad_values():
     gal = UCIBenchOptions().jobs()  # quick: 5 small datasets x 3 splits
     methods = {j.method for _, j in gal}
-    assert methods == {"mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "swag"}
+    assert methods == {
+        "mc-dropout",
+        "ensemble",
+        "bbb",
+        "ibnn",
+        "stochastic-norm",
+        "mcbn",
+        "laplace",
+        "laplace-all",
+        "swag",
+    }
     swag = [j for _, j in gal if j.method == "swag"]
     assert len(swag) == 5 * 3 * 2 and {j.grid for j in swag} == {(1e-4, 1e-3)}
     ens = [j for _, j in gal if j.method == "ensemble"]

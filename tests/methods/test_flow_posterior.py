@@ -62,7 +62,12 @@ def test_lenet_head_one_pass_equals_the_loop_and_round_trips(tmp_path):
     x = torch.randn(24, 1, 28, 28, generator=g)
     y = torch.randint(0, 10, (24,), generator=g)
     method = bayesify.FlowPosterior.from_pretrained(
-        lenet(norm=None, width=1), (x, y), task="classification", elbo_steps=5, hidden=16
+        lenet(norm=None, width=1),
+        (x, y),
+        task="classification",
+        elbo_steps=5,
+        hidden=16,
+        flow="realnvp",  # zuko builds NSF's masked MLPs over 850 weights slowly (torch.unique)
     )
     one = method.sample(x[:5], 6, seed=3)
     loop = method.reference_samples(x[:5], 6, torch.Generator().manual_seed(3))
