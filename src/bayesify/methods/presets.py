@@ -37,6 +37,25 @@ class Preset:
     samples: int | None = None
 
 
+#: SWAG's paper recipe (Maddox et al. 2019), which MultiSWAG runs per member
+_SWAG_CONFIG: dict[str, Any] = {
+    "rank": 20,
+    "scale": 0.5,
+    "schedule": "constant",
+    "swag_lr": 0.01,
+    "swag_epochs": 140,
+    "swag_momentum": 0.9,
+    "swag_weight_decay": 5e-4,
+    "collect_every": 0,
+}
+_SWAG_FIT: dict[str, Any] = {
+    "optimizer": "sgd",
+    "lr": 0.05,
+    "weight_decay": 5e-4,
+    "batch_size": 128,
+    "epochs": 160,
+}
+
 _PRESETS = [
     Preset(
         "mcbn",
@@ -167,23 +186,8 @@ _PRESETS = [
         # K = 20 deviation columns, covariance scale 1/2, constant rate, one snapshot per
         # epoch, SGD with momentum 0.9 and weight decay 5e-4 (VGG-16), SWAG from epoch 161 of
         # 300 at rate 0.01; 30 samples at test time
-        config={
-            "rank": 20,
-            "scale": 0.5,
-            "schedule": "constant",
-            "swag_lr": 0.01,
-            "swag_epochs": 140,
-            "swag_momentum": 0.9,
-            "swag_weight_decay": 5e-4,
-            "collect_every": 0,
-        },  # fmt: skip
-        fit={
-            "optimizer": "sgd",
-            "lr": 0.05,
-            "weight_decay": 5e-4,
-            "batch_size": 128,
-            "epochs": 160,
-        },  # fmt: skip
+        config=_SWAG_CONFIG,
+        fit=_SWAG_FIT,
         samples=30,
     ),
     Preset(
@@ -191,24 +195,8 @@ _PRESETS = [
         "paper",
         "Wilson & Izmailov 2020, MultiSWAG: SWAG's recipe per member (Maddox et al. 2019), "
         "members mixed with equal weights (recalled: not checked against the paper's text)",
-        config={
-            "members": 3,
-            "rank": 20,
-            "scale": 0.5,
-            "schedule": "constant",
-            "swag_lr": 0.01,
-            "swag_epochs": 140,
-            "swag_momentum": 0.9,
-            "swag_weight_decay": 5e-4,
-            "collect_every": 0,
-        },  # fmt: skip
-        fit={
-            "optimizer": "sgd",
-            "lr": 0.05,
-            "weight_decay": 5e-4,
-            "batch_size": 128,
-            "epochs": 160,
-        },  # fmt: skip
+        config={"members": 3, **_SWAG_CONFIG},
+        fit=_SWAG_FIT,
         samples=30,
     ),
 ]
