@@ -202,6 +202,9 @@ CASES = {
     "vcl-head": lambda p: bayesify.VCL(bayesify.MultiHeadMLP(2, 2, (4,), 2),
                                        task="classification").predict(torch.randn(3, 2), 2,
                                                                       head=5),
+    "vcl-batch-norm": lambda p: bayesify.VCL(nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4),
+                                                           nn.Linear(4, 2)),
+                                             task="classification"),
 }  # fmt: skip
 
 

@@ -142,3 +142,43 @@ def test_config_checks():
         bayesify.VCL(small_net(), task="classification", coreset="random")
     with pytest.raises(ValueError, match="prior must be gaussian"):
         bayesify.VCL(small_net(), task="classification", prior="mixture")
+
+
+def test_a_new_head_gets_the_first_prior_and_unused_heads_stay_out_of_the_kl():
+    """Task 2 on a three-head network: the body and head 0 are held by the posterior after
+    task 1, head 1 (new) by N(0, prior_sigma²), head 2 (not used yet) is in no KL term."""
+    (xa, ya, _, _), (xb, yb, _, _) = two_tasks(64)
+    vcl = bayesify.VCL(multihead_mlp(2, 2, (8,), heads=3), task="classification", init_rho=-3,
+                       prior_sigma=0.5)  # fmt: skip
+    vcl.fit((xa, ya), epochs=2, **FIT)
+    body_and_head0 = [*vcl.module.body.modules(), *vcl.module.heads[0].modules()]
+    frozen = {id(layer): [(m.detach().clone(), s.detach().clone()) for m, s in layer._pairs()]
+              for layer in vcl.layers if any(layer is m for m in body_and_head0)}  # fmt: skip
+    head1, head2 = vcl.module.heads[1], vcl.module.heads[2]
+    for head in (head1, head2):  # not trained yet: the first task's prior
+        assert head.prior_weight_mu.abs().max() == 0
+        assert torch.all(head.prior_weight_sigma == 0.5)
+
+    def expected() -> torch.Tensor:
+        total = sum(
+            kl_divergence(Normal(m, s), Normal(pm, ps)).sum()
+            for layer in vcl.layers
+            if id(layer) in frozen
+            for (m, s), (pm, ps) in zip(layer._pairs(), frozen[id(layer)], strict=True)
+        )
+        return total + sum(kl_divergence(Normal(m, s), Normal(0.0, 0.5)).sum()
+                           for m, s in head1._pairs())  # fmt: skip
+
+    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
+    objective = vcl.objective
+
+    def spy(x, y, progress, n_data):
+        seen.append((prior_kl(vcl._kl_layers).detach(), expected().detach()))
+        return objective(x, y, progress, n_data)
+
+    vcl.objective = spy
+    vcl.fit((xb, yb), epochs=2, **FIT)
+    assert len(seen) >= 2
+    for got, want in seen:
+        torch.testing.assert_close(got, want)
+    assert seen[-1][1] > seen[0][1]  # training moved q away from its start

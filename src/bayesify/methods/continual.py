@@ -81,6 +81,14 @@ class VCL(BayesByBackprop):
     config: VCLConfig
 
     def _prepare(self, net: nn.Module) -> None:
+        norms = sorted({type(m).__name__ for m in net.modules()
+                        if isinstance(m, nn.modules.batchnorm._BatchNorm)})  # fmt: skip
+        if norms:
+            raise ValueError(
+                f"vcl: the network has {', '.join(norms)} layers, which have no posterior, so "
+                "the previous task's posterior cannot keep them and every task would retrain "
+                "them; build the network without batch norm (--norm none)"
+            )
         super()._prepare(net)
         add_posterior_prior(self.layers, self.config.prior_sigma)
         ref = self.layers[0].weight_mu
