@@ -279,7 +279,8 @@ def _page(opts: ContinualOptions, rows: list[dict[str, Any]], keys: dict[Any, Co
         "",
         "**Published figures.** The paper's text could not be read here (not in the papers "
         "folder; the search tool found no copy of its figures), so no table, figure or page "
-        "of it is cited. A third-party leaderboard page on the paper (wizwand.com) lists 98.4% "
+        "of it is cited. A third-party leaderboard page on the paper "
+        "(https://www.wizwand.com/paper/68fa645e1e209131cea040c5) lists 98.4% "
         "mean test accuracy on Split MNIST and 90% on Permuted MNIST, without saying which "
         "variant (with or without coreset) or where in the paper.",
         "",
