@@ -15,6 +15,7 @@ rerun by the next run.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import multiprocessing
 import os
@@ -39,6 +40,8 @@ from bayesify.bench.store import DONE, FAILED, ResultsStore, RowKey
 log = logging.getLogger(__name__)
 
 CLUSTER_EXTRA = "--cluster needs Dask distributed: pip install 'bayesify[cluster]'"
+#: seconds a run waits for the scheduler to answer
+CONNECT_TIMEOUT = 30.0
 
 
 class Record(Protocol):
@@ -160,20 +163,25 @@ class DaskCluster:
 
     address: str
     worker_threads: int | None = 1
-    timeout: float = 30.0
+    timeout: float = CONNECT_TIMEOUT
 
     def connect(self) -> Any:
         """A client of the scheduler; a one-line :class:`ClusterError` if none answers."""
         distributed = _distributed()
+
+        async def probe() -> None:  # a Client that fails to start leaves a noisy finaliser
+            comm = await distributed.comm.connect(self.address, timeout=self.timeout)
+            await comm.close()
+
         try:
-            client = distributed.Client(self.address, timeout=self.timeout,
-                                        set_as_default=False)  # fmt: skip
+            asyncio.run(probe())
         except (OSError, TimeoutError, ValueError) as e:
             reason = " ".join(str(e).split()) or type(e).__name__
             raise ClusterError(
                 f"no Dask scheduler reachable at {self.address!r} ({reason}); start one with "
-                "`dask scheduler` and give its tcp://host:port"
+                "'dask scheduler' and give its address, tcp://host:8786"
             ) from None
+        client = distributed.Client(self.address, timeout=self.timeout, set_as_default=False)
         workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
         if not workers:
             log.warning("the scheduler at %s has no workers yet; jobs wait for one", self.address)
@@ -187,7 +195,7 @@ class DaskCluster:
         client = self.connect()
         run_id = uuid.uuid4().hex[:8]
         try:
-            with ResultsStore(path) as db:
+            with client.as_current(), ResultsStore(path) as db:
                 futures: dict[Any, RowKey] = {}
                 for key, job in todo.items():
                     if not db.claim(key, job_config(job)):  # done meanwhile by another run
@@ -215,5 +223,6 @@ def engine(workers: int = 1, cluster: str = "", **local: Any) -> Engine:
     """The engine of a run: the Dask cluster at ``cluster`` if given, else the local pool of
     ``workers`` processes (``local``: :class:`LocalPool`'s other settings)."""
     if cluster:
-        return DaskCluster(cluster, worker_threads=local.get("worker_threads", 1))
+        threads = local.get("worker_threads", 1)
+        return DaskCluster(cluster, worker_threads=threads, timeout=CONNECT_TIMEOUT)
     return LocalPool(workers, **local)
