@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from bayesify.bench import engines
 from bayesify.bench.experiments.uci_bench import UCIBenchOptions, score_function
-from bayesify.bench.runner import run_jobs
+from bayesify.bench.runner import job_config, job_key, run_jobs
 from bayesify.bench.store import ResultsStore
 from bayesify.cli import app
 from bayesify.data import DataError, data_root
@@ -123,3 +123,23 @@ def _free_port() -> int:
     from bayesify.bench.process import free_port
 
     return free_port()
+
+
+def test_a_rerun_after_a_killed_client_skips_done_rows_and_reruns_claimed_ones(
+    tmp_path, local_dask
+):
+    markers = tmp_path / "started"
+    markers.mkdir()
+    jobs = [SlowJob("sq", "toy", s, markers=str(markers)) for s in (1, 2, 3)]
+    with ResultsStore(tmp_path / "r.db") as db:  # what a client killed mid-run leaves behind
+        for job in jobs[:2]:
+            db.claim(job_key("e", job), job_config(job))
+        db.finish(job_key("e", jobs[1]), {"value": -1.0}, 0.1, job_config(jobs[1]))
+    summary = run_jobs("e", jobs, slow_square, tmp_path / "r.db", progress=False,
+                       worker_threads=None, cluster=local_dask.address)  # fmt: skip
+    assert [k.split for k in summary.skipped] == [2]
+    assert sorted(k.split for k in summary.finished) == [1, 3] and not summary.failed
+    assert sorted(p.name.split("-")[0] for p in markers.iterdir()) == ["1", "3"]
+    with ResultsStore(tmp_path / "r.db") as db:
+        rows = {r["split"]: (r["metrics"], r["attempts"]) for r in db.records("e")}
+    assert rows == {1: ({"value": 1.0}, 2), 2: ({"value": -1.0}, 1), 3: ({"value": 9.0}, 1)}

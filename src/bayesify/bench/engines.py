@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from bayesify.bench.jobs import (
+    SKIPPED,
     JobFn,
     Outcome,
     compute,
@@ -153,6 +154,16 @@ def _distributed() -> Any:
     return distributed
 
 
+def _task_error(future: Any) -> str:
+    """One line saying why a Dask task gave no result."""
+    try:
+        error = future.exception()
+    except BaseException as e:  # noqa: BLE001 - a cancelled future raises here
+        error = e
+    text = " ".join(str(error).split())
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 @dataclass(frozen=True)
 class DaskCluster:
     """The workers of the Dask scheduler at ``address`` (``tcp://host:8786``), each job with
@@ -182,7 +193,7 @@ class DaskCluster:
                 "'dask scheduler' and give its address, tcp://host:8786"
             ) from None
         client = distributed.Client(self.address, timeout=self.timeout, set_as_default=False)
-        workers = len(client.scheduler_info(n_workers=-1).get("workers", {}))
+        workers = len(client.nthreads())
         if not workers:
             log.warning("the scheduler at %s has no workers yet; jobs wait for one", self.address)
         else:
@@ -199,7 +210,7 @@ class DaskCluster:
                 futures: dict[Any, RowKey] = {}
                 for key, job in todo.items():
                     if not db.claim(key, job_config(job)):  # done meanwhile by another run
-                        record(key, "skipped", "")
+                        record(key, SKIPPED, "")
                         continue
                     future = client.submit(compute, fn, job, self.worker_threads,
                                            key=f"bayesify-job-{run_id}-{len(futures)}",
@@ -209,9 +220,8 @@ class DaskCluster:
                     key = futures.pop(future)
                     if future.status == "finished":
                         outcome = future.result()
-                    else:  # the task itself failed: fn not unpicklable there, workers lost
-                        error = future.exception()
-                        message = f"{type(error).__name__}: {' '.join(str(error).split())}"
+                    else:  # fn cannot be unpickled there, its workers kept dying, cancelled
+                        message = _task_error(future)
                         outcome = Outcome(None, message, message, 0.0)
                     record(key, *write_outcome(db, key, todo[key], outcome))
                     future.release()
