@@ -90,7 +90,9 @@ def train(
             min=1,
         ),
     ] = 1,
-    batch_norm: Annotated[str, typer.Option(help="With --nproc: replica or sync.")] = "replica",
+    batch_norm: Annotated[
+        str, typer.Option(help="With --nproc or torchrun: replica or sync.")
+    ] = "replica",
     samples: Annotated[
         int, typer.Option(help="MC samples T of the closing test-set evaluation.", min=1)
     ] = 100,
