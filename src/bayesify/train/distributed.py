@@ -289,9 +289,12 @@ def _rows_checksum(ds: Any) -> tuple[float, float]:
     n = len(ds)
     if not isinstance(ds, torch.utils.data.TensorDataset):
         return float(n), float("nan")
-    weights = torch.arange(1, n + 1, dtype=torch.float64)
-    total = sum(float(t.detach().double().reshape(n, -1).sum(1).cpu() @ weights)
-                for t in ds.tensors)  # fmt: skip
+    total, chunk = 0.0, 4096  # rows at a time: no float64 copy of a whole image set
+    for t in ds.tensors:
+        for start in range(0, n, chunk):
+            rows = t[start : start + chunk].detach().cpu().double()
+            weights = torch.arange(start + 1, start + len(rows) + 1, dtype=torch.float64)
+            total += float(rows.reshape(len(rows), -1).sum(1) @ weights)
     return float(n), total
 
 
