@@ -329,7 +329,8 @@ class DistributedSettings:
 
     @property
     def replica_batch_size(self) -> int:
-        return self.batch_size // self.nproc
+        """Rows per step of each replica (torchrun's group size replaces ``nproc`` under it)."""
+        return self.strategy().replica_batch_size(None, self.batch_size)
 
 
 class _Fits(Protocol):
