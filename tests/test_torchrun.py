@@ -24,7 +24,9 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
@@ -44,6 +46,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+T = TypeVar("T")
 SEED, EPOCHS, PATIENCE, BATCH, LR, WORLD = 0, 8, 1, 16, 0.01, 2
 SHARED = ["--epochs", str(EPOCHS), "--patience", str(PATIENCE), "--batch-size", str(BATCH),
           "--lr", str(LR), "--hidden", "8", "--samples", "5", "--seed", str(SEED)]  # fmt: skip
@@ -58,8 +61,11 @@ def _table(path: Path) -> Path:
     return path
 
 
-def _two_nodes(table: Path, out: Path) -> list[subprocess.CompletedProcess]:
-    """Two torchrun launchers meeting on one free loopback port; both run to the end."""
+def _two_nodes(
+    table: Path, out: Path, meanwhile: Callable[[], T]
+) -> tuple[list[subprocess.CompletedProcess], T]:
+    """Two torchrun launchers meeting on one free loopback port, both run to the end, and what
+    ``meanwhile()`` returns (run in this process while they start and train)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
@@ -75,6 +81,7 @@ def _two_nodes(table: Path, out: Path) -> list[subprocess.CompletedProcess]:
     ]
     done = []
     try:
+        result = meanwhile()
         for p in procs:
             stdout, stderr = p.communicate(timeout=240)
             done.append(subprocess.CompletedProcess(cmd, p.returncode, stdout, stderr))
@@ -82,7 +89,7 @@ def _two_nodes(table: Path, out: Path) -> list[subprocess.CompletedProcess]:
         for p in procs:
             if p.poll() is None:
                 p.kill()
-    return done
+    return done, result
 
 
 def _one_process(method_name: str, table: Path) -> tuple[bayesify.Method, list[str]]:
@@ -151,7 +158,7 @@ def test_two_torchrun_nodes_train_what_one_process_trains(tmp_path: Path) -> Non
     table = _table(tmp_path / "t.csv")
     out = tmp_path / "out"
     out.mkdir()
-    runs = _two_nodes(table, out)
+    runs, refs = _two_nodes(table, out, lambda: {n: _one_process(n, table) for n in NORM})
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
     # only rank 0 prints; the other node's worker prints nothing
@@ -171,7 +178,7 @@ def test_two_torchrun_nodes_train_what_one_process_trains(tmp_path: Path) -> Non
     xv = build_table_training("mcbn", table, "y", hidden="8", seed=SEED)[0].val[0]
     for name in NORM:
         trained = bayesify.load(out / name)
-        ref, lines = _one_process(name, table)
+        ref, lines = refs[name]
         for line in lines:  # the same early stop on both nodes as here
             assert line in printed[1], (name, line)
         got = trained.sample(xv, 20, seed=5)
