@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import math
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable
@@ -75,7 +76,13 @@ def _two_nodes(
            str(ROOT / "tests" / "torchrun_train.py"), str(table), str(out), *SHARED]  # fmt: skip
     procs = [
         subprocess.Popen(
-            cmd, env=env, cwd=out.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            cmd,
+            env=env,
+            cwd=out.parent,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
         )  # fmt: skip
         for _ in range(2)
     ]
@@ -87,8 +94,8 @@ def _two_nodes(
             done.append(subprocess.CompletedProcess(cmd, p.returncode, stdout, stderr))
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
+            if p.poll() is None:  # the launcher and its worker, which share its session
+                os.killpg(p.pid, signal.SIGKILL)
     return done, result
 
 
