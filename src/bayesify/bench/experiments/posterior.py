@@ -10,8 +10,9 @@ homoscedastic noise σ fixed at the MAP network's RMSE on the validation rows (U
 collapses towards 0 there: the net nearly interpolates them, and NUTS cannot mix) or sampled with
 log σ ~ N(0, 1) (toy-1d, whose 40 rows leave σ well determined and the chains mixing).
 Scores on test inputs: agreement of the most probable class and total variation of class
-probabilities (classification), the 2-Wasserstein distance between per-input predictive distributions (regression), the ratio of each method's
-predictive std to HMC's in the data and in the gap, and test log-likelihood beside HMC's own.
+probabilities (classification), the 2-Wasserstein distance between per-input predictive
+distributions (regression), the ratio of each method's predictive std to HMC's in the data and
+in the gap, and test log-likelihood beside HMC's own.
 A reference whose largest split R-hat over test inputs exceeds 1.05 is marked as not a reference.
 
     bayesify bench posterior --preset quick --store benchmarks/posterior/results.db
