@@ -71,11 +71,11 @@ def test_grid_picks_the_loops_choice_among_ties(tmp_path):
 def test_teye_search_picks_what_brute_force_cross_validation_picks():
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(80, 3, generator=g)
-    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3 * torch.randn(80, generator=g)
-    folds = [Fold(x[:40], y[:40], x[40:], y[40:]), Fold(x[40:], y[40:], x[:40], y[:40])]
+    x = torch.randn(48, 3, generator=g)
+    y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3 * torch.randn(48, generator=g)
+    folds = [Fold(x[:24], y[:24], x[24:], y[24:]), Fold(x[24:], y[24:], x[:24], y[:24])]
     data = SimpleNamespace(name="toy", n_features=3)
-    s = uci.UCISettings(epochs=4, patience=2, batch_sizes=(8, 32), weight_decays=(1e-4, 1e-1))
+    s = uci.UCISettings(epochs=3, patience=2, batch_sizes=(6, 24), weight_decays=(1e-4, 1e-1))
     loop = {}
     for b in s.batch_sizes:  # the old hand-written grid of _search
         for lam in s.weight_decays:
@@ -176,6 +176,8 @@ def test_without_optuna_one_line_names_the_extra(monkeypatch):
     with pytest.raises(MissingSearchExtra) as info:
         run_search(lambda p, r: (0.0, None), SPACE)
     assert str(info.value) == NEEDS_OPTUNA and "bayesify[search]" in NEEDS_OPTUNA
+    one = run_search(lambda p, r: (1.0, p), [Dimension("a", (3,)), Dimension("b", (1,))])
+    assert one.params == one.artefact == {"a": 3, "b": 1}  # nothing to choose: no Optuna
 
 
 def test_search_settings_enter_the_row_key_only_when_set():

@@ -25,6 +25,7 @@ import itertools
 import logging
 import math
 import multiprocessing
+import os
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bayesify.bench.runner import config_hash, job_config, key_field
+from bayesify.bench.runner import _exit_with_parent, config_hash, job_config, key_field
 from bayesify.reference.hmc import MissingExtra
 
 log = logging.getLogger(__name__)
@@ -224,9 +225,10 @@ def _remaining(optuna: Any, study: Any, n: int) -> int:
 
 
 def _optimize(objective: Objective, space: Sequence[Dimension], settings: SearchSettings,
-              direction: str, threads: int) -> None:  # fmt: skip
+              direction: str, threads: int, parent: int) -> None:  # fmt: skip
     """A worker process: run trials on the stored study until the grid is covered or the
-    budget is spent (its artefacts are dropped)."""
+    budget is spent (its artefacts are dropped); it stops if ``parent`` is killed."""
+    _exit_with_parent(parent)
     optuna = optuna_module()
     import torch
 
@@ -278,16 +280,17 @@ def run_search(objective: Objective, space: Sequence[Dimension],
                settings: SearchSettings | None = None, *,
                direction: str = "minimize") -> SearchResult:  # fmt: skip
     """Search ``space`` for the configuration with the best objective value (module
-    docstring). An empty ``space`` evaluates the objective once, without Optuna."""
+    docstring). A space of one configuration (or none) evaluates the objective once, without
+    Optuna."""
     s = settings or SearchSettings()
     if direction not in ("minimize", "maximize"):
         raise ValueError(f"direction must be minimize or maximize, got {direction!r}")
-    if not space:
-        value, artefact = objective({}, lambda step, value: None)
-        return SearchResult({}, float(value), artefact, [({}, float(value))])
+    points = grid_points(space)
+    if len(points) == 1:  # nothing to choose: no study
+        value, artefact = objective(points[0], lambda step, value: None)
+        return SearchResult(points[0], float(value), artefact, [(points[0], float(value))])
     optuna = optuna_module()
     sign = 1.0 if direction == "minimize" else -1.0
-    points = grid_points(space)
     if s.workers > 1 and not s.storage:  # processes share trials through a file
         with tempfile.TemporaryDirectory(prefix="bayesify-search-") as tmp:
             return run_search(objective, space, replace(s, storage=f"{tmp}/study.journal"),
@@ -302,7 +305,7 @@ def run_search(objective: Objective, space: Sequence[Dimension],
         context = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(s.workers - 1, mp_context=context) as pool:
             threads = torch.get_num_threads()
-            futures = [pool.submit(_optimize, objective, space, s, direction, threads)
+            futures = [pool.submit(_optimize, objective, space, s, direction, threads, os.getpid())
                        for _ in range(s.workers - 1)]  # fmt: skip
             _loop(optuna, study, objective, space, s, best)
             for f in futures:
