@@ -193,3 +193,21 @@ def test_search_settings_enter_the_row_key_only_when_set():
     assert job_key("e", replace(TeyeUCIJob("mcbn", "yacht", 0), prune=True)) != job_key(
         "e", TeyeUCIJob("mcbn", "yacht", 0)
     )
+
+
+def test_bench_uci_puts_each_jobs_study_in_a_journal_beside_the_store(tmp_path):
+    from bayesify.bench.experiments.uci_bench import UCIBenchOptions
+
+    store = tmp_path / "runs" / "uci.db"
+    opts = UCIBenchOptions(methods=("mc-dropout", "bbb"), datasets=("yacht",), splits=1,
+                           store=str(store), trial_workers=2)  # fmt: skip
+    jobs = [j for _, j in opts.jobs()]
+    assert {j.search_storage for j in jobs} == {str(tmp_path / "runs" / "uci.search.journal")}
+    assert {j.trial_workers for j in jobs} == {2}
+    names = {j.search_settings().study for j in jobs}
+    assert len(names) == len(jobs)  # one study per row
+    memory = UCIBenchOptions(store=str(store), search_storage="none", sampler="tpe", trials=4)
+    assert {j.search_storage for _, j in memory.jobs()} == {""}
+    assert {j.search_settings().sampler for _, j in memory.jobs()} == {"tpe"}
+    with pytest.raises(ValueError, match="trial budget"):
+        UCIBenchOptions(sampler="tpe")
