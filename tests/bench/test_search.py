@@ -211,3 +211,21 @@ def test_bench_uci_puts_each_jobs_study_in_a_journal_beside_the_store(tmp_path):
     assert {j.search_settings().sampler for _, j in memory.jobs()} == {"tpe"}
     with pytest.raises(ValueError, match="trial budget"):
         UCIBenchOptions(sampler="tpe")
+
+
+def test_a_trial_killed_before_its_values_were_drawn_still_runs(tmp_path):
+    from bayesify.bench.search import _storage, _study, optuna_module
+
+    optuna = optuna_module()
+    settings = SearchSettings(storage=str(tmp_path / "s.journal"), study="e")
+    study = _study(optuna, SPACE, settings, "minimize", _storage(optuna, settings.storage))
+    study.ask()  # the grid sampler gave it a point; the process died before drawing it
+    calls = []
+
+    def objective(params, report):
+        calls.append(params)
+        return search_trials.bowl(params), None
+
+    found = run_search(objective, SPACE, settings)
+    assert sorted(map(str, calls)) == sorted(map(str, grid_points(SPACE)))
+    assert found.params == brute_force(SPACE, search_trials.bowl)

@@ -214,10 +214,19 @@ def _prepare(optuna: Any, study: Any, points: list[dict], settings: SearchSettin
     trials = study.get_trials(deepcopy=False)
     done = [t.params for t in trials if t.state in (S.COMPLETE, S.PRUNED)]
     waiting = [t.system_attrs.get("fixed_params") for t in trials if t.state == S.WAITING]
-    seen = [t.params for t in trials if t.state == S.FAIL]
+    seen = [_point(study, t) for t in trials if t.state == S.FAIL]
     for p in points:
         if p not in done and p not in waiting and p in seen:
             study.enqueue_trial(p)
+
+
+def _point(study: Any, trial: Any) -> dict[str, Any]:
+    """A grid trial's configuration, also when it was killed before its values were drawn
+    (from the sampler's grid id)."""
+    grids, gid = getattr(study.sampler, "_all_grids", None), trial.system_attrs.get("grid_id")
+    if trial.params or grids is None or gid is None:
+        return trial.params
+    return dict(zip(study.sampler._param_names, grids[gid], strict=True))
 
 
 def _remaining(optuna: Any, study: Any, n: int) -> int:
