@@ -85,12 +85,12 @@ class UCIBenchOptions:
     out: str = option("benchmarks/uci.md", "The markdown page; CSV and figures beside it.")
     workers: int = option(0, "Parallel worker processes (0: one per CPU core).")
     sampler: str = option(
-        "grid", "Hyper-parameter search: grid (the paper's full grid) or tpe (--trials draws)."
+        "grid", "Hyper-parameter search: grid (the paper's full grid) or tpe (a trial budget)."
     )
-    trials: int = option(0, "Trial budget of --sampler tpe (0 with grid: the whole grid).")
+    trials: int = option(0, "Trial budget of the tpe sampler (0 with grid: the whole grid).")
     prune: bool = option(False, "Stop configurations behind the median (may change the pick).")
     search_storage: str = option(
-        "", "Optuna journal of the searches (resumable; '': beside --store; 'none': memory)."
+        "", "Optuna journal of the searches (resumable; '': beside the store; 'none': memory)."
     )
     trial_workers: int = option(1, "Processes per job running its search's trials.")
     report_only: bool = option(False, "Write the page from the stores; train nothing.")
