@@ -34,7 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bayesify.bench.runner import _exit_with_parent, config_hash, job_config, key_field
+from bayesify.bench.engines import _exit_with_parent
+from bayesify.bench.jobs import config_hash, job_config, key_field
 from bayesify.reference.hmc import MissingExtra
 
 log = logging.getLogger(__name__)

@@ -93,6 +93,7 @@ class UCIBenchOptions:
         "", "Optuna journal of the searches (resumable; '': beside the store; 'none': memory)."
     )
     trial_workers: int = option(1, "Processes per job running its search's trials.")
+    cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
     report_only: bool = option(False, "Write the page from the stores; train nothing.")
     preamble: str = option("", "A markdown file put under the page's title (e.g. the runs).")
 
@@ -210,7 +211,14 @@ def run(opts: UCIBenchOptions) -> str:
             todo = [j for e, j in jobs if e == experiment]
             workers = opts.workers or os.cpu_count() or 1
             summaries.append(
-                run_jobs(experiment, todo, score_function(experiment), opts.store, workers=workers)
+                run_jobs(
+                    experiment,
+                    todo,
+                    score_function(experiment),
+                    opts.store,
+                    workers=workers,
+                    cluster=opts.cluster,
+                )
             )
             _export(opts)
     _export(opts)
