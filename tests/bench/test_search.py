@@ -229,3 +229,10 @@ def test_a_trial_killed_before_its_values_were_drawn_still_runs(tmp_path):
     found = run_search(objective, SPACE, settings)
     assert sorted(map(str, calls)) == sorted(map(str, grid_points(SPACE)))
     assert found.params == brute_force(SPACE, search_trials.bowl)
+
+
+def test_trial_workers_are_refused_on_a_cluster():
+    from bayesify.bench.experiments.uci_bench import UCIBenchOptions
+
+    with pytest.raises(ValueError, match="use --trial-workers 1"):
+        UCIBenchOptions(cluster="tcp://127.0.0.1:8786", trial_workers=2)

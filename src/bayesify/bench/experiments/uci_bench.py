@@ -102,6 +102,10 @@ class UCIBenchOptions:
         check_choices("preset", (self.preset,), PRESETS)
         check_choices("noise protocol", (self.noise_protocol,), [p.value for p in NoiseProtocol])
         SearchSettings(self.sampler, self.trials, self.prune, workers=self.trial_workers)
+        if self.cluster and self.trial_workers > 1:  # Dask's worker processes are daemons
+            raise ValueError("--trial-workers above 1 starts processes inside a job, which a "
+                             "Dask worker cannot; on a cluster its workers run jobs side by "
+                             "side: use --trial-workers 1")  # fmt: skip
         if self.methods != ("all",):
             check_choices("methods", self.methods, self.valid_methods())
         if self.datasets not in (("preset",), ("all",)):
