@@ -18,7 +18,8 @@ Noise per row:
   loop of T passes with sampled weights). One convolution per layer, the price of a plain one;
   no per-row noise. Each group's ε is scaled into its weight sample as it is drawn (no second
   pass over the G weight copies), and an input whose rows are all one row (stride 0, as
-  ``repeat_samples`` gives for N = 1) is convolved once with all G samples' output channels. In training it draws one weight sample per mini-batch by default
+  ``repeat_samples`` gives for N = 1) is convolved once with all G samples' output channels.
+  In training it draws one weight sample per mini-batch by default
   (``train_estimator="shared"``, Blundell et al.'s plain reparameterisation: one convolution);
   ``"flipout"`` (Wen et al. 2018) trains with per-row signs around one ε per mini-batch,
   ``conv(x, μ) + conv(x ∘ s_in, σ ∘ ε) ∘ s_out``, and lower-variance gradients at the price of
