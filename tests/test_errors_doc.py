@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -216,6 +217,34 @@ def _flow_without_zuko():
         bayesify.FlowPosterior(nn.Sequential(nn.Linear(3, 1)))
 
 
+@dataclass(frozen=True)
+class _ToyJob:
+    method: str
+    dataset: str
+    split: int
+    seed: int = 0
+
+
+def _cluster_run(tmp_path, without_distributed: bool = False):
+    """One job run with ``--cluster`` at a port nothing listens on (1 s to give up)."""
+    from unittest import mock
+
+    from bayesify.bench import engines
+    from bayesify.bench.process import free_port
+    from bayesify.bench.runner import run_jobs
+
+    absent = {"distributed": None} if without_distributed else {}
+    with mock.patch.dict("sys.modules", absent), mock.patch.object(engines, "CONNECT_TIMEOUT", 1):
+        run_jobs("e", [_ToyJob("m", "d", 0)], vars, tmp_path / "r.db", progress=False,
+                 cluster=f"tcp://127.0.0.1:{free_port()}")  # fmt: skip
+
+
+CASES.update({
+    "cluster-needs-distributed": lambda p: _cluster_run(p, without_distributed=True),
+    "cluster-unreachable": lambda p: _cluster_run(p),
+})  # fmt: skip
+
+
 def _continue_other_method(tmp_path):
     """``bayesify train --continue-from`` a bundle that is not a vcl bundle."""
     from bayesify.app.continual_jobs import continue_from_bundle
@@ -345,7 +374,8 @@ def test_every_documented_case_has_a_test():
 def test_documented_error(tmp_path, case, message):
     if case == "device-no-cuda" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    with pytest.raises((ValueError, TypeError, FileExistsError, RuntimeError)) as info:
+    errors = (ValueError, TypeError, FileExistsError, RuntimeError, ImportError)
+    with pytest.raises(errors) as info:
         CASES[case](tmp_path)
     text = str(info.value)
     assert "\n" not in text, text

@@ -80,8 +80,19 @@ def train(
     overwrite: Annotated[
         bool, typer.Option(help="Write into a non-empty --out folder (replacing its bundle).")
     ] = False,
-    nproc: Annotated[int, typer.Option(help="Data-parallel processes (global batch).", min=1)] = 1,
-    batch_norm: Annotated[str, typer.Option(help="With --nproc: replica or sync.")] = "replica",
+    nproc: Annotated[
+        int,
+        typer.Option(
+            help="Data-parallel processes on this machine (--batch-size is the global batch). "
+            "Started by torchrun (on one or several machines) the command trains as one "
+            "process of torchrun's group instead (leave --nproc out); only rank 0 writes "
+            "--out and prints. See README, 'Training across machines'.",
+            min=1,
+        ),
+    ] = 1,
+    batch_norm: Annotated[
+        str, typer.Option(help="With --nproc or torchrun: replica or sync.")
+    ] = "replica",
     samples: Annotated[
         int, typer.Option(help="MC samples T of the closing test-set evaluation.", min=1)
     ] = 100,
@@ -104,7 +115,15 @@ def train(
     (--no-eval skips that)."""
     import bayesify.app.jobs as jobs
     from bayesify.data.tables import is_table_path
+    from bayesify.train.distributed import DDP, is_main_process, torchrun_world
 
+    world = torchrun_world()
+    if world is not None and nproc not in (1, world):
+        raise fail(f"--nproc {nproc} under torchrun, whose group has {world} processes; leave "
+                   "--nproc out (torchrun's --nnodes and --nproc-per-node decide)")  # fmt: skip
+    if world is not None and continue_from is not None:
+        raise fail("--continue-from trains in one process; start it without torchrun")
+    main = is_main_process()
     check_out(out, overwrite)
     set_threads(threads)
     if continue_from is not None:
@@ -121,7 +140,8 @@ def train(
                                               task=task, hidden=hidden, norm=norm,
                                               dropout=dropout, seed=seed,
                                               options=options)  # fmt: skip
-            console.print("\n".join(notes), highlight=False)
+            if main:
+                console.print("\n".join(notes), highlight=False)
         else:
             if target or features or exclude or val:
                 raise ValueError(f"--target, --features, --exclude and --val are for tables; "
@@ -134,11 +154,11 @@ def train(
         if preset:  # the recipe fills what is left out (methods/presets.py)
             fit_options = {k: fit_options[k] for k in ("epochs", "patience", "seed")}
         strategy = None
-        if nproc > 1:
-            from bayesify.train.distributed import DDP
-
-            strategy = DDP(nproc=nproc, batch_norm=batch_norm)
+        if nproc > 1 or world is not None:
+            strategy = DDP(nproc=world or nproc, batch_norm=batch_norm)
         job.method.fit(job.train, val=job.val, strategy=strategy, **fit_options)
+        if not main:  # torchrun's other ranks: rank 0 holds the same method and saves it
+            return
         job.method.metadata.update(job.metadata)
         job.method.preprocessing = job.preprocessing
         job.method.save(out, overwrite=overwrite)

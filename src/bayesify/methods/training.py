@@ -94,13 +94,14 @@ class Trainable:
         """One replica's training through the one loop (:func:`bayesify.train.train_loop`)."""
         net = self.net.to(replica.device(self.device))
         dev = self.device
+        replica.check_same(train, val, loop)
         loader, on_epoch = replica.loader(train, loop.batch_size, loop.seed)
         n_data = len(loader.dataset)
         opt = make_optimizer(self.param_groups(loop.lr, loop.weight_decay), loop.optimizer, loop.lr)
         validate = None
         if val is not None:
             xv, yv = self._tensors(val)
-            validate = lambda: replica.mean(float(self.nll(net(xv), yv)))  # noqa: E731
+            validate = lambda: replica.agree(float(self.nll(net(xv), yv)))  # noqa: E731
         model = replica.wrap(net)
         torch.manual_seed(loop.seed + replica.rank)
         # the objectives forward through self.net: during training that is the wrapped module

@@ -2,30 +2,49 @@
 :class:`~bayesify.train.strategy.Strategy` of the one training loop:
 ``method.fit(train, val, batch_size=64, strategy=DDP(nproc=2))``.
 
-:class:`DDP` trains ``nproc`` replicas (gloo on CPU, NCCL on GPU) over loopback only: the
-processes are spawned with ``torch.multiprocessing`` and meet through a file in a temporary
-folder. Launched by ``torchrun`` instead (``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` set), it joins
-that group.
+Two ways to run it:
 
-Semantics, explicitly:
+* **One machine.** :class:`DDP` spawns ``nproc`` replicas (gloo on CPU, NCCL on GPU) with
+  ``torch.multiprocessing``; they meet through a file in a temporary folder (loopback only).
+* **Several machines.** The same script (or ``bayesify train``) started by ``torchrun`` on every
+  node (``--nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT``):
+  each process finds ``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` set and joins torchrun's group of
+  ``WORLD_SIZE`` replicas (``nproc`` is then ignored; ``LOCAL_RANK`` picks the GPU). The group
+  is joined once per process and kept for later fits (left at exit). Every process runs the
+  whole of ``fit`` and ends with the same fitted method (replica 0's weights, MCBN bank and τ),
+  so code after ``fit`` may run everywhere; only :func:`is_main_process` (rank 0) should write
+  files or print.
 
-* ``batch_size`` is the **global** batch; each replica sees ``batch_size / nproc`` rows per step
-  (a ``DistributedSampler``: replica r takes every nproc-th index of one shared permutation, so
-  a step's global batch is the same block of rows a single process with ``batch_size`` sees).
-  Gradients are averaged over replicas, so for mean losses a step equals the single-process step.
+Semantics, explicitly (both ways):
+
+* ``batch_size`` is the **global** batch; each replica sees ``batch_size / replicas`` rows per
+  step (a ``DistributedSampler``: replica r takes every replicas-th index of one permutation
+  drawn from ``seed + epoch``, so a step's global batch is the same block of rows a single
+  process with ``batch_size`` sees). Gradients are averaged over replicas, so for mean losses a
+  step equals the single-process step.
+* Before the first step the replicas compare their training and validation rows (count and an
+  order-sensitive float64 checksum) and loop options (epochs, global batch, lr, weight decay,
+  patience, seed) with replica 0's and all refuse, with one line naming what differs, if any
+  replica's do not match (nodes that read different files or got different flags).
 * Batch norm uses **per-replica** batch statistics by default (``batch_norm="replica"``; running
   statistics follow replica 0, DDP's buffer broadcast). ``batch_norm="sync"`` converts torch
   batch-norm layers to ``SyncBatchNorm`` (statistics over the global batch; CUDA only in torch).
-* The method's post-fit step gets the **per-replica** batch size (MCBN fills its statistics bank
+* The method's post-fit step gets the **per-replica** batch size. MCBN fills its statistics bank
   with mini-batches of that size, the batch size whose statistics the network was trained to
-  see; ``"sync"`` is refused for MCBN, whose batch-norm layers are not torch ``BatchNorm``).
+  see; every process fills it from the whole training set with the same seed after receiving
+  replica 0's weights, so the banks are identical and nothing is gathered across nodes (a
+  bank row is one replica-sized batch's statistics, never a node's or the global batch's).
+  ``"sync"`` is refused for MCBN, whose batch-norm layers are not torch ``BatchNorm``.
 * Noise drawn during training (dropout masks, weight and node noise) is seeded per replica
-  (``seed + rank``), so replicas draw independent noise.
-* The validation score (early stopping) is averaged over replicas, so all stop together.
+  (``seed + rank``, the global rank), so replicas draw independent noise.
+* Early stopping uses replica 0's validation score (the network that training keeps), sent to
+  every replica, so all stop at the same epoch. Each replica's history holds its own training
+  losses and these shared validation scores.
 """
 
 from __future__ import annotations
 
+import atexit
 import copy
 import logging
 import os
@@ -46,7 +65,7 @@ from torch.utils.data.distributed import DistributedSampler
 from bayesify.io import read_bundle, write_bundle
 from bayesify.options import BatchNormMode, parse_option
 from bayesify.train.loop import Data, History, as_dataset
-from bayesify.train.strategy import Replica, Strategy, Trained
+from bayesify.train.strategy import LoopOptions, Replica, Strategy, Trained
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +73,17 @@ log = logging.getLogger(__name__)
 def launched_by_torchrun() -> bool:
     """Whether this process is one of a ``torchrun`` group (its env:// variables are set)."""
     return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+
+
+def is_main_process() -> bool:
+    """Whether this process should write files and print: rank 0 of a ``torchrun`` group, or a
+    process outside one."""
+    return not launched_by_torchrun() or int(os.environ["RANK"]) == 0
+
+
+def torchrun_world() -> int | None:
+    """The number of processes of this process's ``torchrun`` group (None outside one)."""
+    return int(os.environ["WORLD_SIZE"]) if launched_by_torchrun() else None
 
 
 @dataclass(frozen=True)
@@ -77,15 +107,15 @@ class DDP(Strategy):
 
     @property
     def replicas(self) -> int:  # type: ignore[override]
-        return self.nproc
+        """``nproc``, or the size of the ``torchrun`` group this process belongs to."""
+        return torchrun_world() or self.nproc
 
     def replica_batch_size(self, train: Data, batch_size: int) -> int:
-        """``batch_size`` is the global batch; each replica takes ``batch_size / nproc``."""
-        if batch_size % self.nproc:
-            raise ValueError(
-                f"the global batch size {batch_size} must split evenly over {self.nproc} processes"
-            )
-        return batch_size // self.nproc
+        """``batch_size`` is the global batch; each replica takes ``batch_size / replicas``."""
+        if batch_size % self.replicas:
+            raise ValueError(f"the global batch size {batch_size} must split evenly over "
+                             f"{self.replicas} processes")  # fmt: skip
+        return batch_size // self.replicas
 
     def _backend(self, device: torch.device) -> str:
         return self.backend or ("nccl" if device.type == "cuda" else "gloo")
@@ -118,19 +148,22 @@ class DDP(Strategy):
         state (buffers differ per replica) so all continue with the same network."""
         world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
         if world != self.nproc:
-            log.warning("torchrun's WORLD_SIZE=%d overrides nproc=%d", world, self.nproc)
-        own_group = not dist.is_initialized()
-        if own_group:
+            log.info("torchrun's WORLD_SIZE=%d replaces nproc=%d", world, self.nproc)
+        if not dist.is_initialized():
+            # joined once and kept: a second group in the same process would meet in torchrun's
+            # store under the first one's keys
             dist.init_process_group(self._backend(device), init_method="env://",
                                     timeout=timedelta(seconds=self.timeout_s))  # fmt: skip
-        try:
-            trained = train_replica(_DDPReplica(self, rank, world))
-            for t in trained.net.state_dict().values():
-                dist.broadcast(t, src=0)
-        finally:
-            if own_group:
-                dist.destroy_process_group()
+            atexit.register(_leave_group)
+        trained = train_replica(_DDPReplica(self, rank, world))
+        for t in trained.net.state_dict().values():
+            dist.broadcast(t, src=0)
         return trained.history
+
+
+def _leave_group() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 class _DDPReplica(Replica):
@@ -142,7 +175,8 @@ class _DDPReplica(Replica):
 
     def device(self, device: torch.device) -> torch.device:
         if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", self.rank % torch.cuda.device_count())
+            local = int(os.environ.get("LOCAL_RANK", self.rank))  # torchrun: rank on this node
+            device = torch.device("cuda", local % torch.cuda.device_count())
         self._device = device
         return device
 
@@ -154,7 +188,11 @@ class _DDPReplica(Replica):
             ds, num_replicas=self.world, rank=self.rank, shuffle=True, seed=seed, drop_last=True
         )
         per_replica = self.strategy.replica_batch_size(train, batch_size)
-        loader = DataLoader(ds, batch_size=per_replica, sampler=sampler, drop_last=True)
+        # a generator of its own: an iterator over a loader without one draws its base seed from
+        # torch's global stream, which would shift the replica's dropout masks every epoch
+        gen = torch.Generator().manual_seed(seed)
+        loader = DataLoader(ds, batch_size=per_replica, sampler=sampler, drop_last=True,
+                            generator=gen)  # fmt: skip
         if len(loader) == 0:
             raise ValueError(f"{len(ds)} training rows are fewer than one global batch")
         return loader, sampler.set_epoch
@@ -170,12 +208,31 @@ class _DDPReplica(Replica):
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, DistributedDataParallel) else model
 
-    def mean(self, value: float) -> float:
+    def agree(self, value: float) -> float:
         if self.world == 1:
             return value
         t = torch.tensor([value], dtype=torch.float64, device=self._device)
-        dist.all_reduce(t)
-        return float(t) / self.world
+        dist.broadcast(t, src=0)
+        return float(t)
+
+    def check_same(self, train: Data, val: Data | None, loop: LoopOptions) -> None:
+        """Refuse on every replica when any replica's rows or loop options differ from replica
+        0's (gathered, so all replicas raise the same error instead of waiting forever)."""
+        if self.world == 1:
+            return
+        mine = run_fingerprint(train, val, loop)
+        t = torch.tensor(list(mine.values()), dtype=torch.float64, device=self._device)
+        every = [torch.empty_like(t) for _ in range(self.world)]
+        dist.all_gather(every, t)
+        first = every[0]
+        for r, other in enumerate(every[1:], start=1):
+            close = torch.isclose(other, first, rtol=1e-9, atol=0) | (other.isnan() & first.isnan())
+            if not close.all():
+                names = ", ".join(k for k, ok in zip(mine, close.tolist(), strict=True) if not ok)
+                raise ValueError(
+                    f"replica {r} differs from replica 0 in {names}: every node must run the same "
+                    "command on the same data"
+                )
 
 
 def _worker(
@@ -206,6 +263,39 @@ def _worker(
         dist.barrier()
     finally:
         dist.destroy_process_group()
+
+
+def run_fingerprint(train: Data, val: Data | None, loop: LoopOptions) -> dict[str, float]:
+    """What every replica must share: rows and an order-sensitive float64 checksum of the
+    training and validation data (NaN for a Dataset that is not in-memory tensors), and the
+    loop options that decide the steps."""
+    out: dict[str, float] = {}
+    for name, data in (("training rows", train), ("validation rows", val)):
+        rows, checksum = (0.0, 0.0) if data is None else _rows_checksum(as_dataset(data))
+        out[f"{name} (count)"], out[f"{name} (checksum)"] = rows, checksum
+    out |= {
+        "epochs": loop.epochs,
+        "batch size": loop.batch_size,
+        "learning rate": loop.lr,
+        "weight decay": loop.weight_decay,
+        "patience": -1 if loop.patience is None else loop.patience,
+        "seed": loop.seed,
+    }
+    return out
+
+
+def _rows_checksum(ds: Any) -> tuple[float, float]:
+    """``(rows, Σ_i (i+1) · Σ row i)`` in float64 over a TensorDataset's tensors."""
+    n = len(ds)
+    if not isinstance(ds, torch.utils.data.TensorDataset):
+        return float(n), float("nan")
+    total, chunk = 0.0, 4096  # rows at a time: no float64 copy of a whole image set
+    for t in ds.tensors:
+        for start in range(0, n, chunk):
+            rows = t[start : start + chunk].detach().cpu().double()
+            weights = torch.arange(start + 1, start + len(rows) + 1, dtype=torch.float64)
+            total += float(rows.reshape(len(rows), -1).sum(1) @ weights)
+    return float(n), total
 
 
 @dataclass(frozen=True)
@@ -239,7 +329,8 @@ class DistributedSettings:
 
     @property
     def replica_batch_size(self) -> int:
-        return self.batch_size // self.nproc
+        """Rows per step of each replica (torchrun's group size replaces ``nproc`` under it)."""
+        return self.strategy().replica_batch_size(None, self.batch_size)
 
 
 class _Fits(Protocol):

@@ -4,8 +4,9 @@ and on which devices, over which rows, and how replicas agree.
 A :class:`Strategy` runs a method's ``train_replica(replica)`` once per replica and leaves the
 network with replica 0's trained state; a :class:`Replica` is one process's part: its device,
 its share of the data (a loader and a per-epoch hook), the module the training forward goes
-through, and the mean of a score over replicas. The default strategy trains one replica in this
-process; :class:`bayesify.train.distributed.DDP` trains data-parallel replicas.
+through, the check that all replicas train on the same rows and options, and how a score (the
+validation loss of early stopping) is agreed on by all replicas. The default strategy trains one
+replica in this process; :class:`bayesify.train.distributed.DDP` trains data-parallel replicas.
 """
 
 from __future__ import annotations
@@ -66,8 +67,13 @@ class Replica:
         """The network inside what :meth:`wrap` returned."""
         return model
 
-    def mean(self, value: float) -> float:
-        """``value`` averaged over replicas (every replica must call it at the same point)."""
+    def check_same(self, train: Data, val: Data | None, loop: LoopOptions) -> None:
+        """Refuse when another replica would train on other rows or options (one line; every
+        replica must call it before its first step). A lone replica has nothing to compare."""
+
+    def agree(self, value: float) -> float:
+        """Replica 0's ``value``, on every replica (each must call it at the same point): the
+        score of the network that training keeps, so all replicas stop at the same epoch."""
         return value
 
 

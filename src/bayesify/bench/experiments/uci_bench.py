@@ -83,6 +83,7 @@ class UCIBenchOptions:
     export: str = option("", "JSON Lines file rewritten with --store's finished rows.")
     out: str = option("benchmarks/uci.md", "The markdown page; CSV and figures beside it.")
     workers: int = option(0, "Parallel worker processes (0: one per CPU core).")
+    cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
     report_only: bool = option(False, "Write the page from the stores; train nothing.")
     preamble: str = option("", "A markdown file put under the page's title (e.g. the runs).")
 
@@ -189,7 +190,14 @@ def run(opts: UCIBenchOptions) -> str:
             todo = [j for e, j in jobs if e == experiment]
             workers = opts.workers or os.cpu_count() or 1
             summaries.append(
-                run_jobs(experiment, todo, score_function(experiment), opts.store, workers=workers)
+                run_jobs(
+                    experiment,
+                    todo,
+                    score_function(experiment),
+                    opts.store,
+                    workers=workers,
+                    cluster=opts.cluster,
+                )
             )
             _export(opts)
     _export(opts)
