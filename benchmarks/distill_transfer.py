@@ -1,9 +1,8 @@
 """OOD AUROC (MNIST vs Fashion-MNIST) of a student distilled from a Fashion-MNIST LeNet teacher
 bundle (e.g. the MC dropout one of ``bayesify bench distill --bundles FOLDER``) with one
-transfer copy of a given kind, on the teacher's 5,000 training images; ``GRAD``: the share of
-the precision term's gradient let through to the shared layers (default 0):
+transfer copy of a given kind, on the teacher's 5,000 training images:
 
-    python benchmarks/distill_transfer.py TEACHER AUGMENT NOISE EPOCHS [GRAD]
+    python benchmarks/distill_transfer.py TEACHER AUGMENT NOISE EPOCHS
 
 ``--why TEACHER``: the teacher's mean mutual information on training images, on one copy of
 each kind and on MNIST digits (why a transfer copy teaches the student an OOD signal or not).
@@ -11,7 +10,6 @@ each kind and on MNIST digits (why a transfer copy teaches the student an OOD si
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 
@@ -42,8 +40,7 @@ def why(teacher_path: str) -> None:
               f"entropy {p.entropy.mean():.3f}")  # fmt: skip
 
 
-def main(teacher_path: str, augment: str, noise: float, epochs: int, grad: float) -> None:
-    importlib.import_module("bayesify.methods.distill").PRECISION_GRAD = grad
+def main(teacher_path: str, augment: str, noise: float, epochs: int) -> None:
     teacher = bayesify.load(teacher_path)
     train = load_fashion_mnist("train").subset(5000, seed=0)
     test = load_fashion_mnist("test").subset(1000, seed=0)
@@ -55,7 +52,7 @@ def main(teacher_path: str, augment: str, noise: float, epochs: int, grad: float
     ta, tb = teacher.predict(test.x, 30, seed=1), teacher.predict(ood, 30, seed=2)
     s_auc = float(auroc(a["mutual_information"], b["mutual_information"]))
     t_auc = float(auroc(ta.mutual_information, tb.mutual_information))
-    print(augment, noise, epochs, grad, f"student AUROC {s_auc:.4f}",
+    print(augment, noise, epochs, f"student AUROC {s_auc:.4f}",
           f"err {float(error_rate(a['mean'].float(), test.y)):.4f} |",
           f"teacher AUROC {t_auc:.4f} err {float(error_rate(ta.mean, test.y)):.4f} |",
           f"ratio {s_auc / t_auc:.3f} | {time.time() - t0:.0f} s")  # fmt: skip
@@ -67,4 +64,4 @@ if __name__ == "__main__":
         why(sys.argv[2])
     else:
         a = sys.argv[1:]
-        main(a[0], a[1], float(a[2]), int(a[3]), float(a[4]) if len(a) > 4 else 0.0)
+        main(a[0], a[1], float(a[2]), int(a[3]))
