@@ -206,7 +206,18 @@ CASES = {
     "vcl-head": lambda p: bayesify.VCL(bayesify.MultiHeadMLP(2, 2, (4,), 2),
                                        task="classification").predict(torch.randn(3, 2), 2,
                                                                       head=5),
+    "search-needs-optuna": lambda p: _search_without_optuna(),
 }  # fmt: skip
+
+
+def _search_without_optuna():
+    """A preset's search where optuna is not installed (``import optuna`` fails)."""
+    from unittest import mock
+
+    from bayesify.bench.search import Dimension, run_search
+
+    with mock.patch.dict("sys.modules", {"optuna": None}):
+        run_search(lambda p, r: (0.0, None), [Dimension("b", (32, 64))])
 
 
 def _flow_without_zuko():
