@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,9 @@ CASES = {
     "distill-no-linear": lambda p: bayesify.distill(bayesify.Deterministic(
         nn.Sequential(nn.Conv1d(1, 3, 3), nn.Flatten()), task="classification"),
         torch.randn(4, 1, 3), progress=False),
+    "distill-fit": lambda p: bayesify.Distilled(nn.Sequential(nn.Linear(2, 3)),
+        task="classification").fit((torch.randn(4, 2), torch.tensor([0, 1, 2, 0])), epochs=1,
+                                   progress=False),
     "load-malformed-config": lambda p: bayesify.load(_edited_bundle(p, lambda c: c.pop("method"))),
     "load-nested-config": lambda p: bayesify.load(_edited_bundle(p, text="[" * 9**5 + "]" * 9**5)),
     "load-shape-mismatch": lambda p: bayesify.load(_edited_bundle(p, lambda c: c["model"]["kwargs"][
@@ -202,7 +206,18 @@ CASES = {
     "vcl-head": lambda p: bayesify.VCL(bayesify.MultiHeadMLP(2, 2, (4,), 2),
                                        task="classification").predict(torch.randn(3, 2), 2,
                                                                       head=5),
+    "search-needs-optuna": lambda p: _search_without_optuna(),
 }  # fmt: skip
+
+
+def _search_without_optuna():
+    """A preset's search where optuna is not installed (``import optuna`` fails)."""
+    from unittest import mock
+
+    from bayesify.bench.search import Dimension, run_search
+
+    with mock.patch.dict("sys.modules", {"optuna": None}):
+        run_search(lambda p, r: (0.0, None), [Dimension("b", (32, 64))])
 
 
 def _flow_without_zuko():
@@ -211,6 +226,34 @@ def _flow_without_zuko():
 
     with mock.patch.dict("sys.modules", {"zuko": None}):
         bayesify.FlowPosterior(nn.Sequential(nn.Linear(3, 1)))
+
+
+@dataclass(frozen=True)
+class _ToyJob:
+    method: str
+    dataset: str
+    split: int
+    seed: int = 0
+
+
+def _cluster_run(tmp_path, without_distributed: bool = False):
+    """One job run with ``--cluster`` at a port nothing listens on (1 s to give up)."""
+    from unittest import mock
+
+    from bayesify.bench import engines
+    from bayesify.bench.process import free_port
+    from bayesify.bench.runner import run_jobs
+
+    absent = {"distributed": None} if without_distributed else {}
+    with mock.patch.dict("sys.modules", absent), mock.patch.object(engines, "CONNECT_TIMEOUT", 1):
+        run_jobs("e", [_ToyJob("m", "d", 0)], vars, tmp_path / "r.db", progress=False,
+                 cluster=f"tcp://127.0.0.1:{free_port()}")  # fmt: skip
+
+
+CASES.update({
+    "cluster-needs-distributed": lambda p: _cluster_run(p, without_distributed=True),
+    "cluster-unreachable": lambda p: _cluster_run(p),
+})  # fmt: skip
 
 
 def _continue_other_method(tmp_path):
@@ -342,7 +385,8 @@ def test_every_documented_case_has_a_test():
 def test_documented_error(tmp_path, case, message):
     if case == "device-no-cuda" and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
-    with pytest.raises((ValueError, TypeError, FileExistsError, RuntimeError)) as info:
+    errors = (ValueError, TypeError, FileExistsError, RuntimeError, ImportError)
+    with pytest.raises(errors) as info:
         CASES[case](tmp_path)
     text = str(info.value)
     assert "\n" not in text, text

@@ -31,6 +31,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from bayesify.atomic import write_text
+from bayesify.bench.engines import ClusterError
 from bayesify.bench.store import StoreError
 from bayesify.data.errors import DataError
 from bayesify.io import BundleError
@@ -38,6 +39,8 @@ from bayesify.reference.hmc import MissingExtra
 
 O = TypeVar("O")
 SCALARS = (int, float, str, bool, Path)
+#: errors a bench command reports in one line (exit code 2)
+ONE_LINE_ERRORS = (DataError, BundleError, StoreError, MissingExtra, ClusterError)
 
 
 def _item_type(tp: Any) -> type | None:
@@ -162,7 +165,7 @@ def add_bench_command(app: typer.Typer, cls: type[O], run: Callable[[O], str]) -
     """Register ``cls.command`` on ``app``: parse the options, call ``run``, print its markdown;
     a :class:`~bayesify.data.errors.DataError`, :class:`~bayesify.io.BundleError` or
     :class:`~bayesify.bench.store.StoreError` (missing data, a damaged bundle, store or file of
-    rows) is a one-line error, exit code 2.
+    rows), a missing extra or an unreachable ``--cluster`` is a one-line error, exit code 2.
 
     The help text is the first paragraph of ``run``'s module docstring."""
 
@@ -171,7 +174,7 @@ def add_bench_command(app: typer.Typer, cls: type[O], run: Callable[[O], str]) -
         logging.getLogger("bayesify.bench").setLevel(logging.INFO)  # progress on stderr
         try:
             text = run(options)
-        except (DataError, BundleError, StoreError, MissingExtra) as e:  # one line says which
+        except ONE_LINE_ERRORS as e:  # one line says which
             typer.secho(f"error: {e}", fg=typer.colors.RED, err=True)
             raise typer.Exit(code=2) from None
         typer.echo(text)

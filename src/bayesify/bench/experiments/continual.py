@@ -163,6 +163,7 @@ class ContinualOptions:
     coreset_split: int = option(40, "Coreset rows per task, Split MNIST.")
     samples: int = option(10, "MC samples T of VCL's test predictions.")
     workers: int = option(1, "Parallel worker processes.")
+    cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
 
     def __post_init__(self) -> None:
         check_choices("benchmarks", self.benchmarks, BENCHMARKS)
@@ -199,7 +200,9 @@ def run(opts: ContinualOptions) -> str:
     torch.set_num_threads(1)
     t0 = time.time()
     jobs = opts.jobs()
-    summary = run_jobs(EXPERIMENT, jobs, score_job, opts.store, workers=opts.workers)
+    summary = run_jobs(
+        EXPERIMENT, jobs, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
+    )
     keys = {job_key(EXPERIMENT, j): j for j in jobs}
     with ResultsStore(opts.store) as store:
         rows = [r for r in store.records(EXPERIMENT) if RowKey.of(r) in keys]

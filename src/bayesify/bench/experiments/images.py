@@ -363,6 +363,7 @@ class ImagesOptions:
     n_train: int = option(0, "Training images (0: all the others).")
     n_test: int = option(0, "Fashion-MNIST test images (0: all 10,000).")
     workers: int = option(1, "Parallel worker processes.")
+    cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
 
     def __post_init__(self) -> None:
         check_choices("preset", (self.preset,), PRESETS)
@@ -412,5 +413,5 @@ def run(opts: ImagesOptions) -> str:
     t0 = time.time()
     jobs = opts.jobs()
     fn = functools.partial(score_job, cache=opts.checkpoints or None)
-    summary = run_jobs(EXPERIMENT, jobs, fn, opts.store, workers=opts.workers)
+    summary = run_jobs(EXPERIMENT, jobs, fn, opts.store, workers=opts.workers, cluster=opts.cluster)
     return write_images_report(opts, jobs, summary, time.time() - t0)

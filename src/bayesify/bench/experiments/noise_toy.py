@@ -125,6 +125,7 @@ class NoiseToyOptions:
     epochs: int = option(60, "Training epochs.")
     samples: int = option(50, "MC samples T.")
     workers: int = option(1, "Parallel worker processes.")
+    cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
 
     def __post_init__(self) -> None:
         check_choices("methods", self.methods, METHOD_OPTIONS)
@@ -168,7 +169,9 @@ def run(opts: NoiseToyOptions) -> str:
     torch.set_num_threads(1)
     t0 = time.time()
     jobs = opts.jobs()
-    summary = run_jobs(EXPERIMENT, jobs, score_job, opts.store, workers=opts.workers)
+    summary = run_jobs(
+        EXPERIMENT, jobs, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
+    )
     keys = {job_key(EXPERIMENT, j): j for j in jobs}
     with ResultsStore(opts.store) as store:
         rows = [r for r in store.records(EXPERIMENT) if RowKey.of(r) in keys]

@@ -71,6 +71,7 @@ class PosteriorOptions:
         "benchmarks/posterior.md", "The page (its figure goes in a folder beside it)."
     )
     workers: int = option(1, "Parallel worker processes.")
+    cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
 
     def __post_init__(self) -> None:
         from bayesify.bench.experiments.posterior_jobs import METHODS
@@ -119,8 +120,12 @@ def run(opts: PosteriorOptions) -> str:
     torch.set_num_threads(1)
     t0 = time.time()
     hmc, methods = opts.jobs()
-    first = run_jobs(EXPERIMENT, hmc, score_job, opts.store, workers=opts.workers)
-    second = run_jobs(EXPERIMENT, methods, score_job, opts.store, workers=opts.workers)
+    first = run_jobs(
+        EXPERIMENT, hmc, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
+    )
+    second = run_jobs(
+        EXPERIMENT, methods, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
+    )
     wall = time.time() - t0
     return report(opts, hmc + methods, f"references: {first}; methods: {second}", wall,
                   Path(opts.page))  # fmt: skip
