@@ -16,10 +16,7 @@ Noise per row:
   convolution. Sample t of a row is an exact posterior draw, the T samples of a row are
   independent, and the rows of one group share their network draw (a function sample, as in the
   loop of T passes with sampled weights). One convolution per layer, the price of a plain one;
-  no per-row noise. Each group's ε is scaled into its weight sample as it is drawn (no second
-  pass over the G weight copies), and an input whose rows are all one row (stride 0, as
-  ``repeat_samples`` gives for N = 1) is convolved once with all G samples' output channels.
-  In training it draws one weight sample per mini-batch by default
+  no per-row noise. In training it draws one weight sample per mini-batch by default
   (``train_estimator="shared"``, Blundell et al.'s plain reparameterisation: one convolution);
   ``"flipout"`` (Wen et al. 2018) trains with per-row signs around one ε per mini-batch,
   ``conv(x, μ) + conv(x ∘ s_in, σ ∘ ε) ∘ s_out``, and lower-variance gradients at the price of
@@ -265,10 +262,6 @@ class BayesConv2d(_BayesLayer):
         def draw() -> tuple[Tensor, Tensor | None]:
             mu, b_mu = self.weight_mu, self.bias_mu
             sigmas = self._block_sigmas()
-            if mu.device.type == "cpu":  # the same numbers, scaled group by group in cache
-                locs = [mu] if b_mu is None else [mu, b_mu]
-                parts = self.noise.group_affine_normal(locs, sigmas, dtype, _EPS_STREAM)
-                return parts[0], None if b_mu is None else parts[1]
             n_w = mu.numel()
             n_b = 0 if b_mu is None else b_mu.numel()
             eps = self.noise.group_normal(n_w + n_b, mu.device, _EPS_STREAM).to(dtype)
@@ -290,14 +283,6 @@ class BayesConv2d(_BayesLayer):
         if g == 1:
             return self._conv(x, w[0], None if b is None else b[0])
         n, rest = x.shape[0] // g, x.shape[1:]
-        if x.stride(0) == 0 and self.conv_groups == 1 and len(x):
-            # every row is the same row (a repeated input, e.g. N = 1 before any noise): one
-            # dense convolution of that row with all G weight samples' output channels
-            out = self._conv(
-                x[:1], w.reshape(-1, *w.shape[2:]), None if b is None else b.reshape(-1)
-            )
-            out = out.view(g, 1, -1, *out.shape[2:]).expand(g, n, -1, *out.shape[2:])
-            return out.reshape(g * n, *out.shape[2:])
         xg = x.view(g, n, *rest).transpose(0, 1).reshape(n, g * rest[0], *rest[1:])
         out = F.conv2d(xg, w.reshape(-1, *w.shape[2:]), None if b is None else b.reshape(-1),
                        self.stride, self.padding, self.dilation, self.conv_groups * g)  # fmt: skip

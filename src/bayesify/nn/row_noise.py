@@ -167,34 +167,6 @@ class RowNoise:
             torch.randn(features, generator=gen, out=row)
         return out.to(device)
 
-    def group_affine_normal(
-        self, locs: Sequence[Tensor], scales: Sequence[Tensor], dtype: torch.dtype,
-        stream: int = 0,
-    ) -> list[Tensor]:  # fmt: skip
-        """``loc_i + scale_i ∘ z_t`` for every group t in use: one ``[G, *loc_i.shape]`` per
-        part (CPU tensors), z_t being group t's :meth:`group_normal` numbers (in ``dtype``)
-        split over the parts in order, so the result equals ``group_normal`` followed by one
-        ``addcmul`` per part, element for element. Each group's numbers are scaled right after
-        they are drawn, while they are still in cache, instead of in a second pass over all
-        ``G`` groups (a weight sample per group is ``G`` times the weights)."""
-        if self.keys is None:
-            raise RuntimeError("RowNoise used outside a sampling block")
-        sizes = [loc.numel() for loc in locs]
-        scratch = torch.empty(sum(sizes))
-        flat = [(loc.reshape(-1), sc.reshape(-1)) for loc, sc in zip(locs, scales, strict=True)]
-        outs = [
-            torch.empty(len(self.keys), n, dtype=torch.promote_types(loc.dtype, dtype))
-            for n, (loc, _) in zip(sizes, flat, strict=True)
-        ]
-        gen = torch.Generator()
-        for g, key in enumerate(self.keys.tolist()):
-            gen.manual_seed((stream << 32) | key)
-            z = torch.randn(len(scratch), generator=gen, out=scratch)
-            parts = (z if dtype == torch.float32 else z.to(dtype)).split(sizes)
-            for out, (loc, sc), part in zip(outs, flat, parts, strict=True):
-                torch.addcmul(loc, sc, part, out=out[g])
-        return [out.view(len(self.keys), *loc.shape) for out, loc in zip(outs, locs, strict=True)]
-
     def advance(self, total_rows: int) -> None:
         """Count the data rows of a finished pass (call once per forward)."""
         if self.keys is not None:
