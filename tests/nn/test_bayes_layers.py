@@ -145,9 +145,9 @@ def test_conv_rows_of_a_group_share_one_weight_sample():
 
 
 def test_conv_of_one_repeated_row_matches_each_groups_weight_sample():
-    """A repeated input (stride 0 over the rows, what ``repeat_samples`` gives for one row) is
-    convolved once with all groups' weight samples: group t still equals a plain convolution
-    with the weights its key gives, and a float64 layer keeps its dtype."""
+    """A repeated input (stride 0 over the rows, what ``repeat_samples`` gives for one row):
+    group t equals a plain convolution with the weights its key gives, and a float64 layer
+    keeps its dtype."""
     for dtype in (torch.float32, torch.float64):
         torch.manual_seed(6)
         layer = BayesConv2d(2, 3, 3, padding=1, init_rho=-1.0).to(dtype)
