@@ -3,11 +3,13 @@ bayesify's sampled and probit predictives, laplace-torch 0.3's sampled ("nn", mc
 (probit) predictives, and one plain forward pass over the same N images (the floor).
 
     PYTHONPATH=src python benchmarks/laplace_speed.py [--net CHECKPOINT_FOLDER] [--threads 2]
+        [--cells 1x32,1x100,64x32,64x100]
 
 Both Laplace fits use the same network and 2,000 training images (prediction cost does not
 depend on how many images the curvature summed). Every cell is the median of ``--repeats``
 calls, the candidates interleaved call by call so that load on the machine hits them alike.
-Prints a markdown table of milliseconds and ratios.
+Prints a markdown table of milliseconds and ratios (ratio columns: the median of the per-round
+ratios, paired call by call, with their quartiles).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--fit-images", type=int, default=2000)
+    ap.add_argument("--cells", default="1x32,1x100,64x32,64x100", help="NxT, comma-separated")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from laplace import Laplace
@@ -60,39 +63,48 @@ def main() -> None:
     gen = torch.Generator().manual_seed(0)
 
     rows = []
-    for n in (1, 64):
+    for cell in args.cells.split(","):
+        n, t = (int(v) for v in cell.split("x"))
         x = test[:n]
-        for t in (32, 100):
-            cands = {
-                "plain pass": lambda x=x: net(x),
-                "bayesify sampled": lambda x=x, t=t: ours.predict(x, t, seed=0),
-                "laplace-torch sampled": lambda x=x, t=t: ref(
-                    x, pred_type="nn", link_approx="mc", n_samples=t, generator=gen
-                ),
-                "bayesify probit": lambda x=x, t=t: probit.predict(x, t, seed=0),
-                "laplace-torch probit": lambda x=x: ref(x, pred_type="glm", link_approx="probit"),
-            }
-            times: dict[str, list[float]] = {k: [] for k in cands}
-            with torch.no_grad():
-                for f in cands.values():  # warm-up
+        cands = {
+            "plain pass": lambda x=x: net(x),
+            "bayesify sampled": lambda x=x, t=t: ours.predict(x, t, seed=0),
+            "laplace-torch sampled": lambda x=x, t=t: ref(
+                x, pred_type="nn", link_approx="mc", n_samples=t, generator=gen
+            ),
+            "bayesify probit": lambda x=x, t=t: probit.predict(x, t, seed=0),
+            "laplace-torch probit": lambda x=x: ref(x, pred_type="glm", link_approx="probit"),
+            "laplace-torch GLM sampled": lambda x=x, t=t: ref(
+                x, pred_type="glm", link_approx="mc", n_samples=t, generator=gen
+            ),
+        }
+        times: dict[str, list[float]] = {k: [] for k in cands}
+        with torch.no_grad():
+            for f in cands.values():  # warm-up
+                f()
+            for _ in range(args.repeats):
+                for k, f in cands.items():
+                    t0 = time.perf_counter()
                     f()
-                for _ in range(args.repeats):
-                    for k, f in cands.items():
-                        t0 = time.perf_counter()
-                        f()
-                        times[k].append(time.perf_counter() - t0)
-            med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
-            rows.append((n, t, med))
+                    times[k].append(time.perf_counter() - t0)
+        med = {k: 1e3 * statistics.median(v) for k, v in times.items()}
+        rows.append((n, t, med, times))
     print(f"threads {args.threads}, median of {args.repeats} interleaved calls, ms (ratio)\n")
     names = list(rows[0][2])
-    print("| N | T | " + " | ".join(names) + " | ours/theirs sampled | ours/theirs probit |")
-    print("|---|---|" + "---|" * (len(names) + 2))
-    for n, t, med in rows:
+    pairs = [("bayesify sampled", "plain pass"), ("bayesify sampled", "laplace-torch sampled"),
+             ("bayesify sampled", "laplace-torch GLM sampled"),
+             ("bayesify probit", "laplace-torch probit")]  # fmt: skip
+    heads = [f"{a} / {b}" for a, b in pairs]
+    print("| N | T | " + " | ".join(names + heads) + " |")
+    print("|---|---|" + "---|" * (len(names) + len(heads)))
+    for n, t, med, times in rows:
         floor = med["plain pass"]
         cells = [f"{med[k]:.2f} ({med[k] / floor:.2f}×)" for k in names]
-        s = med["bayesify sampled"] / med["laplace-torch sampled"]
-        p = med["bayesify probit"] / med["laplace-torch probit"]
-        print(f"| {n} | {t} | " + " | ".join(cells) + f" | {s:.2f} | {p:.2f} |")
+        for a, b in pairs:
+            r = [p / q for p, q in zip(times[a], times[b], strict=True)]
+            q = statistics.quantiles(r, n=4, method="inclusive")
+            cells.append(f"{q[1]:.2f} [{q[0]:.2f}, {q[2]:.2f}]")
+        print(f"| {n} | {t} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

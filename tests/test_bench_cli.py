@@ -135,6 +135,10 @@ COMMANDS = {
         "--store": "benchmarks/uci/results.db",
         "--out": "benchmarks/uci.md",
         "--workers": "0",
+        "--sampler": "grid",
+        "--trials": "0",
+        "--prune": "no-prune",
+        "--trial-workers": "1",
         "--report-only": "no-report-only",
     },
 }

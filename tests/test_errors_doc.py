@@ -147,6 +147,9 @@ CASES = {
     "distill-no-linear": lambda p: bayesify.distill(bayesify.Deterministic(
         nn.Sequential(nn.Conv1d(1, 3, 3), nn.Flatten()), task="classification"),
         torch.randn(4, 1, 3), progress=False),
+    "distill-fit": lambda p: bayesify.Distilled(nn.Sequential(nn.Linear(2, 3)),
+        task="classification").fit((torch.randn(4, 2), torch.tensor([0, 1, 2, 0])), epochs=1,
+                                   progress=False),
     "load-malformed-config": lambda p: bayesify.load(_edited_bundle(p, lambda c: c.pop("method"))),
     "load-nested-config": lambda p: bayesify.load(_edited_bundle(p, text="[" * 9**5 + "]" * 9**5)),
     "load-shape-mismatch": lambda p: bayesify.load(_edited_bundle(p, lambda c: c["model"]["kwargs"][
@@ -206,7 +209,18 @@ CASES = {
     "vcl-batch-norm": lambda p: bayesify.VCL(nn.Sequential(nn.Linear(2, 4), nn.BatchNorm1d(4),
                                                            nn.Linear(4, 2)),
                                              task="classification"),
+    "search-needs-optuna": lambda p: _search_without_optuna(),
 }  # fmt: skip
+
+
+def _search_without_optuna():
+    """A preset's search where optuna is not installed (``import optuna`` fails)."""
+    from unittest import mock
+
+    from bayesify.bench.search import Dimension, run_search
+
+    with mock.patch.dict("sys.modules", {"optuna": None}):
+        run_search(lambda p, r: (0.0, None), [Dimension("b", (32, 64))])
 
 
 def _flow_without_zuko():

@@ -346,7 +346,8 @@ class Augment(StrEnum):
     MIXUP = "mixup"
     """Convex blends ``λ x_i + (1 - λ) x_j`` of two random training inputs, λ ~ U(0, 1)."""
     NOISE = "noise"
-    """Training inputs plus Gaussian noise of ``noise`` times one (network input units)."""
+    """Training inputs plus Gaussian noise of standard deviation ``noise`` (network input
+    units; the default, σ = 1)."""
     NONE = "none"
     """The training inputs alone."""
 

@@ -86,7 +86,7 @@ def test_rate_is_chosen_on_validation_and_test_is_only_scored(monkeypatch):
 
     monkeypatch.setattr(gal_uci, "_train", spy)
     metrics = gal_uci.score_job(job)
-    assert [s[0] for s in seen] == [0.01, 0.2]
+    assert sorted(s[0] for s in seen) == [0.01, 0.2]  # each once (Optuna's grid order)
     n_fit, n_val, n_test = seen[0][1:]
     assert n_fit + n_val + n_test == 308 and n_val == 278 - int(0.8 * 278)  # yacht: 308 rows
     assert metrics["dropout"] in (0.01, 0.2)

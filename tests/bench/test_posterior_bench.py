@@ -10,8 +10,10 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 import pytest
+import torch
 
 pytest.importorskip("numpyro")
 
@@ -19,7 +21,9 @@ CLI = [sys.executable, "-c", "from bayesify.cli import main; main()"]
 
 
 def _bench(tmp_path) -> list[str]:
-    return [*CLI, "bench", "posterior", "--preset", "tiny", "--methods", "mc-dropout",
+    # one problem, two rows: the reference, then a method that reads its draws
+    return [*CLI, "bench", "posterior", "--preset", "tiny", "--datasets", "toy-1d",
+            "--methods", "mc-dropout",
             "--store", str(tmp_path / "r.db"), "--references", str(tmp_path / "refs"),
             "--page", str(tmp_path / "posterior.md")]  # fmt: skip
 
@@ -50,8 +54,8 @@ def test_sigkill_then_rerun_resumes_without_recomputing(tmp_path):
         proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     before = _done(store)
-    assert 1 <= len(before) < 4, f"{len(before)} rows done when killed: need a partial run"
-    assert ("hmc", "toy-1d") in before  # the references run first
+    # the references run first: killed after the reference, before the method's row
+    assert set(before) == {("hmc", "toy-1d")}, f"{sorted(before)} done when killed"
     bundle = tmp_path / "refs"
     stamps = {p: p.stat().st_mtime_ns for p in bundle.rglob("*.safetensors")}
 
@@ -59,7 +63,7 @@ def test_sigkill_then_rerun_resumes_without_recomputing(tmp_path):
                             timeout=900)  # fmt: skip
     assert second.returncode == 0, second.stderr[-2000:]
     after = _done(store)
-    assert set(after) == {(m, d) for m in ("hmc", "mc-dropout") for d in ("toy-1d", "toy-2d")}
+    assert set(after) == {("hmc", "toy-1d"), ("mc-dropout", "toy-1d")}
     for key, (created, attempts) in before.items():
         assert after[key] == (created, attempts) and attempts == 1
     # the finished reference's draws were not sampled again: its files are untouched
@@ -98,3 +102,33 @@ def test_gal_rows_average_one_row_per_split_and_skip_ambiguous_methods(tmp_path)
     csv.write_text(head + "\n".join(rows) + "\n")
     assert gal_rows(csv, "yacht", {0, 1}) == {"bbb": -1.5}
     assert gal_rows(tmp_path / "absent.csv", "yacht", {0}) == {}
+
+
+def test_reference_rows_do_not_depend_on_the_methods_training_settings():
+    from bayesify.bench.experiments.posterior import PosteriorOptions
+    from bayesify.bench.runner import job_key
+
+    hmc, methods = PosteriorOptions(preset="tiny").jobs()
+    assert all(j.epochs == 0 and j.mc_samples == 0 for j in hmc)
+    assert all(j.epochs > 0 and j.mc_samples > 0 for j in methods)
+    # the same reference whatever the methods train with: its key and draws are shared
+    other = [replace(j, epochs=99) for j in methods]
+    assert [job_key("posterior", j) for j in hmc] == [
+        job_key("posterior", replace(j, epochs=0)) for j in hmc
+    ]
+    assert {j.reference_path() for j in other} == {j.reference_path() for j in hmc}
+
+
+def test_fixed_noise_is_near_the_noise_the_data_were_drawn_with():
+    from bayesify.bench.experiments.posterior_jobs import validation_noise
+    from bayesify.bench.experiments.posterior_problems import Problem
+    from bayesify.options import Task
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 2, generator=g)
+    y = x @ torch.tensor([0.8, -0.5]) + 0.3 * torch.randn(300, generator=g)
+    none = torch.zeros(100, dtype=torch.bool)
+    problem = Problem("lin", Task.REGRESSION, x[:200], y[:200], x[200:], y[200:], x[200:],
+                      y[200:], ~none, none)  # fmt: skip
+    sigma = validation_noise(problem, seed=0, steps=300)
+    assert 0.25 < sigma < 0.36, sigma  # the RMSE of 100 draws of N(0, 0.3²): 0.3 ± 0.02

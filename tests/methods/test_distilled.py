@@ -204,7 +204,7 @@ def test_bundle_records_teacher_and_leaves_its_calibrations(tmp_path):
     d = loaded.distillation
     assert d["teacher"]["method"] == "mc-dropout" and d["teacher"]["source"] == "teacher/"
     assert len(d["teacher"]["config_hash"]) == len(d["teacher"]["weights_hash"]) == 16
-    assert d["transfer"] == {"inputs": 200, "augment": "noise", "copies": 1, "noise": 0.1,
+    assert d["transfer"] == {"inputs": 200, "augment": "noise", "copies": 1, "noise": 1.0,
                              "rows": 400}  # fmt: skip
     for k, v in student.summaries(x).items():
         torch.testing.assert_close(loaded.summaries(x)[k], v)
@@ -243,3 +243,52 @@ def test_adaptive_rounds_draw_without_running_the_network_again():
     torch.testing.assert_close(got, want, rtol=0, atol=0)
     pred = student.predict(x[:10], samples="adaptive", tol=0.01, start=4, max_samples=16, seed=0)
     assert len(pred) == 10
+
+
+def test_sequential_deferral_runs_the_student_once():
+    """A student served with a sequential deferral decision: its rounds draw from the one pass
+    over the rows (the network runs for the served samples and once more for all rounds, not
+    once per round), and the decision is that of drawing each round with ``sample``."""
+    from bayesify.posthoc.deferral import DeferralPolicy
+    from bayesify.posthoc.sequential import SequentialDecision
+    from bayesify.predictor import Predictor
+
+    x, y = blobs(200)
+    teacher = bayesify.MCDropout(mlp(4, 3, (8,), norm=None, dropout=0.3), task="classification")
+    teacher.fit((x, y), epochs=3, progress=False)
+    student = bayesify.distill(teacher, x, epochs=2, samples=8, progress=False)
+    predictor = Predictor(student)
+    policy = DeferralPolicy.fit_sequential(
+        predictor.draw(x.numpy(), seed=0),
+        y,
+        score="mi",
+        target_coverage=0.5,
+        decision=SequentialDecision(start=4, max_samples=256),
+    )
+    policy.store(student.metadata)
+    calls = []
+    hook = student.net.register_forward_pre_hook(lambda *_: calls.append(1))
+    res = predictor.predict(x[:40].numpy(), samples=4, seed=1)
+    hook.remove()
+    assert res.columns["defer_samples"].max() >= 32  # rows near the threshold: several rounds
+    assert len(calls) == 2
+    # the same decision as rounds that each call sample(x[rows]) with the generator
+    gen = torch.Generator().manual_seed(1)
+    first = student.to_predictive(student.sample(x[:40], 4, generator=gen))
+
+    def plain(rows, have, more):
+        return student.to_predictive(student.sample(x[:40][rows], more, generator=gen))
+
+    _, _, used = policy.decide_sequential(plain, 40, first)
+    np.testing.assert_array_equal(res.columns["defer_samples"], used.numpy())
+
+
+def test_fit_on_targets_is_refused_in_one_line():
+    """A student is distilled, never fitted on targets: a classification student used to train
+    its C + 1 outputs as C + 1 classes without a word, a regression one failed on its width."""
+    for task, y in (("classification", torch.tensor([0, 1, 2, 0])), ("regression", None)):
+        student = bayesify.Distilled(mlp(2, 3 if y is not None else 1, (4,), norm=None),
+                                     task=task)  # fmt: skip
+        targets = y if y is not None else torch.randn(4)
+        with pytest.raises(ValueError, match="^a distilled student is trained on a teacher"):
+            student.fit((torch.randn(4, 2), targets), epochs=1, progress=False)

@@ -142,3 +142,25 @@ def test_conv_rows_of_a_group_share_one_weight_sample():
             b = layer.bias_mu + layer.bias_sigma * eps[t, 54:]
             ref = nn.functional.conv2d(x, w, b, padding=1)
             torch.testing.assert_close(out[t], ref, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_of_one_repeated_row_matches_each_groups_weight_sample():
+    """A repeated input (stride 0 over the rows, what ``repeat_samples`` gives for one row):
+    group t equals a plain convolution with the weights its key gives, and a float64 layer
+    keeps its dtype."""
+    for dtype in (torch.float32, torch.float64):
+        torch.manual_seed(6)
+        layer = BayesConv2d(2, 3, 3, padding=1, init_rho=-1.0).to(dtype)
+        x = torch.randn(1, 2, 5, 5, dtype=dtype)
+        rows = repeat_samples(x, 4)
+        assert rows.stride(0) == 0
+        with torch.no_grad(), sampling(layer, 4, torch.Generator().manual_seed(1)):
+            out = layer(rows)
+            eps = layer.noise.group_normal(54 + 3, torch.device("cpu"), 4).to(dtype)
+        assert out.shape == (4, 3, 5, 5) and out.dtype == dtype
+        with torch.no_grad():
+            for t in range(4):
+                w = layer.weight_mu + layer.weight_sigma * eps[t, :54].view(3, 2, 3, 3)
+                b = layer.bias_mu + layer.bias_sigma * eps[t, 54:]
+                ref = nn.functional.conv2d(x, w, b, padding=1)
+                torch.testing.assert_close(out[t : t + 1], ref)

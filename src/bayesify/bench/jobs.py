@@ -26,10 +26,12 @@ from bayesify.bench.store import DONE, FAILED, ResultsStore, RowDoneError, RowKe
 IDENTITY_FIELDS = ("method", "dataset", "split", "seed")
 JobFn = Callable[[Any], dict[str, Any]]
 SKIPPED = "skipped"
+ROW_KEY = "row_key"  # field metadata: when a job field is part of its row key (key_field)
 
 
 def job_config(job: Any) -> dict[str, Any]:
-    """A job's configuration: its fields other than method, dataset, split and seed."""
+    """A job's configuration: its fields other than method, dataset, split and seed, less
+    those :func:`key_field` leaves out."""
     if not dataclasses.is_dataclass(job) or isinstance(job, type):
         raise TypeError(f"a job is a frozen dataclass instance, got {type(job).__name__}")
     missing = [f for f in IDENTITY_FIELDS if not hasattr(job, f)]
@@ -38,7 +40,21 @@ def job_config(job: Any) -> dict[str, Any]:
             f"job {type(job).__name__} lacks the field(s) {missing}; a job needs "
             f"{', '.join(IDENTITY_FIELDS)}"
         )
-    return {k: v for k, v in dataclasses.asdict(job).items() if k not in IDENTITY_FIELDS}
+    out = {k: v for k, v in dataclasses.asdict(job).items() if k not in IDENTITY_FIELDS}
+    for f in dataclasses.fields(job):  # fields added later keep the rows written before them
+        rule = f.metadata.get(ROW_KEY)
+        if rule == "never" or (rule == "if-set" and getattr(job, f.name) == f.default):
+            out.pop(f.name, None)
+    return out
+
+
+def key_field(default: Any, rule: str = "if-set") -> Any:
+    """A job field outside the row key (``rule`` "never": how a job runs, not what it
+    computes) or in it only when not ``default`` ("if-set": a setting added after rows were
+    written, whose default is what those rows did)."""
+    if rule not in ("never", "if-set"):
+        raise ValueError(f"rule must be never or if-set, got {rule!r}")
+    return dataclasses.field(default=default, metadata={ROW_KEY: rule})
 
 
 def config_hash(config: dict[str, Any]) -> str:

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict, dataclass, fields, replace
+from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 
 from bayesify.bench.scores import NoiseFit, regression_scores
+from bayesify.bench.search import Dimension, SearchSettings, run_search
 from bayesify.bench.uci_cv import (
     Fold,
     TrainSpec,
@@ -155,31 +157,45 @@ def _builders(kind: str, data: RegressionSplit, s: UCISettings, rate: float = 0.
     return (lambda: MCDropout(net()), lambda: MCDropout(net()))
 
 
-def _search(kind: str, data: RegressionSplit, folds: list[Fold], s: UCISettings, seed: int):
-    """Grid search; returns (CV result, spec, build pair, chosen hyper-parameters)."""
+def _space(kind: str, data: RegressionSplit, s: UCISettings) -> list[Dimension]:
+    """The search space in the paper's loop order: batch size (MCBN) or dropout rate (MC
+    dropout, at ``dropout_batch_size``) outermost, weight decay λ inside."""
+    decays = Dimension("weight_decay", tuple(s.weight_decays), log=min(s.weight_decays) > 0)
     if kind == "mcbn":
-        grid = [(b, lam, 0.0) for b in s.batch_sizes_for(data.name) for lam in s.weight_decays]
-    else:
-        grid = [(s.dropout_batch_size, lam, p) for p in s.dropout_rates for lam in s.weight_decays]
-    best = None
-    for b, lam, p in grid:
-        spec = TrainSpec(b, s.lr, teye_weight_decay(lam), s.decay_all)
-        build = _builders(kind, data, s, p)
-        res = cross_validate(
-            build[0], folds, spec, max_epochs=s.epochs, check_every=s.check_every,
-            patience=s.patience, samples=s.cv_samples, seed=seed,
-        )  # fmt: skip
-        log.info("%s %s b=%d λ=%g p=%g: CV RMSE %.4f", data.name, kind, b, lam, p, res.rmse)
-        if best is None or res.rmse < best[0].rmse:
-            best = (res, spec, build, {"batch_size": b, "weight_decay": lam, "dropout": p})
-    assert best is not None
-    return best
+        sizes = s.batch_sizes_for(data.name)
+        return [Dimension("batch_size", tuple(sizes), log=True, integer=True), decays]
+    return [Dimension("dropout", tuple(s.dropout_rates), log=min(s.dropout_rates) > 0), decays]
 
 
-def evaluate_kind(kind: str, data: RegressionSplit, s: UCISettings, seed: int):
-    """Search, fit τ on the validation rows, test every seed; (models, fit, per-seed scores)."""
+def _cv_trial(kind: str, data: RegressionSplit, folds: list[Fold], s: UCISettings, seed: int,
+              params: dict[str, Any], report: Any):  # fmt: skip
+    """One configuration's cross-validation: (CV RMSE, (result, spec, builders, chosen))."""
+    b = int(params.get("batch_size", s.dropout_batch_size))
+    lam, p = float(params["weight_decay"]), float(params.get("dropout", 0.0))
+    spec = TrainSpec(b, s.lr, teye_weight_decay(lam), s.decay_all)
+    build = _builders(kind, data, s, p)
+    res = cross_validate(
+        build[0], folds, spec, max_epochs=s.epochs, check_every=s.check_every,
+        patience=s.patience, samples=s.cv_samples, seed=seed, report=report,
+    )  # fmt: skip
+    log.info("%s %s b=%d λ=%g p=%g: CV RMSE %.4f", data.name, kind, b, lam, p, res.rmse)
+    return res.rmse, (res, spec, build, {"batch_size": b, "weight_decay": lam, "dropout": p})
+
+
+def _search(kind: str, data: RegressionSplit, folds: list[Fold], s: UCISettings, seed: int,
+            search: SearchSettings | None = None):  # fmt: skip
+    """The search (:func:`~bayesify.bench.search.run_search`, by default the full grid);
+    returns (CV result, spec, build pair, chosen hyper-parameters)."""
+    objective = partial(_cv_trial, kind, data, folds, s, seed)
+    return run_search(objective, _space(kind, data, s), search).artefact
+
+
+def evaluate_kind(kind: str, data: RegressionSplit, s: UCISettings, seed: int,
+                  search: SearchSettings | None = None):  # fmt: skip
+    """Search (``search``: how; default the full grid), fit τ on the validation rows, test
+    every seed; (models, fit, per-seed scores, chosen settings)."""
     folds = _folds(data, s, seed)
-    res, spec, build, chosen = _search(kind, data, folds, s, seed)
+    res, spec, build, chosen = _search(kind, data, folds, s, seed, search)
     # τ and the constant baseline on the validation rows, with the tested T and bank size
     val_pred, y_val = fold_predictive(build[1], folds, res, spec, samples=s.samples, seed=seed)
     fit = NoiseFit.fit(val_pred, y_val, protocol=s.noise_protocol, dataset=data.name,

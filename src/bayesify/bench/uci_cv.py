@@ -156,11 +156,13 @@ def cross_validate(
     patience: int,
     samples: int,
     seed: int = 0,
+    report: Callable[[int, float], None] | None = None,
 ) -> CVResult:
     """Train one model per fold side by side; early stopping on the mean validation RMSE of the
     MC mean (``samples`` T; 0 uses the deterministic net), checked every ``check_every`` epochs.
 
-    ``build()`` makes a fresh method (it is called once per fold, under ``seed``).
+    ``build()`` makes a fresh method (it is called once per fold, under ``seed``);
+    ``report(epoch, rmse)`` is told each check's mean RMSE (a search's pruner may stop here).
     """
     if check_every < 1 or max_epochs < 1 or patience < 1:
         raise ValueError("check_every, max_epochs and patience must be >= 1")
@@ -182,6 +184,8 @@ def cross_validate(
             epoch += step
             score = sum(rmses) / len(rmses)
             checks.append(score)
+            if report is not None:
+                report(epoch, score)
             if score <= best:  # the authors' rule: ties count as improvements
                 best, best_epochs, stale = score, epoch, 0
                 states = [weights_state(r.method.net) for r in runners]

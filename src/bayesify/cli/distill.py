@@ -22,12 +22,12 @@ def distill(
     out: Annotated[Path, typer.Option(help="Student bundle folder to write.")],
     samples: Annotated[int, typer.Option(help="Teacher samples T per transfer row.", min=1)] = 30,
     augment: Annotated[
-        str, typer.Option(help="Extra transfer rows: mixup, noise or none.")
-    ] = "mixup",
+        str, typer.Option(help="Extra transfer rows: noise, mixup or none.")
+    ] = "noise",
     copies: Annotated[int, typer.Option(help="Augmented copies of the inputs.", min=0)] = 1,
     noise: Annotated[
         float, typer.Option(help="--augment noise: its standard deviation (network units).")
-    ] = 0.1,
+    ] = 1.0,
     epochs: Annotated[int, typer.Option(help="Training epochs of the student.", min=1)] = 20,
     batch_size: Annotated[int, typer.Option(help="Mini-batch size.", min=1)] = 128,
     lr: Annotated[float, typer.Option(help="Learning rate (Adam).")] = 1e-3,

@@ -61,7 +61,7 @@ from bayesify.nn import (
 )
 from bayesify.nn.folding import deterministic_prefix
 from bayesify.nn.modes import eval_mode
-from bayesify.options import Task
+from bayesify.options import Task, shown
 from bayesify.predictive import Predictive
 from bayesify.train import (
     Data,
@@ -407,3 +407,16 @@ class Method(FromPretrained, Trainable):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config})"
+
+
+def member_class(method: Any, wrapper: str) -> type[Method]:
+    """``method`` when it is a :class:`Method` class, the member a wrapper method (``wrapper``:
+    its name, e.g. ``"DeepEnsemble"``, ``"TTA"``) runs; anything else, a registry name
+    included, is a one-line ``ValueError`` saying what to pass."""
+    if not (isinstance(method, type) and issubclass(method, Method)):
+        hint = f" (bayesify.get_method({method!r}) gives it)" if isinstance(method, str) else ""
+        raise ValueError(
+            f"{wrapper} takes the member method's class, e.g. method=bayesify.MCDropout, "
+            f"got {shown(method)}{hint}"
+        )
+    return method

@@ -51,6 +51,11 @@ log = logging.getLogger(__name__)
 
 #: log-precision and log-variance outputs are clamped to this range before ``exp``
 LOG_CLAMP = 30.0
+#: the error of ``Distilled.fit``: a student is trained by distillation, not on targets
+FIT_REFUSED = (
+    "a distilled student is trained on a teacher's predictive, not fitted on targets: use "
+    "bayesify.distill(teacher, x) or bayesify distill BUNDLE --data FILE --out STUDENT"
+)
 
 
 @dataclass(frozen=True)
@@ -111,6 +116,10 @@ class Distilled(Method):
         self.noise_fitted = True  # the aleatoric variance is a head, not a fitted τ⁻¹
         # what the student was distilled from and on (teacher digests, transfer set)
         self.distillation: dict[str, Any] = {}
+
+    def fit(self, *args: Any, **kwargs: Any) -> Distilled:
+        """Refused: a student learns from a teacher's predictive, not from targets."""
+        raise ValueError(FIT_REFUSED)
 
     # ------------------------------------------------------------------ the one pass
     def heads(self, x: Tensor, max_rows: int | None = None) -> Tensor:

@@ -41,7 +41,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import stack_module_state
 
-from bayesify.methods.base import Method, MethodConfig
+from bayesify.methods.base import Method, MethodConfig, member_class
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.presets import with_recipe
 from bayesify.nn import (
@@ -86,12 +86,7 @@ class EnsembleConfig(MethodConfig):
 
 def _member_class(method: Any) -> type[Method]:
     """The member method class; a name or an ensemble is a clear error."""
-    if not (isinstance(method, type) and issubclass(method, Method)):
-        hint = f" (bayesify.get_method({method!r}) gives it)" if isinstance(method, str) else ""
-        raise ValueError(
-            "DeepEnsemble takes the member method's class, e.g. method=bayesify.MCDropout, "
-            f"got {method!r}{hint}"
-        )
+    method = member_class(method, "DeepEnsemble")
     if issubclass(method, DeepEnsemble):
         raise ValueError("an ensemble of ensembles is not supported")
     return method

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from bayesify.methods.base import Method, MethodConfig
+from bayesify.methods.base import Method, MethodConfig, member_class
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.pretrained import hook_options
 from bayesify.nn import sampling
@@ -63,12 +63,7 @@ class TTAConfig(MethodConfig):
 
 def _member_class(method: Any) -> type[Method]:
     """The member method class; a name, an ensemble or a TTA is a clear error."""
-    if not (isinstance(method, type) and issubclass(method, Method)):
-        hint = f" (bayesify.get_method({method!r}) gives it)" if isinstance(method, str) else ""
-        raise ValueError(
-            "TTA takes the member method's class, e.g. method=bayesify.MCDropout, "
-            f"got {shown(method)}{hint}"
-        )
+    method = member_class(method, "TTA")
     if method.name in ("ensemble", "tta"):
         raise ValueError(f"TTA cannot wrap {method.name!r}: the member must be a single method")
     return method

@@ -269,11 +269,21 @@ class Predictor:
         return arr
 
     def _draw(self, x: torch.Tensor, generator: torch.Generator | None) -> Draw:
+        """Fresh samples of rows of ``x`` round after round: the method's deterministic part
+        (a distilled student: its whole network) runs once, on the first round that draws, and
+        later rounds only sample (the same draws as ``method.sample`` on those rows)."""
         m = self.method
+        sampler: Any = None  # made on first use: rows decided at once draw nothing more
 
         def draw(rows: torch.Tensor, have: int, more: int) -> Predictive:
-            sub = x[rows.to(x.device)]
-            return self._prep.outputs(m.to_predictive(m.sample(sub, more, generator=generator)))
+            nonlocal sampler
+            if sampler is None:
+                sampler = m._prefix_sampler(x, generator, "auto") or False
+            if sampler:
+                out = sampler(rows, more)
+            else:
+                out = m.sample(x[rows.to(x.device)], more, generator=generator)
+            return self._prep.outputs(m.to_predictive(out))
 
         return draw
 

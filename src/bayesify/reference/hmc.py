@@ -51,6 +51,14 @@ class MissingExtra(ImportError):
     """An optional dependency is not installed: one line naming the extra to install."""
 
 
+def require_extra() -> None:
+    """One line naming the extra when numpyro or jax is not installed (imports neither)."""
+    from importlib.util import find_spec
+
+    if find_spec("numpyro") is None or find_spec("jax") is None:
+        raise MissingExtra("the HMC reference needs numpyro and jax: pip install 'bayesify[hmc]'")
+
+
 def _numpyro() -> Any:
     """NumPyro's MCMC module (JAX on the CPU, one thread); if absent, one line naming the extra."""
     os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false "
@@ -82,6 +90,7 @@ class HMCConfig:
     thin: int = 1
     max_tree_depth: int = 8
     target_accept: float = 0.8
+    dense_mass: bool = False  # a dense mass matrix adapted in warm-up (else diagonal)
     init_steps: int = 300
     init_lr: float = 1e-2
     seed: int = 0
@@ -286,7 +295,7 @@ def sample_posterior(
     log_post, n_weights, noise = _log_posterior(net, x, y, task, cfg)
     size = n_weights + int(noise)
     kernel = infer.NUTS(potential_fn=lambda t: -log_post(t), target_accept_prob=cfg.target_accept,
-                        max_tree_depth=cfg.max_tree_depth)  # fmt: skip
+                        max_tree_depth=cfg.max_tree_depth, dense_mass=cfg.dense_mass)  # fmt: skip
     t0 = time.perf_counter()
     keys = jax.random.split(jax.random.PRNGKey(cfg.seed), 2 * cfg.chains)
     init = jax.jit(jax.vmap(lambda k: _initial_point(log_post, size, cfg, k, noise)))

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 
+from bayesify.bench.search import Dimension, SearchJob, run_search
 from bayesify.data.uci import UCI_DATASETS
 from bayesify.methods.likelihood import Likelihood
 
@@ -70,7 +72,7 @@ PRESETS = {
 
 
 @dataclass(frozen=True)
-class GalUCIJob:
+class GalUCIJob(SearchJob):
     """One row: MC dropout on one Gal split with one likelihood, the rate chosen on validation."""
 
     method: str
@@ -102,23 +104,29 @@ def _train(job: GalUCIJob, data: Any, p: float) -> Any:
     return method
 
 
+def _rate_trial(job: GalUCIJob, data: Any, params: dict[str, Any], report: Any) -> tuple:
+    """One dropout rate: (validation log-likelihood, the trained method)."""
+    p = float(params["dropout"])
+    method = _train(job, data, p)
+    val = method.predict(data.x_val, samples=job.samples, seed=job.seed)
+    val_ll = float(val.log_prob(data.y_val).mean())  # standardised units: only compared
+    log.debug("%s split %d p=%g: validation LL %.3f", job.dataset, job.split, p, val_ll)
+    return val_ll, method
+
+
 def score_job(job: GalUCIJob) -> dict[str, Any]:
-    """Choose the dropout rate on the validation part, score the chosen net on the test split."""
+    """Choose the dropout rate on the validation part (the job's search, by default the full
+    grid), score the chosen net on the test split."""
     from bayesify.bench.experiments.uci_gal_methods import score_predictive
     from bayesify.data import load_uci
 
-    data = load_uci(job.dataset, job.split, protocol="gal", val_fraction=job.val_fraction)
-    best: tuple[float, float, Any] | None = None
-    for p in job.dropout_rates:
-        method = _train(job, data, p)
-        val = method.predict(data.x_val, samples=job.samples, seed=job.seed)
-        val_ll = float(val.log_prob(data.y_val).mean())  # standardised units: only compared
-        log.debug("%s split %d p=%g: validation LL %.3f", job.dataset, job.split, p, val_ll)
-        if best is None or val_ll > best[0]:
-            best = (val_ll, p, method)
-    if best is None:
+    if not job.dropout_rates:
         raise ValueError("dropout_rates is empty: give at least one rate")
-    val_ll, p, method = best
+    data = load_uci(job.dataset, job.split, protocol="gal", val_fraction=job.val_fraction)
+    space = [Dimension("dropout", tuple(job.dropout_rates), log=min(job.dropout_rates) > 0)]
+    found = run_search(partial(_rate_trial, job, data), space, job.search_settings(),
+                       direction="maximize")  # fmt: skip
+    val_ll, p, method = found.value, found.params["dropout"], found.artefact
     pred = method.predict(data.x_test, samples=job.samples, seed=job.seed)
     # rmse, ll, crps (original units), CUDO's (cu_*), normalised scores, uncertainty–error bins
     return {

@@ -30,6 +30,9 @@ METHODS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "ensemble": ({}, {"members": 5}),
     "ibnn": ({}, {}),
     "stochastic-norm": ({}, {}),
+    "laplace": ({}, {}),  # last-layer KFAC Laplace of the trained net, δ and σ² by marglik
+    "swag": ({}, {"swag_epochs": 20}),  # 20 epochs of SGD after training, a snapshot each
+    "flow": ({}, {}),  # a neural spline flow over the last layer, fitted by the ELBO
 }
 HIDDEN = 50
 W2_DRAWS = 1000  # draws per input from each predictive for the 2-Wasserstein distance
@@ -40,7 +43,9 @@ class PosteriorJob:
     """One row: the HMC reference (``method="hmc"``) or a method, on one problem and split.
 
     The HMC settings are part of every row's configuration, so a method row belongs to the
-    reference it was scored against; ``references`` is the folder of the reference bundles."""
+    reference it was scored against; ``references`` is the folder of the reference bundles.
+    ``epochs`` and ``mc_samples`` are the methods' (0 in a reference's row: HMC uses neither, so
+    its key does not change with them)."""
 
     method: str
     dataset: str
@@ -52,11 +57,16 @@ class PosteriorJob:
     samples: int = 200
     thin: int = 1
     max_tree_depth: int = 8
+    dense_mass: bool = False
+    init_steps: int = 300
+    fixed_noise: bool = True  # regression: σ fixed at validation_noise (else sampled)
     epochs: int = 200
     mc_samples: int = 100
 
     def reference_path(self) -> Path:
         tag = f"c{self.chains}-w{self.warmup}-s{self.samples}-t{self.thin}-d{self.max_tree_depth}"
+        tag += f"-i{self.init_steps}" + ("-dense" if self.dense_mass else "")
+        tag += "-fixed" if self.fixed_noise else ""
         return Path(self.references) / f"{self.dataset}-{self.split}-seed{self.seed}-{tag}"
 
 
@@ -65,6 +75,28 @@ def _net(problem: Problem, **options: Any) -> torch.nn.Sequential:
 
     opts = {"norm": None, **options}
     return mlp(problem.n_features, problem.n_outputs, (HIDDEN,), **opts)
+
+
+def validation_noise(problem: Problem, seed: int, steps: int = 2000) -> float:
+    """The noise σ the reference fixes (standardised units): the RMSE on the validation rows of
+    the MAP network, fitted by ``steps`` full-batch Adam steps on the training rows with σ
+    profiled out (minimising ``N/2 log MSE + |w|²/(2·prior_std²)``, the prior the reference
+    samples under)."""
+    from bayesify.reference.hmc import IZMAILOV_PRIOR_STD
+    from bayesify.seeding import seeded
+
+    with seeded(seed):
+        net = _net(problem)
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    x, y, n = problem.x_train, problem.y_train, len(problem.y_train)
+    for _ in range(steps):
+        opt.zero_grad()
+        mse = (net(x)[:, 0] - y).square().mean()
+        prior = sum(p.square().sum() for p in net.parameters()) / (2 * IZMAILOV_PRIOR_STD**2)
+        (0.5 * n * mse.log() + prior).backward()
+        opt.step()
+    with torch.no_grad():
+        return float((net(problem.x_val)[:, 0] - problem.y_val).square().mean().sqrt())
 
 
 def _masked_mean(v: Tensor, mask: Tensor) -> float | None:
@@ -106,8 +138,11 @@ def score_reference(job: PosteriorJob) -> dict[str, Any]:
     problem = load_problem(job.dataset, job.split)
     with seeded(job.seed):
         net = _net(problem)
-    cfg = HMCConfig(chains=job.chains, warmup=job.warmup, samples=job.samples, thin=job.thin,
-                    max_tree_depth=job.max_tree_depth, seed=job.seed + 100 * job.split)  # fmt: skip
+    fixed = job.fixed_noise and problem.task is Task.REGRESSION
+    noise = validation_noise(problem, job.seed + job.split) if fixed else None
+    cfg = HMCConfig(noise_std=noise, chains=job.chains, warmup=job.warmup, samples=job.samples,
+                    thin=job.thin, max_tree_depth=job.max_tree_depth, dense_mass=job.dense_mass,
+                    init_steps=job.init_steps, seed=job.seed + 100 * job.split)  # fmt: skip
     draws = sample_posterior(net, problem.x_train, problem.y_train, problem.task, cfg)
     draws.save(job.reference_path(), extra={"dataset": job.dataset, "split": job.split})
     out = draws.outputs(net, problem.x_test)  # [C, S, N, out]

@@ -15,11 +15,13 @@ EXPERIMENT = "posterior"
 PUBLISHED = [
     "## Published HMC figures",
     "",
-    "None is at hand to compare with: the papers in `../shared/papers` report no HMC runs, and "
-    "the HMC test log-likelihoods of Bui et al. 2016 and Izmailov et al. 2021 on UCI sets could "
-    "not be checked against their text here, so no number of theirs is quoted. The prior "
-    "variance 1/5 is the one Izmailov et al. 2021 list for HMC in their Table 3 (CIFAR "
-    "hyper-parameters); we use it unchanged for these MLPs.",
+    "None is quoted: the papers in `../shared/papers` report no HMC runs, and the HMC test "
+    "log-likelihoods of Bui et al. 2016 (arXiv 1602.04133, which compares HMC for BNNs on UCI) "
+    "and Izmailov et al. 2021 could not be found in any text reachable here (searches returned "
+    "their abstracts only), so no table or page of theirs is cited. What was checked: the "
+    "prior variance 1/5 is the one Izmailov et al. 2021 list for HMC in their Table 3 "
+    "(CIFAR-10 and CIFAR-100 ResNet-20; 1/40 for the IMDB CNN-LSTM); they state none for MLPs, "
+    "and we use 1/5 unchanged.",
     "",
 ]
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +36,7 @@ from bayesify.bench.experiments.uci_jobs import (
     teye_jobs,
 )
 from bayesify.bench.options import check_choices, command_line, option
+from bayesify.bench.search import SearchSettings
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS, uci_n_splits
 from bayesify.methods.likelihood import Likelihood
 from bayesify.options import NoiseProtocol
@@ -83,6 +84,15 @@ class UCIBenchOptions:
     export: str = option("", "JSON Lines file rewritten with --store's finished rows.")
     out: str = option("benchmarks/uci.md", "The markdown page; CSV and figures beside it.")
     workers: int = option(0, "Parallel worker processes (0: one per CPU core).")
+    sampler: str = option(
+        "grid", "Hyper-parameter search: grid (the paper's full grid) or tpe (a trial budget)."
+    )
+    trials: int = option(0, "Trial budget of the tpe sampler (0 with grid: the whole grid).")
+    prune: bool = option(False, "Stop configurations behind the median (may change the pick).")
+    search_storage: str = option(
+        "", "Optuna journal of the searches (resumable; '': beside the store; 'none': memory)."
+    )
+    trial_workers: int = option(1, "Processes per job running its search's trials.")
     cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
     report_only: bool = option(False, "Write the page from the stores; train nothing.")
     preamble: str = option("", "A markdown file put under the page's title (e.g. the runs).")
@@ -91,6 +101,11 @@ class UCIBenchOptions:
         check_choices("protocol", (self.protocol,), PROTOCOLS)
         check_choices("preset", (self.preset,), PRESETS)
         check_choices("noise protocol", (self.noise_protocol,), [p.value for p in NoiseProtocol])
+        SearchSettings(self.sampler, self.trials, self.prune, workers=self.trial_workers)
+        if self.cluster and self.trial_workers > 1:  # Dask's worker processes are daemons
+            raise ValueError("--trial-workers above 1 starts processes inside a job, which a "
+                             "Dask worker cannot; on a cluster its workers run jobs side by "
+                             "side: use --trial-workers 1")  # fmt: skip
         if self.methods != ("all",):
             check_choices("methods", self.methods, self.valid_methods())
         if self.datasets not in (("preset",), ("all",)):
@@ -133,8 +148,18 @@ class UCIBenchOptions:
             return self.splits
         return 3 if self.preset == "quick" else 0
 
+    def search_fields(self) -> dict[str, Any]:
+        """The jobs' search settings; the journal beside the store unless given."""
+        storage = self.search_storage or str(Path(self.store).with_suffix(".search.journal"))
+        return {"sampler": self.sampler, "trials": self.trials, "prune": self.prune,
+                "search_storage": "" if storage == "none" else storage,
+                "trial_workers": self.trial_workers}  # fmt: skip
+
     def jobs(self) -> list[tuple[str, Any]]:
-        """(experiment, job) of every row this command describes."""
+        """(experiment, job) of every row this command describes, with the search settings."""
+        return [(e, replace(j, **self.search_fields())) for e, j in self._jobs()]
+
+    def _jobs(self) -> list[tuple[str, Any]]:
         methods, datasets = self.method_list(), self.dataset_list()
         if self.protocol == "teye":
             return teye_jobs(

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from bayesify.bench.search import Dimension, SearchJob, run_search
 from bayesify.methods.likelihood import Likelihood
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ UE_BINS = 10  # bins of the uncertainty–error curve
 
 
 @dataclass(frozen=True)
-class UCIMethodJob:
+class UCIMethodJob(SearchJob):
     """One row: ``method`` on one Gal split with one likelihood, ``grid`` chosen on validation."""
 
     method: str
@@ -140,30 +142,39 @@ def score_predictive(method: Any, pred: Any, data: Any) -> dict[str, Any]:
     return out
 
 
+def _grid_trial(job: UCIMethodJob, data: Any, params: dict[str, Any], report: Any) -> tuple:
+    """One grid value (none for a method without a grid): (validation LL, fitted method)."""
+    name = GRID_NAMES[job.method]
+    value = None if name is None else float(params[name])
+    method = build(job, data.n_features, value)
+    batch = int(value) if job.method == "mcbn" and value is not None else job.batch_size
+    method.fit((data.x_train, data.y_train), val=(data.x_val, data.y_val), epochs=job.epochs,
+               batch_size=batch, lr=job.lr, seed=job.seed + job.split,
+               progress=False)  # fmt: skip
+    val = method.predict(data.x_val, samples=job.samples, seed=job.seed)
+    val_ll = float(val.log_prob(data.y_val).mean())  # standardised units: only compared
+    log.debug("%s %s split %d %s: validation LL %.3f", job.method, job.dataset, job.split,
+              value, val_ll)  # fmt: skip
+    return val_ll, method
+
+
 def score_method_job(job: UCIMethodJob) -> dict[str, Any]:
-    """Train each grid value, keep the best by validation log-likelihood, score it on test."""
+    """Train each grid value (the job's search, by default the full grid), keep the best by
+    validation log-likelihood, score it on test."""
     from bayesify.data import load_uci
 
     data = load_uci(job.dataset, job.split, protocol="gal", val_fraction=job.val_fraction)
-    best: tuple[float, float | None, Any] | None = None
-    for value in job.grid or (None,):
-        method = build(job, data.n_features, value)
-        batch = int(value) if job.method == "mcbn" and value is not None else job.batch_size
-        method.fit((data.x_train, data.y_train), val=(data.x_val, data.y_val), epochs=job.epochs,
-                   batch_size=batch, lr=job.lr, seed=job.seed + job.split,
-                   progress=False)  # fmt: skip
-        val = method.predict(data.x_val, samples=job.samples, seed=job.seed)
-        val_ll = float(val.log_prob(data.y_val).mean())  # standardised units: only compared
-        log.debug("%s %s split %d %s: validation LL %.3f", job.method, job.dataset, job.split,
-                  value, val_ll)  # fmt: skip
-        if best is None or val_ll > best[0]:
-            best = (val_ll, value, method)
-    assert best is not None
-    val_ll, value, method = best
+    name = GRID_NAMES[job.method]
+    space = [] if name is None else [
+        Dimension(name, tuple(job.grid), log=min(job.grid) > 0, integer=job.method == "mcbn")
+    ]  # fmt: skip
+    found = run_search(partial(_grid_trial, job, data), space, job.search_settings(),
+                       direction="maximize")  # fmt: skip
+    val_ll, method = found.value, found.artefact
     pred = method.predict(data.x_test, samples=job.samples, seed=job.seed)
     out = score_predictive(method, pred, data)
     out.update(
-        chosen=value,
+        chosen=found.params.get(name) if name is not None else None,
         val_ll_standardised=val_ll,
         epochs_kept=method.history.best_epoch + 1 if method.history else None,
     )

@@ -22,6 +22,7 @@ from typing import Any
 from bayesify.bench.experiments.gal_uci import PRESETS as GAL_PRESETS
 from bayesify.bench.experiments.gal_uci import GalUCIJob
 from bayesify.bench.experiments.uci_gal_methods import UCIMethodJob
+from bayesify.bench.search import SearchJob
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 
 GAL_EXPERIMENT = "gal-uci"  # MC dropout rows (the experiment name of the earlier command)
@@ -81,7 +82,7 @@ def method_job(method: str, dataset: str, split: int, likelihood: str, preset: s
 
 
 @dataclass(frozen=True)
-class TeyeUCIJob:
+class TeyeUCIJob(SearchJob):
     """One row of Teye et al.'s protocol: MCBN (scored with CUBN) or MC dropout (with CUDO) on
     one 80/20 split, searched and scored by :mod:`bayesify.bench.uci` under ``preset``."""
 
@@ -166,7 +167,8 @@ def score_teye_job(job: TeyeUCIJob) -> dict[str, Any]:
     s = job.settings()
     data = load_uci(job.dataset, job.split, protocol=s.protocol,
                     val_fraction=0.0 if s.cv_folds else 0.2)  # fmt: skip
-    models, _, per_seed, info = evaluate_kind(kind, data, s, job.seed + job.split)
+    models, _, per_seed, info = evaluate_kind(kind, data, s, job.seed + job.split,
+                                              job.search_settings())  # fmt: skip
     out: dict[str, Any] = {}
     for key in per_seed[0]["MC"]:
         out[key] = sum(p["MC"][key] for p in per_seed) / len(per_seed)
