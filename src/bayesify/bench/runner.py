@@ -128,3 +128,11 @@ def run_jobs(
     summary.seconds = time.perf_counter() - t0
     log.info("%s: %s", experiment, summary)
     return summary
+
+
+def stored_rows(store: str | Path, experiment: str, jobs: Sequence[Any]) -> list[dict[str, Any]]:
+    """The rows of ``jobs`` in the store file ``store`` (any status), in the store's order: what a
+    page is written from after :func:`run_jobs`."""
+    keys = {job_key(experiment, j) for j in jobs}
+    with ResultsStore(store) as db:
+        return [r for r in db.records(experiment) if RowKey.of(r) in keys]

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 import torch
 
 from bayesify.bench.options import check_choices, command_line, option, write_report
-from bayesify.bench.runner import run_jobs
+from bayesify.bench.runner import run_jobs, stored_rows
 from bayesify.bench.store import RowKey
 
 EXPERIMENT = "continual"
@@ -221,7 +221,6 @@ class ContinualOptions:
 def run(opts: ContinualOptions) -> str:
     """Run the jobs not yet in the store, then write ``out/continual.md`` from the store."""
     from bayesify.bench.runner import job_key
-    from bayesify.bench.store import ResultsStore
 
     torch.set_num_threads(1)
     t0 = time.time()
@@ -230,8 +229,7 @@ def run(opts: ContinualOptions) -> str:
         EXPERIMENT, jobs, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
     )
     keys = {job_key(EXPERIMENT, j): j for j in jobs}
-    with ResultsStore(opts.store) as store:
-        rows = [r for r in store.records(EXPERIMENT) if RowKey.of(r) in keys]
+    rows = stored_rows(opts.store, EXPERIMENT, jobs)
     return write_report(Path(opts.out) / "continual.md", _page(opts, rows, keys, summary, t0))
 
 

@@ -157,11 +157,10 @@ def _niceness() -> str:
 def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -> str:
     """Write ``opts.out`` and its figures from the store rows of ``jobs``; returns the text."""
     from bayesify.bench.experiments import images_figures as figs
-    from bayesify.bench.runner import job_key
+    from bayesify.bench.runner import job_key, stored_rows
 
     keys = {job_key("images", j): j for j in jobs}
-    with ResultsStore(opts.store) as store:
-        rows = [r for r in store.records("images") if RowKey.of(r) in keys]
+    rows = stored_rows(opts.store, "images", jobs)
     grouped = _group(rows, keys)
     out = Path(opts.out)
     fig_dir = out.parent / out.stem

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 
 from bayesify.bench.options import check_choices, command_line, option, write_report
-from bayesify.bench.runner import run_jobs
+from bayesify.bench.runner import run_jobs, stored_rows
 from bayesify.bench.store import RowKey
 from bayesify.options import Likelihood
 
@@ -164,7 +164,6 @@ def _mean_se(values: list[float]) -> str:
 def run(opts: NoiseToyOptions) -> str:
     """Run the jobs not yet in the store, then write ``out/README.md`` from the store."""
     from bayesify.bench.runner import job_key
-    from bayesify.bench.store import ResultsStore
 
     torch.set_num_threads(1)
     t0 = time.time()
@@ -173,8 +172,7 @@ def run(opts: NoiseToyOptions) -> str:
         EXPERIMENT, jobs, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
     )
     keys = {job_key(EXPERIMENT, j): j for j in jobs}
-    with ResultsStore(opts.store) as store:
-        rows = [r for r in store.records(EXPERIMENT) if RowKey.of(r) in keys]
+    rows = stored_rows(opts.store, EXPERIMENT, jobs)
     job_seconds = sum(r["seconds"] or 0.0 for r in rows)
     lines = [
         "# Learned versus fitted noise on a toy whose noise grows with |x|",

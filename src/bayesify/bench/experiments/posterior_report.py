@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bayesify.bench.options import command_line, write_report
-from bayesify.bench.runner import job_key
-from bayesify.bench.store import ResultsStore, RowKey
+from bayesify.bench.runner import stored_rows
 
 EXPERIMENT = "posterior"
 PUBLISHED = [
@@ -147,9 +146,7 @@ def report(opts: Any, jobs: list[Any], summary: str, wall: float, page: Path) ->
     ``jobs``."""
     from bayesify.bench.machine import machine_description
 
-    keys = {job_key(EXPERIMENT, j): j for j in jobs}
-    with ResultsStore(opts.store) as store:
-        rows = [r for r in store.records(EXPERIMENT) if RowKey.of(r) in keys]
+    rows = stored_rows(opts.store, EXPERIMENT, jobs)
     refs = [r for r in rows if r["method"] == "hmc"]
     scored = [r for r in rows if r["method"] != "hmc"]
     methods = list(dict.fromkeys(j.method for j in jobs if j.method != "hmc"))
