@@ -49,7 +49,12 @@ def _lazy_entries():
     yield from ((bench_app, name) for name in bench_app.lazy_commands)
 
 
-@pytest.mark.parametrize(("group", "name"), list(_lazy_entries()), ids=lambda v: str(v))
+# ids by name (an object's repr holds its address, which differs between pytest-xdist workers)
+@pytest.mark.parametrize(
+    ("group", "name"),
+    list(_lazy_entries()),
+    ids=[f"{'bench-' if g is bench_app else ''}{n}" for g, n in _lazy_entries()],
+)
 def test_listing_help_is_the_commands_own_help(group, name):
     entry = group.lazy_commands[name]
     command = entry.load()
