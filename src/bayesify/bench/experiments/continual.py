@@ -191,6 +191,10 @@ class ContinualOptions:
     coreset_permuted: int = option(200, "Coreset rows per task, Permuted MNIST.")
     coreset_split: int = option(40, "Coreset rows per task, Split MNIST.")
     samples: int = option(100, "MC samples T of VCL's test predictions.")
+    samples_permuted: int = option(
+        0, "MC samples T of VCL's predictions on Permuted MNIST (0: --samples)."
+    )
+    report_only: bool = option(False, "Write the page from the store; run no job.")
     workers: int = option(1, "Parallel worker processes.")
     cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
 
@@ -200,6 +204,14 @@ class ContinualOptions:
         check_choices("preset", (self.preset,), PRESETS)
         if min(self.seeds, self.samples, self.workers) < 1:
             raise ValueError("seeds, samples and workers must be >= 1")
+        if self.samples_permuted < 0:
+            raise ValueError("samples-permuted must be >= 0 (0: --samples)")
+
+    def samples_of(self, bench: str) -> int:
+        """T of VCL's predictions on ``bench``."""
+        if bench == "permuted-mnist" and self.samples_permuted:
+            return self.samples_permuted
+        return self.samples
 
     def jobs(self) -> list[ContinualJob]:
         return [
@@ -210,7 +222,7 @@ class ContinualOptions:
                 s,
                 **PRESETS[self.preset][b],
                 coreset_size=self.coreset_permuted if b == "permuted-mnist" else self.coreset_split,
-                samples=self.samples,
+                samples=self.samples_of(b),
             )  # fmt: skip
             for b in self.benchmarks
             for m in self.methods
@@ -219,15 +231,18 @@ class ContinualOptions:
 
 
 def run(opts: ContinualOptions) -> str:
-    """Run the jobs not yet in the store, then write ``out/continual.md`` from the store."""
+    """Run the jobs not yet in the store (unless ``report_only``: the page shows the rows
+    already there), then write ``out/continual.md`` from the store."""
     from bayesify.bench.runner import job_key
 
     torch.set_num_threads(1)
     t0 = time.time()
     jobs = opts.jobs()
-    summary = run_jobs(
-        EXPERIMENT, jobs, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
-    )
+    summary: Any = "report only, nothing run"
+    if not opts.report_only:
+        summary = run_jobs(
+            EXPERIMENT, jobs, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
+        )
     keys = {job_key(EXPERIMENT, j): j for j in jobs}
     rows = stored_rows(opts.store, EXPERIMENT, jobs)
     return write_report(Path(opts.out) / "continual.md", _page(opts, rows, keys, summary, t0))
@@ -240,7 +255,8 @@ def _recipe(bench: str, opts: ContinualOptions) -> str:
     return (f"{bench} {p['epochs']} epochs per task of {batch}, {p['train_rows']} training "
             f"and {p['test_rows']} test rows drawn from MNIST's 10,000 test images, "
             f"{p['init']} initialisation, posterior σ initialised at "
-            f"{float(torch.nn.functional.softplus(torch.tensor(p['init_rho']))):.3f}")  # fmt: skip
+            f"{float(torch.nn.functional.softplus(torch.tensor(p['init_rho']))):.3f}, "
+            f"T = {opts.samples_of(bench)} samples per VCL prediction")  # fmt: skip
 
 
 def _page(opts: ContinualOptions, rows: list[dict[str, Any]], keys: dict[Any, ContinualJob],
@@ -258,7 +274,7 @@ def _page(opts: ContinualOptions, rows: list[dict[str, Any]], keys: dict[Any, Co
         "",
         f"Preset `{opts.preset}`: "
         + "; ".join(_recipe(b, opts) for b in opts.benchmarks)
-        + f"; Adam lr {job0.lr}, T = {opts.samples} samples per VCL prediction (fine-tuning: "
+        + f"; Adam lr {job0.lr} (fine-tuning predicts by "
         "the deterministic network's one pass). VCL's first task starts from the network "
         "fine-tuning trained on it by maximum likelihood, as in the authors' code.",
         "",
