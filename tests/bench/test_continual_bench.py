@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from bayesify.bench.experiments.continual import ContinualOptions, _network
+from bayesify.bench.experiments.continual import ContinualOptions, _network, _recipe
 
 
 def test_paper_preset_is_the_authors_recipe():
@@ -33,11 +33,13 @@ def test_truncated_normal_initialisation():
     assert float(plain.body[1].weight.detach().std()) < 0.03  # torch's default: 1/sqrt(784) scale
 
 
-def test_samples_permuted_sets_t_on_permuted_mnist_only():
-    opts = ContinualOptions(preset="paper", samples_permuted=20)
-    samples = {j.dataset: j.samples for j in opts.jobs()}
-    assert samples == {"permuted-mnist": 20, "split-mnist": 100}
-    assert {j.samples for j in ContinualOptions(preset="paper").jobs()} == {100}  # 0: --samples
+def test_permuted_overrides_set_t_and_epochs_on_permuted_mnist_only():
+    opts = ContinualOptions(preset="paper", samples_permuted=20, epochs_permuted=30)
+    got = {(j.dataset, j.samples, j.epochs, j.batch_size) for j in opts.jobs()}
+    assert got == {("permuted-mnist", 20, 30, 256), ("split-mnist", 100, 120, 0)}
+    plain = {(j.samples, j.epochs) for j in ContinualOptions(preset="paper").jobs()}
+    assert plain == {(100, 100), (100, 120)}  # 0: --samples and the preset's epochs
+    assert "20 epochs per task" in _recipe("permuted-mnist", opts.__class__(epochs_permuted=20))
 
 
 def test_report_only_writes_the_stored_rows_and_runs_nothing(tmp_path, monkeypatch):
