@@ -306,11 +306,14 @@ def _page(opts: ContinualOptions, rows: list[dict[str, Any]], keys: dict[Any, Co
         "against about 12,000; Permuted MNIST: 8,000 rows per task against 60,000), and "
         "each test set is a fifth of the paper's.",
         "",
-        "**Published figures.** The paper's text could not be read here (not in the papers "
-        "folder; the search tool found no copy of its figures), so no table, figure or page "
-        "of it is cited. A third-party leaderboard page on the paper "
+        "**Published figures.** The paper's text could not be read here: it is not in the "
+        "papers folder, the search tool returns its arXiv HTML (ar5iv 1710.10628) only up to "
+        "the introduction, and the authors' repository shows its results as images "
+        "(`ddm/results/permuted.jpg`, `split.jpg`); so no table, figure or page of it is "
+        "cited. A third-party leaderboard page on the paper "
         "(https://www.wizwand.com/paper/68fa645e1e209131cea040c5) lists 98.4% "
-        "mean test accuracy on Split MNIST and 90% on Permuted MNIST, without saying which "
+        'mean test accuracy on Split MNIST and two Permuted MNIST figures, 90% ("PMNIST '
+        '(test)") and 95.5% ("Permuted MNIST, mean test accuracy"), without saying which '
         "variant (with or without coreset) or where in the paper.",
         "",
     ]
