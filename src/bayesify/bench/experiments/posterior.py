@@ -56,7 +56,8 @@ class Preset:
 
 # fmt: off
 PRESETS = {
-    # toys and one Gal split of each UCI set: fits 30 min on 2 CPU cores
+    # toys and one Gal split of each UCI set: 43.6 min in one call under a load of 15
+    # (1873 s of CPU); about 16 to 17 min estimated on 2 free cores (benchmarks/posterior.md)
     "quick": Preset(("toy-1d", "toy-2d", *UCI), splits=1, chains=4, warmup=300, samples=150,
                     thin=1, max_tree_depth=10, deeper=(("energy", 11), ("yacht", 11)),
                     dense_mass=False, init_steps=1000, epochs=200,
