@@ -4,10 +4,11 @@ the generalised Gauss-Newton matrix of the training log-likelihood.
 
 * ``subset="last-layer"`` (default): the last ``nn.Linear`` becomes a
   :class:`~bayesify.nn.laplace_posterior.LaplaceLinear`; the body runs once per input row and the
-  T draws of the last layer share it (one batched matmul). ``hessian`` full, kfac (default) or
-  diag. For a last layer the linearised (GLM) and the sampled predictives are the same Gaussian
-  over outputs (the layer is linear in its weights), so both are drawn as weights;
-  ``link="probit"`` (the classification default) draws nothing and gives every sample the
+  T draws of the last layer share it. ``hessian`` full, kfac (default) or diag. For a last
+  layer the linearised (GLM) and the sampled predictives are the same Gaussian over outputs
+  (the layer is linear in its weights), ``N(W φ + b, J Σ Jᵀ)`` for features φ, so both are
+  drawn in output space: C normals per sample and row from the row's own key (rows are
+  independent draws; the samples of a row do not depend on chunking); ``link="probit"`` (the classification default) draws nothing and gives every sample the
   probit-scaled logits, whose softmax is the probit approximation.
 * ``subset="all"``: every ``nn.Linear`` and ``nn.Conv2d`` (hessian kfac or diag; batch norm in
   eval mode, its scale and shift kept at their MAP values). ``predictive="glm"`` draws
