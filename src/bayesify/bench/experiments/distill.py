@@ -40,8 +40,10 @@ class DistillOptions:
     members: int = option(3, "Ensemble members (Fashion-MNIST); 0: no ensemble teacher.")
     student_epochs: int = option(5, "Student epochs (Fashion-MNIST).")
     samples: int = option(30, "Teacher samples T, for distillation and for scoring.")
-    augment: str = option("noise", "Transfer copy of the inputs: noise, mixup or none.")
-    noise: float = option(1.0, "--augment noise: its standard deviation (network units).")
+    augment: str = option("outliers", "Transfer copies of the inputs: outliers, noise, mixup "
+                          "or none.")  # fmt: skip
+    copies: int = option(2, "Transfer copies (outliers: the noise copy, then outlier copies).")
+    noise: float = option(1.0, "The noise copy's standard deviation (network units).")
     n_test: int = option(10000, "Fashion-MNIST test images (0: all).")
     n_ood: int = option(2000, "MNIST test images (OOD).")
     uci: tuple[str, ...] = option(("bostonHousing", "concrete"), "UCI datasets.")
@@ -61,9 +63,15 @@ def _spearman(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _copy(opts: DistillOptions) -> str:
     """The transfer copy in words."""
+    noise = f"Gaussian noise, σ = {opts.noise:g} in network input units"
     if opts.augment == "noise":
-        return f"Gaussian noise, σ = {opts.noise:g} in network input units"
-    return opts.augment
+        return f"{opts.copies} × {noise}"
+    if opts.augment == "outliers":
+        return (
+            f"{noise}, then {opts.copies - 1} outlier cop(ies) on images (patch and pixel "
+            "shuffles, rotations, inversions, zooms, noise; tables: the noise copy alone)"
+        )
+    return f"{opts.copies} × {opts.augment}"
 
 
 def _image_rows(label: str, teacher: Any, student: Any, data: dict, t: int) -> list[str]:
@@ -120,7 +128,7 @@ def _images(opts: DistillOptions, lines: list[str]) -> None:
     for label, teacher, seconds in teachers:
         student = bayesify.distill(teacher, train.x, samples=opts.samples,
                                    epochs=opts.student_epochs, seed=opts.seed,
-                                   augment=opts.augment, noise=opts.noise,
+                                   augment=opts.augment, copies=opts.copies, noise=opts.noise,
                                    progress=False)  # fmt: skip
         notes.append(
             f"{label}: teacher trained in {seconds:.0f} s, student distilled in "
@@ -165,7 +173,7 @@ def _uci_rows(name: str, opts: DistillOptions) -> tuple[list[str], list[str]]:
         teacher.fit((s.x_train, s.y_train), val=(s.x_val, s.y_val), **fit)
         student = bayesify.distill(teacher, s.x_train, samples=opts.samples,
                                    epochs=opts.uci_epochs, batch_size=32, seed=opts.seed,
-                                   augment=opts.augment, noise=opts.noise,
+                                   augment=opts.augment, copies=opts.copies, noise=opts.noise,
                                    progress=False)  # fmt: skip
         tp = teacher.predict(s.x_test, opts.samples, seed=1)
         sp = student.predict(s.x_test, opts.samples, seed=1)
