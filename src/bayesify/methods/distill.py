@@ -3,14 +3,14 @@ predictive, so one pass over N rows gives what T samples of the teacher give.
 
 ``distill(teacher, x)``:
 
-1. **Transfer set**: the inputs ``x`` (raw, as ``teacher.predict`` takes them) plus ``copies``
-   augmented copies (``augment``: ``noise``, the default, adds Gaussian noise of ``noise`` (1)
-   in network input units; ``mixup`` blends two random inputs with λ ~ U(0, 1); ``none``).
-   Noise because the student's precision head is linear in the last layer's input and learns
-   only the disagreement it is shown: mixup copies are hardly more uncertain for the teacher
-   than the training inputs (benchmarks/distill.md), noisy ones are about as uncertain as
-   out-of-distribution inputs. Even so the student's OOD signal fades with longer training
-   (Fashion-MNIST LeNet: the teacher's AUROC after 2 epochs, 0.78 of it after 4).
+1. **Transfer set** (:mod:`.transfer`): the inputs ``x`` (raw, as ``teacher.predict`` takes
+   them) plus ``copies`` (2) copies. ``outliers``, the default: a copy with Gaussian noise of
+   ``noise`` (1, network input units), then on images copies whose class semantics are
+   destroyed (patch and pixel shuffles, rotations, inversions, heavy zooms, noise), on which
+   the teacher's samples disagree about as much as on out-of-distribution inputs; tables get
+   the noise copy alone. ``noise``: noise copies; ``mixup``: blends of two random inputs;
+   ``none``. Why: the student's precision head learns only the disagreement it is shown, and
+   with the noise copy alone its OOD signal faded as it trained longer (benchmarks/distill.md).
 2. **Teacher targets**: ``samples`` draws of the teacher per transfer row (one pass each chunk).
    Classification keeps the T log class-probability vectors ``[N, T, C]``; regression keeps
    the mean, the epistemic variance and the aleatoric variance per row, in network units.
@@ -27,6 +27,10 @@ predictive, so one pass over N rows gives what T samples of the teacher give.
    - regression: ``(m - mu)² / r + ½ (e / v_e + log v_e) + ½ (a / v_a + log v_a)`` for the
      teacher's mean m, epistemic e and aleatoric a variance, r the mean total variance over
      the transfer set (each term is minimised by the teacher's value).
+
+5. **The epoch** (classification): a tenth of the transfer rows (``HOLDOUT``) is held out, and
+   the student keeps the epoch whose closed-form mutual information ranks those rows most like
+   the teacher's (Spearman), so a longer run cannot end on a worse epoch than it passed.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Distilled students against their teachers: Fashion-MNIST LeNet (MNIST as OOD) and UCI.
 
 Each teacher (MC dropout; a deep ensemble) is trained here, a :class:`Distilled` student is
-distilled from it on the training inputs plus one augmented copy (``bayesify.distill``; by
-default Gaussian noise of σ = 1 in network input units), and both are
+distilled from it on the training inputs plus augmented copies (``bayesify.distill``; by
+default a copy with Gaussian noise of σ = 1 in network input units and, on images, an outlier
+copy: patch and pixel shuffles, rotations, inversions, zooms), and both are
 scored on the test set: error, NLL, ECE (images) or RMSE, NLL, 90 % interval coverage (UCI); the
 OOD AUROC of the teacher's mutual information against the student's own (the closed form of its
 Dirichlet); and Spearman's rank correlation of the teacher's and the student's epistemic score
@@ -143,7 +144,7 @@ def _images(opts: DistillOptions, lines: list[str]) -> None:
             student.save(folder / "fmnist-mc-dropout-student", overwrite=True)
     lines += [
         "## Fashion-MNIST LeNet, MNIST as out-of-distribution", "",
-        f"{opts.limit} training images (also the transfer set, plus one copy: {_copy(opts)}), "
+        f"{opts.limit} training images (also the transfer set, plus: {_copy(opts)}), "
         f"{len(test.x)} test images, {opts.n_ood} MNIST test images; teachers trained "
         f"{opts.epochs} epochs (Adam, lr 1e-3, batch 128), students {opts.student_epochs}; "
         f"T = {opts.samples}. AUROC: mutual information separating MNIST from Fashion-MNIST "
@@ -213,7 +214,7 @@ def run(opts: DistillOptions) -> str:
         lines += [
             "## UCI regression (split 0 of Gal's splits, normalised units)", "",
             f"MLP with one hidden layer of 50; teachers and students {opts.uci_epochs} epochs; "
-            f"T = {opts.samples}; the transfer set is the training rows plus one copy: "
+            f"T = {opts.samples}; the transfer set is the training rows plus: "
             f"{_copy(opts)}. "
             "Spearman: rank correlation of the student's and the teacher's epistemic variance "
             "per test row.", "",
