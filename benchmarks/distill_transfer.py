@@ -66,7 +66,7 @@ def main(teacher_path: str, n: int, options: dict) -> None:
     # log every epoch: wrap the training loop's validation (the held-out score, when there is one)
     real_train, real_loop = distill._train, distill.train_loop
 
-    def train(student, *args, **kwargs):
+    def keep(student, *args, **kwargs):
         seen["student"] = student
         return real_train(student, *args, **kwargs)
 
@@ -82,7 +82,7 @@ def main(teacher_path: str, n: int, options: dict) -> None:
 
         return real_loop(*args, validate=logged, **kwargs)
 
-    distill._train, distill.train_loop = train, loop
+    distill._train, distill.train_loop = keep, loop
     student = bayesify.distill(teacher, train.x[:n], progress=False, **options)
     d = student.distillation
     print(f"chosen epoch {d['chosen_epoch']} of {d['epochs']}; {d['seconds']} s")
