@@ -70,6 +70,7 @@ def distill(
     d = student.distillation
     console.print(
         f"distilled {d['teacher']['method']} ({d['transfer']['rows']} transfer rows, "
-        f"{d['epochs']} epochs, final loss {d['final_loss']:.4g}, {d['seconds']:.0f} s) -> {out}",
+        f"{d['epochs']} epochs, epoch {d['chosen_epoch']} kept, final loss "
+        f"{d['final_loss']:.4g}, {d['seconds']:.0f} s) -> {out}",
         highlight=False,
     )
