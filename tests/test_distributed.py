@@ -3,9 +3,12 @@ batch, for a network without batch norm and plain SGD (mathematically the same s
 
 from __future__ import annotations
 
+import traceback
+
 import pytest
 import torch
 from torch import nn
+from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
 import bayesify
 from bayesify.models import mlp
@@ -81,3 +84,28 @@ def test_fit_takes_the_ddp_strategy_for_a_method_with_its_own_parameters() -> No
     assert method.history.epochs == 1
     assert (_flat(method.net) - start).abs().max() > 1e-3
     assert method.noise_variance == pytest.approx(float(method.log_noise.detach().exp()))
+
+
+def _raised_in_replica(index: int, error: Exception) -> ProcessRaisedException:
+    """What torch.multiprocessing.spawn raises in the parent: the child's traceback as text."""
+    try:
+        raise error
+    except Exception:
+        trace = traceback.format_exc()
+    msg = f"\n\n-- Process {index} terminated with the following error:\n{trace}"
+    return ProcessRaisedException(msg, index, 4242)
+
+
+def test_an_error_inside_a_spawned_replica_reaches_the_caller_as_one_line() -> None:
+    from bayesify.data.errors import DataError
+    from bayesify.train.distributed import _replica_error
+
+    err = _replica_error(_raised_in_replica(1, DataError("12 training rows are too few")))
+    assert type(err) is ValueError
+    assert str(err) == "training replica 1: 12 training rows are too few"
+    err = _replica_error(_raised_in_replica(0, KeyError("weight")))
+    assert type(err) is RuntimeError and str(err) == "training replica 0: KeyError: 'weight'"
+    killed = ProcessExitedException("process 1 terminated", 1, 4242, -9, "SIGKILL")
+    assert str(_replica_error(killed)) == (
+        "training replica 1 ended with signal SIGKILL before it finished"
+    )

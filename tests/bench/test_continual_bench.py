@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from bayesify.bench.experiments.continual import ContinualOptions, _network
+from bayesify.bench.experiments.continual import ContinualOptions, _network, _recipe
 
 
 def test_paper_preset_is_the_authors_recipe():
@@ -31,3 +31,37 @@ def test_truncated_normal_initialisation():
     assert net.heads[3].bias.detach().abs().max() > 0.01  # biases drawn too, not zero
     plain = _network("split-mnist")
     assert float(plain.body[1].weight.detach().std()) < 0.03  # torch's default: 1/sqrt(784) scale
+
+
+def test_permuted_overrides_set_t_and_epochs_on_permuted_mnist_only():
+    opts = ContinualOptions(preset="paper", samples_permuted=20, epochs_permuted=30)
+    got = {(j.dataset, j.samples, j.epochs, j.batch_size) for j in opts.jobs()}
+    assert got == {("permuted-mnist", 20, 30, 256), ("split-mnist", 100, 120, 0)}
+    plain = {(j.samples, j.epochs) for j in ContinualOptions(preset="paper").jobs()}
+    assert plain == {(100, 100), (100, 120)}  # 0: --samples and the preset's epochs
+    assert "20 epochs per task" in _recipe("permuted-mnist", opts.__class__(epochs_permuted=20))
+
+
+def test_report_only_writes_the_stored_rows_and_runs_nothing(tmp_path, monkeypatch):
+    import bayesify.bench.experiments.continual as continual
+    from bayesify.bench.jobs import job_config, job_key
+    from bayesify.bench.store import ResultsStore
+
+    def no_job(job):
+        raise AssertionError("report-only ran a job")
+
+    monkeypatch.setattr(continual, "score_job", no_job)
+    opts = ContinualOptions(
+        store=str(tmp_path / "r.db"), out=str(tmp_path), benchmarks=("split-mnist",),
+        methods=("vcl", "finetune"), seeds=2, report_only=True,
+    )  # fmt: skip
+    job = next(j for j in opts.jobs() if j.method == "vcl" and j.seed == 0)
+    acc = [[0.99], [0.98, 0.97], [0.9, 0.9, 0.9], [0.8] * 4, [0.5, 0.6, 0.7, 0.8, 0.9]]
+    with ResultsStore(opts.store) as db:  # one of the four jobs is done
+        db.put_done(job_key("continual", job), job_config(job),
+                    {"accuracy": acc, "average": 0.7, "task_seconds": [1.0] * 5})  # fmt: skip
+    page = continual.run(opts)
+    assert "report only, nothing run" in page and "--report-only" in page
+    rows = [line for line in page.splitlines() if line.startswith("| vcl |")]
+    assert rows == ["| vcl | 0 | 70.0 | 50.0 | 60.0 | 70.0 | 80.0 | 90.0 | 1 | 1 |"]
+    assert "| finetune |" not in page and (tmp_path / "continual.md").read_text() == page

@@ -195,7 +195,7 @@ def test_bundle_records_teacher_and_leaves_its_calibrations(tmp_path):
     teacher = bayesify.MCDropout(mlp(4, 3, (8,), norm=None, dropout=0.2), task="classification")
     teacher.fit((x, y), epochs=2, progress=False)
     teacher.metadata.update({"deferral": {"score": "mi"}, "data": "blobs"})
-    student = bayesify.distill(teacher, (x, y), epochs=1, samples=4, augment="noise",
+    student = bayesify.distill(teacher, (x, y), epochs=1, samples=4, augment="noise", copies=1,
                                progress=False, teacher_source="teacher/")  # fmt: skip
     assert student.metadata == {"data": "blobs"}  # the teacher's deferral is not the student's
     student.save(tmp_path / "s")

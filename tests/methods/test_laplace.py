@@ -276,3 +276,25 @@ def test_bayesify_train_method_laplace(tmp_path):
     loaded = bayesify.load(tmp_path / "b")
     assert isinstance(loaded, bayesify.Laplace) and loaded.evidence is not None
     assert loaded.prior_precision == pytest.approx(loaded.evidence.prior_precision)
+
+
+def test_weight_draws_handed_in_give_joint_samples():
+    """The output-space draw is the default; weights drawn from the block (``block.draw``) and
+    handed to the layer through the sampling plan are used as they are: every row of group t
+    gets ``W_t φ + b_t`` (one network per group, a joint sample over rows)."""
+    from bayesify.nn import sampling
+
+    data = classification_data(96)
+    net = _trained(mlp(5, 3, hidden=(16,)), data, "classification", epochs=3)
+    la = bayesify.Laplace.from_pretrained(net, data, task="classification", link="mc",
+                                          batch_size=32)  # fmt: skip
+    layer, x, t = la.layer, data[0][:6], 4
+    w, b = layer.posterior.draw(t, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        feats = la.net[:-1](x)
+        with sampling(layer, t, draws={layer: (w, b)}):
+            out = layer.group_outputs(feats)
+            forward = layer(feats.repeat(t, 1)).unflatten(0, (t, -1))
+    expected = torch.einsum("nd,tcd->tnc", feats.double(), w.double()) + b.double()[:, None]
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(forward, out, rtol=0, atol=0)

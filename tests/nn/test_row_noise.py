@@ -67,6 +67,21 @@ def test_hash_with_a_row_bound_gives_the_same_numbers():
                     assert float(u[t, i, j]) == _uniform_reference(k, r, j, 3, 2)
 
 
+def test_numpy_and_torch_paths_give_the_same_numbers():
+    """CPU tensors hash in NumPy uint32, others in torch int64: bit for bit the same (the torch
+    path run on CPU here), both for counters inside 32 bits and beyond."""
+    from bayesify.nn.row_noise import _hash_uniform_numpy, _hash_uniform_torch
+
+    g = torch.Generator().manual_seed(0)
+    keys = torch.randint(0, 2**32, (7,), generator=g, dtype=torch.int64)
+    for rows, low_only in ((torch.arange(3, 40), True), (torch.tensor([5, 2**31, 2**34]), False)):
+        for stream in (0, 1, 9):
+            a = _hash_uniform_numpy(keys, rows, 11, stream, low_only)
+            b = _hash_uniform_torch(keys, rows, 11, stream, low_only)
+            assert a.dtype == b.dtype == torch.float64 and a.shape == (7, len(rows), 11)
+            assert torch.equal(a, b)
+
+
 def test_uniforms_are_uniform_and_independent():
     u = hash_uniform(torch.tensor([7, 8]), torch.arange(500), 40).flatten()
     assert float(u.min()) > 0.0 and float(u.max()) < 1.0

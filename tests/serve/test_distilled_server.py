@@ -64,7 +64,7 @@ def test_served_answers_say_they_come_from_a_distilled_student(student_server, t
     card = httpx.get(f"{student_server.url}/v1/model").json()
     assert card["method"] == "distilled"
     assert card["distilled"]["teacher"]["source"] == str(toy_bundle)
-    assert card["distilled"]["transfer"]["augment"] == "noise"
+    assert card["distilled"]["transfer"]["augment"] == "outliers"
     assert card["deferral"]["score"] == "mi"
 
 

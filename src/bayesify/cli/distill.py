@@ -22,11 +22,15 @@ def distill(
     out: Annotated[Path, typer.Option(help="Student bundle folder to write.")],
     samples: Annotated[int, typer.Option(help="Teacher samples T per transfer row.", min=1)] = 30,
     augment: Annotated[
-        str, typer.Option(help="Extra transfer rows: noise, mixup or none.")
-    ] = "noise",
-    copies: Annotated[int, typer.Option(help="Augmented copies of the inputs.", min=0)] = 1,
+        str,
+        typer.Option(
+            help="Extra transfer rows: outliers (images: a noise copy, then shuffled, rotated, "
+            "inverted and zoomed copies; tables: the noise copy), noise, mixup or none."
+        ),
+    ] = "outliers",
+    copies: Annotated[int, typer.Option(help="Augmented copies of the inputs.", min=0)] = 2,
     noise: Annotated[
-        float, typer.Option(help="--augment noise: its standard deviation (network units).")
+        float, typer.Option(help="The noise copy's standard deviation (network units).")
     ] = 1.0,
     epochs: Annotated[int, typer.Option(help="Training epochs of the student.", min=1)] = 20,
     batch_size: Annotated[int, typer.Option(help="Mini-batch size.", min=1)] = 128,
@@ -66,6 +70,7 @@ def distill(
     d = student.distillation
     console.print(
         f"distilled {d['teacher']['method']} ({d['transfer']['rows']} transfer rows, "
-        f"{d['epochs']} epochs, final loss {d['final_loss']:.4g}, {d['seconds']:.0f} s) -> {out}",
+        f"{d['epochs']} epochs, epoch {d['chosen_epoch']} kept, final loss "
+        f"{d['final_loss']:.4g}, {d['seconds']:.0f} s) -> {out}",
         highlight=False,
     )

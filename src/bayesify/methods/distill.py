@@ -3,14 +3,14 @@ predictive, so one pass over N rows gives what T samples of the teacher give.
 
 ``distill(teacher, x)``:
 
-1. **Transfer set**: the inputs ``x`` (raw, as ``teacher.predict`` takes them) plus ``copies``
-   augmented copies (``augment``: ``noise``, the default, adds Gaussian noise of ``noise`` (1)
-   in network input units; ``mixup`` blends two random inputs with λ ~ U(0, 1); ``none``).
-   Noise because the student's precision head is linear in the last layer's input and learns
-   only the disagreement it is shown: mixup copies are hardly more uncertain for the teacher
-   than the training inputs (benchmarks/distill.md), noisy ones are about as uncertain as
-   out-of-distribution inputs. Even so the student's OOD signal fades with longer training
-   (Fashion-MNIST LeNet: the teacher's AUROC after 2 epochs, 0.78 of it after 4).
+1. **Transfer set** (:mod:`.transfer`): the inputs ``x`` (raw, as ``teacher.predict`` takes
+   them) plus ``copies`` (2) copies. ``outliers``, the default: a copy with Gaussian noise of
+   ``noise`` (1, network input units), then on images copies whose class semantics are
+   destroyed (patch and pixel shuffles, rotations, inversions, heavy zooms, noise), on which
+   the teacher's samples disagree about as much as on out-of-distribution inputs; tables get
+   the noise copy alone. ``noise``: noise copies; ``mixup``: blends of two random inputs;
+   ``none``. Why: the student's precision head learns only the disagreement it is shown, and
+   with the noise copy alone its OOD signal faded as it trained longer (benchmarks/distill.md).
 2. **Teacher targets**: ``samples`` draws of the teacher per transfer row (one pass each chunk).
    Classification keeps the T log class-probability vectors ``[N, T, C]``; regression keeps
    the mean, the epistemic variance and the aleatoric variance per row, in network units.
@@ -27,6 +27,10 @@ predictive, so one pass over N rows gives what T samples of the teacher give.
    - regression: ``(m - mu)² / r + ½ (e / v_e + log v_e) + ½ (a / v_a + log v_a)`` for the
      teacher's mean m, epistemic e and aleatoric a variance, r the mean total variance over
      the transfer set (each term is minimised by the teacher's value).
+
+5. **The epoch** (classification): a tenth of the transfer rows (``HOLDOUT``) is held out, and
+   the student keeps the epoch whose closed-form mutual information ranks those rows most like
+   the teacher's (Spearman), so a longer run cannot end on a worse epoch than it passed.
 """
 
 from __future__ import annotations
@@ -46,10 +50,12 @@ from bayesify.methods.base import Method
 from bayesify.methods.bundle import bundle_config
 from bayesify.methods.distilled import Distilled, last_linear
 from bayesify.methods.ensemble import DeepEnsemble
+from bayesify.methods.transfer import transfer_inputs
+from bayesify.metrics.posterior import rank_correlation
 from bayesify.models import build_model
 from bayesify.nn.modes import eval_mode
 from bayesify.options import Augment, Task, parse_option
-from bayesify.predictive.dirichlet import dirichlet_nll
+from bayesify.predictive.dirichlet import dirichlet_nll, dirichlet_summaries
 from bayesify.train import as_loader, make_optimizer, train_loop
 
 log = logging.getLogger(__name__)
@@ -58,6 +64,10 @@ log = logging.getLogger(__name__)
 SMOOTHING = 1e-4
 #: transfer rows the teacher predicts at a time
 TEACHER_CHUNK = 1024
+#: share of a classification transfer set held out to choose the student's epoch by
+HOLDOUT = 0.1
+#: fewer held-out rows than this: no choice, the last epoch is kept
+MIN_HELD_OUT = 20
 
 
 def distill(
@@ -65,8 +75,8 @@ def distill(
     data: Any,
     *,
     samples: int = 30,
-    augment: Augment | str = Augment.NOISE,
-    copies: int = 1,
+    augment: Augment | str = Augment.OUTLIERS,
+    copies: int = 2,
     noise: float = 1.0,
     epochs: int = 20,
     batch_size: int = 128,
@@ -98,16 +108,18 @@ def distill(
     student = _student(teacher)
     student.to(teacher.device)
     ref = _init_heads(student, targets)
-    history = _train(student, xt, targets, ref, epochs, batch_size, lr, temperature, seed,
-                     progress)  # fmt: skip
+    fit, held = holdout_split(len(xt), student.config.task, gen)
+    history = _train(student, xt[fit], targets[fit], ref, epochs, batch_size, lr, temperature,
+                     seed, progress, (xt[held], targets[held]) if len(held) else None)  # fmt: skip
     student.distillation = {
         "teacher": _teacher_record(teacher, teacher_source),
         "teacher_samples": samples,
         "transfer": {"inputs": len(x), "augment": augment.value, "copies": copies,
-                     "noise": noise if augment is Augment.NOISE else None,
+                     "noise": noise if augment in (Augment.NOISE, Augment.OUTLIERS) else None,
                      "rows": len(xt)},  # fmt: skip
         "epochs": epochs, "batch_size": batch_size, "lr": lr, "temperature": temperature,
         "seed": seed, "final_loss": history.train_loss[-1],
+        "held_out_rows": len(held), "chosen_epoch": history.best_epoch + 1 if len(held) else epochs,
         "seconds": round(time.perf_counter() - began, 1),
     }  # fmt: skip
     return student
@@ -124,22 +136,6 @@ def _network_inputs(teacher: Method, data: Any) -> Tensor:
     if len(x) < 2:
         raise ValueError(f"distillation needs at least 2 input rows, got {len(x)}")
     return x
-
-
-def transfer_inputs(
-    x: Tensor, augment: Augment, copies: int, noise: float, generator: torch.Generator
-) -> Tensor:
-    """``x [N, ...]`` followed by ``copies`` augmented copies: ``[(1 + copies) N, ...]``."""
-    parts = [x]
-    for _ in range(copies if augment is not Augment.NONE else 0):
-        if augment is Augment.MIXUP:
-            j = torch.randperm(len(x), generator=generator).to(x.device)
-            lam = torch.rand(len(x), generator=generator).to(x)
-            lam = lam.reshape(-1, *([1] * (x.dim() - 1)))
-            parts.append(lam * x + (1 - lam) * x[j])
-        else:
-            parts.append(x + noise * torch.randn(x.shape, generator=generator).to(x))
-    return torch.cat(parts)
 
 
 def teacher_targets(
@@ -162,6 +158,24 @@ def teacher_targets(
             outs.append(torch.stack([pred.mean, pred.epistemic_variance,
                                      pred.aleatoric_variance], -1).float())  # fmt: skip
     return torch.cat(outs)
+
+
+def holdout_split(n: int, task: Task, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+    """Transfer rows to train on and rows held out to choose the epoch by (classification with
+    at least ``MIN_HELD_OUT`` held-out rows; else none): index tensors."""
+    held = int(HOLDOUT * n) if task is Task.CLASSIFICATION else 0
+    if held < MIN_HELD_OUT:
+        return torch.arange(n), torch.arange(0)
+    order = torch.randperm(n, generator=generator)
+    return order[held:], order[:held]
+
+
+def mutual_information(log_p: Tensor) -> Tensor:
+    """The teacher's mutual information per row from its samples ``log_p [N, T, C]``: ``[N]``."""
+    p = log_p.double().exp()
+    m = p.mean(1)
+    h = -(m * m.clamp_min(1e-300).log()).sum(-1)
+    return h + (p * log_p.double()).sum(-1).mean(1)
 
 
 # ---------------------------------------------------------------------------------- student
@@ -242,7 +256,8 @@ def _init_heads(student: Distilled, targets: Tensor) -> float:
 
 
 def _train(student: Distilled, x: Tensor, targets: Tensor, ref: float, epochs: int,
-           batch_size: int, lr: float, temperature: float, seed: int, progress: bool):  # fmt: skip
+           batch_size: int, lr: float, temperature: float, seed: int, progress: bool,
+           held: tuple[Tensor, Tensor] | None = None):  # fmt: skip
     classify = student.config.task is Task.CLASSIFICATION
     _, _, wide = last_linear(student.net)
     seen: list[Tensor] = []  # the last layer's input of the current batch
@@ -260,12 +275,22 @@ def _train(student: Distilled, x: Tensor, targets: Tensor, ref: float, epochs: i
         tau = max(1.0, temperature + (1.0 - temperature) * min(1.0, 2 * done))
         return classification_loss(torch.cat([out[:, :-1], s], -1), yb, tau)
 
+    validate = None
+    if held is not None:  # the epoch whose MI ranks the held-out rows most like the teacher's
+        hx, teacher_mi = held[0], mutual_information(held[1])
+
+        def validate() -> float:
+            out = student.heads(hx.to(student.device), TEACHER_CHUNK)
+            mi = dirichlet_summaries(student.concentrations(out).double())["mutual_information"]
+            return -rank_correlation(mi.cpu(), teacher_mi)
+
     loader = as_loader(TensorDataset(x, targets), batch_size, shuffle=True, seed=seed)
     opt = make_optimizer(student.param_groups(lr, 0.0), "adam", lr)
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             history = train_loop(student.net, objective, loader, opt, epochs=epochs,
+                                 validate=validate,
                                  device=student.device, progress=progress,
                                  desc="distill")  # fmt: skip
     finally:

@@ -4,11 +4,13 @@ the generalised Gauss-Newton matrix of the training log-likelihood.
 
 * ``subset="last-layer"`` (default): the last ``nn.Linear`` becomes a
   :class:`~bayesify.nn.laplace_posterior.LaplaceLinear`; the body runs once per input row and the
-  T draws of the last layer share it (one batched matmul). ``hessian`` full, kfac (default) or
-  diag. For a last layer the linearised (GLM) and the sampled predictives are the same Gaussian
-  over outputs (the layer is linear in its weights), so both are drawn as weights;
-  ``link="probit"`` (the classification default) draws nothing and gives every sample the
-  probit-scaled logits, whose softmax is the probit approximation.
+  T draws of the last layer share it. ``hessian`` full, kfac (default) or diag. For a last
+  layer the linearised (GLM) and the sampled predictives are the same Gaussian over outputs
+  (the layer is linear in its weights), ``N(W φ + b, J Σ Jᵀ)`` for features φ, so both are
+  drawn in output space: C normals per sample and row from the row's own key (rows are
+  independent draws; the samples of a row do not depend on chunking); ``link="probit"`` (the
+  classification default) draws nothing and gives every sample the probit-scaled logits, whose
+  softmax is the probit approximation.
 * ``subset="all"``: every ``nn.Linear`` and ``nn.Conv2d`` (hessian kfac or diag; batch norm in
   eval mode, its scale and shift kept at their MAP values). ``predictive="glm"`` draws
   ``f(x) + J(x) Δ_t`` by forward-mode differentiation (``torch.func.jvp``), ``"sampled"`` runs
@@ -38,7 +40,7 @@ from bayesify.methods.laplace_curvature import (
     posterior_layers,
 )
 from bayesify.methods.laplace_prior import Evidence, fit_evidence, log_marglik, prior_grid
-from bayesify.nn import check_sample_bytes, chunk_plan, group_bytes
+from bayesify.nn import check_sample_bytes, chunk_plan, sampling
 from bayesify.nn.folding import deterministic_prefix
 from bayesify.nn.laplace_posterior import BLOCKS, LaplaceBlock, LaplaceLinear
 from bayesify.nn.modes import eval_mode
@@ -317,15 +319,21 @@ class Laplace(Method):
         ranges, per_chunk = chunk_plan(samples, len(x), max_rows)
         if len(ranges) > 1:
             return None
+        body = [] if start else list(net.children())[:k]  # what net[:k] runs, not rebuilt
+        layer = self.layer
         out: Tensor | None = None
         row = 0
-        with self.sampling(samples, generator):
+        # the layer is the net's only stochastic module (the body is deterministic): its
+        # sampling block alone, not a walk over every module to begin and end
+        with sampling(layer, samples, generator):
             for block in x.split(per_chunk * samples):
-                h = block if start else net[:k](block)
-                y = self.layer.group_outputs(h.reshape(len(h), -1))  # [T, n, out]
+                h = block
+                for module in body:
+                    h = module(h)
+                y = layer.group_outputs(h.reshape(len(h), -1))  # [T, n, out]
                 if out is None:
                     check_sample_bytes(samples, len(x), y.shape[-1], y.element_size(),
-                                       group_bytes(net), max_bytes)  # fmt: skip
+                                       layer.group_bytes(), max_bytes)  # fmt: skip
                     out = y.new_empty((samples, len(x), y.shape[-1]))
                 out[:, row : row + len(h)] = y
                 row += len(h)

@@ -23,7 +23,12 @@ from bayesify.metrics.classification import (
     reliability_curve,
 )
 from bayesify.metrics.ood import OODPositive, aupr, auroc, fpr_at_tpr
-from bayesify.metrics.posterior import argmax_agreement, total_variation, wasserstein_1d
+from bayesify.metrics.posterior import (
+    argmax_agreement,
+    rank_correlation,
+    total_variation,
+    wasserstein_1d,
+)
 from bayesify.metrics.regression import (
     crps_gaussian,
     crps_mixture,
@@ -85,6 +90,7 @@ __all__ = [
     "normalized_pll",
     "optimal_crps",
     "optimal_pll",
+    "rank_correlation",
     "regression_calibration_curve",
     "reliability_curve",
     "risk_coverage_curve",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["argmax_agreement", "total_variation", "wasserstein_1d"]
+__all__ = ["argmax_agreement", "rank_correlation", "total_variation", "wasserstein_1d"]
 
 
 def _quantile_at(sorted_samples: Tensor, u: Tensor) -> Tensor:
@@ -63,3 +63,23 @@ def argmax_agreement(p: Tensor, q: Tensor) -> float:
     if p.shape != q.shape or p.dim() != 2:
         raise ValueError(f"expected two [N, C] tensors, got {tuple(p.shape)} and {tuple(q.shape)}")
     return float((p.argmax(-1) == q.argmax(-1)).double().mean())
+
+
+def _average_ranks(x: Tensor) -> Tensor:
+    """1-based ranks of ``x [N]``, ties given their mean rank (float64)."""
+    _, inverse, counts = torch.unique(x.double(), sorted=True, return_inverse=True,
+                                      return_counts=True)  # fmt: skip
+    ends = torch.cumsum(counts, 0).double()
+    return (ends - (counts.double() - 1) / 2)[inverse]
+
+
+def rank_correlation(a: Tensor, b: Tensor) -> float:
+    """Spearman's rank correlation of two scores ``a [N]`` and ``b [N]`` (average ranks for
+    ties; 0 when either is constant)."""
+    if a.shape != b.shape or a.dim() != 1 or len(a) < 2:
+        raise ValueError(f"expected two [N] tensors, N >= 2, got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")  # fmt: skip
+    ra, rb = _average_ranks(a), _average_ranks(b.to(a.device))
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = (ra.square().sum() * rb.square().sum()).sqrt()
+    return float((ra * rb).sum() / den) if den > 0 else 0.0

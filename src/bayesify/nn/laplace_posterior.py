@@ -13,8 +13,10 @@ that changing ``δ`` or ``s`` costs nothing:
 * :class:`DiagBlock`: the diagonal of ``H``.
 
 Each block draws weights ``θ + P^{-1/2} z`` for sample groups (the :class:`~bayesify.nn.
-sampled_linear.WeightPosterior` protocol), gives the eigenvalues of ``H`` (the marginal
-likelihood's log-determinant) and ``J Σ Jᵀ`` for last-layer features (the linearised predictive).
+sampled_linear.WeightPosterior` protocol; all-layer Laplace), gives the eigenvalues of ``H``
+(the marginal likelihood's log-determinant), ``J Σ Jᵀ`` for last-layer features (the linearised
+predictive) and scales standard normals to draws from it (``output_noise``: the last layer's
+samples, drawn per row in output space by :class:`LaplaceLinear`).
 Every tensor is a buffer, so a block travels in the network's ``state_dict`` (bundles).
 """
 
@@ -25,7 +27,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from bayesify.nn.row_noise import RowNoise
 from bayesify.nn.sampled_linear import SampledLinear, draw_on
+from bayesify.nn.stochastic import StochasticModule
 
 
 class LaplaceBlock(nn.Module):
@@ -78,6 +82,14 @@ class LaplaceBlock(nn.Module):
     def output_variance(self, features: Tensor) -> Tensor:
         """The diagonal of :meth:`output_covariance`: ``[N, out]`` float64."""
         return self.output_covariance(features).diagonal(dim1=-2, dim2=-1)
+
+    def output_noise(self, features: Tensor, z: Tensor) -> Tensor:
+        """Standard normals ``z [G, N, out]`` scaled to draws of the outputs' deviation from
+        the mean, ``N(0, J Σ Jᵀ)`` for each row of ``features [N, in]``: ``[G, N, out]``
+        float64 (here by the symmetric square root of :meth:`output_covariance`)."""
+        vals, vecs = torch.linalg.eigh(self.output_covariance(features))  # [N, out(, out)]
+        root = (vecs * vals.clamp_min(0).sqrt().unsqueeze(1)) @ vecs.transpose(1, 2)
+        return torch.einsum("nck,gnk->gnc", root, z.double())
 
 
 class FullBlock(LaplaceBlock):
@@ -162,19 +174,23 @@ class KronBlock(LaplaceBlock):
         rotated, db = self.rotated_deltas(groups, generator)
         return self.q_out @ rotated @ self.q_in.T, db
 
-    def output_covariance(self, features: Tensor) -> Tensor:
+    def _rotated_variance(self, features: Tensor) -> Tensor:
+        """The outputs' covariance in ``G``'s eigenbasis is diagonal: ``m [N, out]`` with
+        ``J Σ Jᵀ = Q_out diag(m_n) Q_outᵀ`` for row n."""
         psi2 = (features.double() @ self.q_in).square()  # [N, in]
-        m = psi2 @ self._prec_w().reciprocal().T  # [N, out] in G's eigenbasis
-        if self.has_bias:
-            m = m + self._prec_b().reciprocal()
+        m = psi2 @ self._prec_w().reciprocal().T  # [N, out]
+        return m + self._prec_b().reciprocal() if self.has_bias else m
+
+    def output_covariance(self, features: Tensor) -> Tensor:
+        m = self._rotated_variance(features)
         return (self.q_out * m.unsqueeze(1)) @ self.q_out.T  # Q diag(m_n) Qᵀ
 
     def output_variance(self, features: Tensor) -> Tensor:
-        psi2 = (features.double() @ self.q_in).square()
-        m = psi2 @ self._prec_w().reciprocal().T
-        if self.has_bias:
-            m = m + self._prec_b().reciprocal()
-        return m @ self.q_out.square().T
+        return self._rotated_variance(features) @ self.q_out.square().T
+
+    def output_noise(self, features: Tensor, z: Tensor) -> Tensor:
+        """``Q_out (√m_n ⊙ z)``: the draw in ``G``'s eigenbasis, rotated back."""
+        return (z.double() * self._rotated_variance(features).sqrt()) @ self.q_out.T
 
 
 class DiagBlock(LaplaceBlock):
@@ -210,101 +226,103 @@ class DiagBlock(LaplaceBlock):
     def output_covariance(self, features: Tensor) -> Tensor:
         return torch.diag_embed(self.output_variance(features))
 
+    def output_noise(self, features: Tensor, z: Tensor) -> Tensor:
+        """Independent outputs: ``√var ⊙ z``."""
+        return z.double() * self.output_variance(features).sqrt()
+
 
 BLOCKS: dict[str, type[LaplaceBlock]] = {"full": FullBlock, "kfac": KronBlock, "diag": DiagBlock}
 
 
 class LaplaceLinear(SampledLinear):
-    """The last layer of a Laplace network: a :class:`SampledLinear` drawing from its
-    :class:`LaplaceBlock`, or, with ``probit=True``, no draws at all: every sample group gets
-    the probit-scaled logits ``f / sqrt(1 + π/8 · diag(J Σ Jᵀ))`` (MacKay 1992), whose softmax
-    is the probit approximation of the predictive class probabilities."""
+    """The last layer of a Laplace network. While sampling, each row's outputs are drawn in
+    output space (the local reparameterisation trick of Kingma et al. 2015, exact here: the
+    layer is linear in its weights, so the outputs of a row with features φ are Gaussian,
+    ``N(W φ + b, J Σ Jᵀ)``): C standard normals per (sample group, row), from the group's key
+    and the row's index (:class:`~bayesify.nn.row_noise.RowNoise`, as Bayes by Backprop's linear
+    layers), so a row's samples do not depend on how the call's rows are chunked or on the
+    other rows. Rows of one group are independent draws, not one shared weight draw. Weights
+    handed in by a :class:`~bayesify.nn.stochastic.SamplingPlan` are used as a
+    :class:`SampledLinear` uses them. With ``probit=True`` nothing is drawn: every sample group
+    gets the probit-scaled logits ``f / sqrt(1 + π/8 · diag(J Σ Jᵀ))`` (MacKay 1992), whose
+    softmax is the probit approximation of the predictive class probabilities."""
 
     posterior: LaplaceBlock
 
     def __init__(self, linear: nn.Linear, posterior: LaplaceBlock, probit: bool = False) -> None:
         super().__init__(linear, posterior)
         self.probit = probit
+        self.noise = RowNoise()  # the per-row keys of output-space draws
 
     @property
-    def _rotated(self) -> bool:
-        """KFAC draws applied in the factors' eigenbases (no weight matrix per group)."""
-        return isinstance(self.posterior, KronBlock) and not self.probit
+    def _output_draws(self) -> bool:
+        """Whether this sampling block draws outputs per row (its keys are drawn)."""
+        return self.noise.active
 
     def begin_sampling(self, plan) -> None:  # noqa: ANN001 - SamplingPlan
-        self._rotated_draws = False
-        if not (self.probit or self._rotated) or plan.draw_for(self) is not None:
-            super().begin_sampling(plan)  # weights per group (given, or drawn whole)
+        if plan.draw_for(self) is not None:
+            super().begin_sampling(plan)  # weights per group, handed in
             return
-        super(SampledLinear, self).begin_sampling(plan)  # the groups; draws below
-        if self._rotated:
-            self._block = self._draw = self.posterior.rotated_deltas(plan.samples, plan.generator)
-            self._rotated_draws = True
+        StochasticModule.begin_sampling(self, plan)
+        if not self.probit:
+            self.noise.begin(plan.samples, plan.generator)
 
     def select_groups(self, start: int, stop: int) -> None:
-        if not self.probit:
+        if self._block is not None:
             super().select_groups(start, stop)
             return
-        super(SampledLinear, self).select_groups(start, stop)
+        StochasticModule.select_groups(self, start, stop)
+        if self._output_draws:
+            self.noise.select_groups(start, stop)
+
+    def end_sampling(self) -> None:
+        super().end_sampling()
+        self.noise.end()
 
     def group_bytes(self) -> int:
-        return 0 if self.probit else super().group_bytes()
+        """One int64 key per group (none for the probit predictive)."""
+        return 0 if self.probit else 8
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.stochastic and self.probit:
+        if self.stochastic and self.probit and self._block is None:
             groups = self.groups
             rows = x.reshape(groups, -1, self.in_features)[0]  # every group: the same rows
             return probit_logits(self, rows).repeat(groups, 1).reshape(*x.shape[:-1], -1)
-        if self.stochastic and getattr(self, "_rotated_draws", False) and self._draw is not None:
-            return self._rotated_forward(x)
+        if self.stochastic and self._output_draws:
+            flat = x.reshape(-1, self.in_features)  # [G*n, in]: each row its own draw
+            if len(flat) % self.groups:
+                raise ValueError(f"{len(flat)} rows do not split into {self.groups} sample groups")
+            out = self._drawn_outputs(flat, len(flat) // self.groups)
+            return out.reshape(*x.shape[:-1], self.out_features)
         return super().forward(x)
 
     def group_outputs(self, rows: Tensor) -> Tensor:
         """Every group's outputs for the same ``rows [n, in]`` (inside a sampling block, all
-        of its groups selected): ``[G, n, out]``, the rows multiplied once, not once per group
-        (what a forward over the ``[G*n, in]`` repeated rows gives, without the repeat)."""
-        if self.probit:
+        of its groups selected): ``[G, n, out]``, the rows' moments computed once, not once
+        per group (what a forward over the ``[G*n, in]`` repeated rows gives, without the
+        repeat)."""
+        if self.probit and self._block is None:
             return probit_logits(self, rows).unsqueeze(0).expand(self.groups, -1, -1)
+        if self._output_draws:
+            return self._drawn_outputs(rows, len(rows)).unflatten(0, (self.groups, -1))
         if self._draw is None:
             raise RuntimeError("group_outputs needs an active sampling block")
-        w, b = self._draw  # [G, out, in] (rotated or whole weights), [G, out]
-        groups = w.shape[0]
-        if getattr(self, "_rotated_draws", False):
-            return self._rotated_rows(rows, groups).to(rows.dtype)
-        # one product over every group's weights, as SampledLinear's float64 product
-        flat = rows.double() @ w.double().reshape(-1, self.in_features).T  # [n, G*out]
-        out = flat.unflatten(1, (groups, self.out_features)).transpose(0, 1)
-        if b is not None:
-            out = out + b.double().unsqueeze(1)
-        return out.to(rows.dtype)
+        return super().forward(rows.repeat(self.groups, 1)).unflatten(0, (self.groups, -1))
 
-    def _rotated_rows(self, base: Tensor, groups: int) -> Tensor:
-        """The rotated forward (:meth:`_rotated_forward`) of rows shared by every group
-        (``base [n, in]``) or of each group's own (``base [G, n, in]``): float64 ``[G, n, out]``."""
-        zs, db = self._draw  # [G, out, in], [G, out] float64
-        block: KronBlock = self.posterior
-        base = base.double()
-        mean = base @ self.weight.double().T  # [(G,) n, out]
+    def _drawn_outputs(self, rows: Tensor, n: int) -> Tensor:
+        """Outputs ``[G*n, out]`` (group-major) for feature rows ``rows [m, in]``: every
+        group's own rows (``m = G*n``) or rows every group shares (``m = n``). The moments in
+        float64, once per row of ``rows``; C standard normals per (group, data row)."""
+        total = self.groups * n
+        z = self.noise.normal(total, self.out_features, rows.device)  # [G*n, out] float64
+        self.noise.advance(total)
+        z = z.reshape(-1, len(rows), self.out_features)  # [G or 1, m, out]
+        flat = rows.double()
+        mean = flat @ self.weight.double().T
         if self.bias is not None:
             mean = mean + self.bias.double()
-        psi = base @ block.q_in  # [(G,) n, in]
-        if base.dim() == 2:  # one product over every group's draws: [n, in] @ [in, G*out]
-            flat = psi @ zs.reshape(groups * self.out_features, self.in_features).T
-            rot = flat.unflatten(1, (groups, self.out_features)).transpose(0, 1)  # [G, n, out]
-        else:
-            rot = torch.bmm(psi, zs.transpose(1, 2))
-        out = mean + rot @ block.q_out.T  # [G, n, out]
-        return out if self.bias is None else out + db.unsqueeze(1)
-
-    def _rotated_forward(self, x: Tensor) -> Tensor:
-        """``W φ + b + Q_out (Z_t ⊙ S)(Q_inᵀ φ) + Δb_t`` per group t: the input is rotated once
-        per row (once per data row when every group holds the same rows, as behind a
-        deterministic body), then each group costs ``out × in`` per row, as a plain product."""
-        groups = self._draw[0].shape[0]
-        rows = x.reshape(groups, -1, self.in_features)  # [G, n, in]
-        shared = groups == 1 or torch.equal(rows, rows[:1].expand_as(rows))
-        out = self._rotated_rows(rows[0] if shared else rows, groups)
-        return out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        out = mean + self.posterior.output_noise(flat, z)  # [G or 1, m, out]
+        return out.reshape(total, self.out_features).to(rows.dtype)
 
 
 def probit_logits(layer: LaplaceLinear, features: Tensor) -> Tensor:

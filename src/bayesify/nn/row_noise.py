@@ -24,11 +24,11 @@ deterministic otherwise; MC dropout and the Bayes layers follow ``.train()`` ins
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -72,16 +72,57 @@ def hash_uniform(
     :class:`RowNoise`. ``rows_below``: a bound on the row indices when the caller knows one; if
     every counter ``row * features + feature`` then fits in 32 bits, the high counter word is
     zero and its mixing is done once per group instead of once per element (same numbers).
+    On CPU the integer steps run in NumPy's uint32 (wrapping products, a fraction of torch's
+    per-operation cost on small draws); elsewhere in torch's int64. The numbers are the same.
     """
+    low_only = rows_below is not None and rows_below * features <= 2**32
+    if rows.device.type == "cpu":
+        return _hash_uniform_numpy(keys, rows, features, stream, low_only)
+    return _hash_uniform_torch(keys, rows, features, stream, low_only)
+
+
+def _hash_uniform_torch(
+    keys: Tensor, rows: Tensor, features: int, stream: int, low_only: bool
+) -> Tensor:
+    """:func:`hash_uniform` in torch int64 (any device)."""
     j = torch.arange(features, device=rows.device, dtype=torch.int64)
     counter = rows.view(-1, 1) * features + j  # [n, F], unique per (row, feature)
     k = keys.view(-1, 1, 1)  # [T, 1, 1]
-    low_only = rows_below is not None and rows_below * features <= 2**32
     lo = counter if low_only else counter & _M32
     h = _mix32(lo ^ _mix32((k + stream * 0x9E3779B9) & _M32))  # [T, n, F]
     h ^= _mix32(k if low_only else ((counter >> 32) & _M32) ^ k)
     h = _mix32(h)
     return (h.double() + 0.5) * 2.0**-32  # strictly inside (0, 1)
+
+
+def _mix32_numpy(x: np.ndarray) -> np.ndarray:
+    """:func:`_mix32` on a uint32 array, in place (uint32 products wrap modulo 2**32)."""
+    x ^= x >> 16
+    x *= 0x7FEB352D
+    x ^= x >> 15
+    x *= 0x846CA68B
+    x ^= x >> 16
+    return x
+
+
+def _hash_uniform_numpy(
+    keys: Tensor, rows: Tensor, features: int, stream: int, low_only: bool
+) -> Tensor:
+    """:func:`hash_uniform` in NumPy uint32 (CPU tensors): the same numbers as the torch path."""
+    k = keys.numpy()  # int64 in [0, 2**32)
+    counter = rows.numpy()[:, None] * features + np.arange(features)  # [n, F] int64
+    key_mix = _mix32_numpy((k + stream * 0x9E3779B9).astype(np.uint32))  # mod 2**32
+    h = counter.astype(np.uint32)[None] ^ key_mix[:, None, None]  # the low counter word
+    _mix32_numpy(h)
+    if low_only:
+        h ^= _mix32_numpy(k.astype(np.uint32))[:, None, None]
+    else:
+        high = (counter >> 32).astype(np.uint32)
+        h ^= _mix32_numpy(high[None] ^ k.astype(np.uint32)[:, None, None])
+    u = _mix32_numpy(h).astype(np.float64)
+    u += 0.5
+    u *= 2.0**-32  # strictly inside (0, 1)
+    return torch.from_numpy(u)
 
 
 class RowNoise:
@@ -147,10 +188,9 @@ class RowNoise:
     def normal(
         self, total_rows: int, features: int, device: torch.device, stream: int = 0
     ) -> Tensor:
-        """Standard normals ``[G*n, features]`` (float64, Box-Muller on two streams)."""
-        u1 = self.uniform(total_rows, features, device, 2 * stream + 1)
-        u2 = self.uniform(total_rows, features, device, 2 * stream + 2)
-        return torch.sqrt(-2.0 * torch.log(u1)) * torch.cos(2.0 * math.pi * u2)
+        """Standard normals ``[G*n, features]`` (float64): the normal quantile function of one
+        stream of uniforms (half the hashing of Box-Muller's two streams, which it replaced)."""
+        return torch.special.ndtri(self.uniform(total_rows, features, device, 2 * stream + 1))
 
     def group_normal(self, features: int, device: torch.device, stream: int = 0) -> Tensor:
         """Standard normals ``[G, features]`` (float32), one set per group in use and the same

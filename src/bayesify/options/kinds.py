@@ -292,3 +292,7 @@ class Augment(StrEnum):
     units; the default, σ = 1)."""
     NONE = "none"
     """The training inputs alone."""
+    OUTLIERS = "outliers"
+    """On images: a noise copy, then copies whose class semantics are destroyed (patch and
+    pixel shuffles, rotations, inversions, heavy zooms, noise; the teacher labels them and its
+    samples disagree there); on other inputs, noise copies."""

@@ -6,7 +6,7 @@ import json
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,18 +22,14 @@ from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.posthoc.sequential import Draw, SequentialDecision, sample_subset
 from bayesify.predictive import Predictive, Task
+from bayesify.predictor.columns import output_columns
 from bayesify.predictor.guarantees import deferral_note, sampling_policy
-from bayesify.predictor.result import OnError, PredictionResult, finite_rows, label_array
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
+from bayesify.predictor.result import OnError, PredictionResult, finite_rows
 
 log = logging.getLogger(__name__)
 
 #: MC samples T per prediction when neither the call nor the bundle says
 DEFAULT_SAMPLES = 100
-#: rows per block of the mixture-quantile root finding (its temporaries are [2, T, rows] float64)
-INTERVAL_ROWS = 2048
 
 
 def _generator(seed: int | None, generator: torch.Generator | None) -> torch.Generator | None:
@@ -328,60 +324,15 @@ class Predictor:
         policy: SamplingPolicy | None = None,
         warnings: list[str] | None = None,
     ) -> dict[str, np.ndarray]:
-        """The output fields; intervals and prediction sets are the bundle's conformal ones
-        when it has a calibration (the one made under ``policy``, default fixed T of ``pred``,
-        else the nearest, with a note in ``warnings``), else the predictive's own
-        (equal-tailed mixture interval, smallest set of classes whose mean probability
-        reaches ``level``)."""
+        """The output fields, with the bundle's conformal calibration made under ``policy``
+        (default fixed T of ``pred``; else the nearest, with a note in ``warnings``)."""
         policy = policy or SamplingPolicy.fixed(pred.num_samples)
         conformal = None
         if self.conformal is not None:
             conformal, note = self.conformal.select(policy)
             if note and warnings is not None:
                 warnings.append(note)
-
-        def np_(t: torch.Tensor) -> np.ndarray:
-            return t.detach().cpu().double().numpy()
-
-        if pred.task is Task.REGRESSION:
-            cols = {
-                "mean": np_(pred.mean),
-                "std": np_(pred.std),
-                "epistemic_variance": np_(pred.epistemic_variance),
-                "aleatoric_variance": np_(pred.aleatoric_variance),
-            }
-            if conformal is not None:
-                lower, upper = conformal.interval(pred, level)
-            else:  # root finding over [K, T, rows] at a time: blocks bound memory and time
-                parts = [pred[a : a + INTERVAL_ROWS].interval(level)
-                         for a in range(0, len(pred), INTERVAL_ROWS)]  # fmt: skip
-                lower = torch.cat([lo for lo, _ in parts])
-                upper = torch.cat([hi for _, hi in parts])
-            cols["lower"], cols["upper"] = np_(lower), np_(upper)
-            cols["samples"] = np_(pred.samples.T)  # [N, T]
-            return cols
-        probs = pred.mean  # [N, C]
-        idx = probs.argmax(-1).cpu().numpy()
-        names = self.class_labels
-        labels = label_array([names[i] for i in idx]) if names else idx
-        cols = {
-            "label": labels,
-            "probabilities": np_(probs),
-            "entropy": np_(pred.entropy),
-            "mutual_information": np_(pred.mutual_information),
-            "expected_entropy": np_(pred.expected_entropy),
-        }
-        if conformal is not None:
-            members = conformal.prediction_set(pred, level, generator=generator)
-        else:
-            members = pred.prediction_set(level)  # [N, C] bool
-        members = members.cpu().numpy()
-        cols["prediction_set"] = np.empty(len(members), dtype=object)
-        cols["prediction_set"][:] = [
-            [names[j] if names else int(j) for j in np.flatnonzero(r)] for r in members
-        ]
-        cols["samples"] = np_(pred.samples.transpose(0, 1))  # [N, T, C]
-        return cols
+        return output_columns(pred, level, conformal, self.class_labels, generator)
 
     def _serving_columns(
         self,

@@ -58,6 +58,7 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.multiprocessing.spawn import ProcessException, ProcessExitedException
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
@@ -134,9 +135,13 @@ class DDP(Strategy):
             # take between the probe and the bind
             init_method = (Path(tmp) / "rendezvous").as_uri()
             out = str(Path(tmp) / "replica0")
-            torch.multiprocessing.spawn(
-                _worker, args=(self, train_replica, init_method, device, out), nprocs=self.nproc
-            )
+            try:
+                torch.multiprocessing.spawn(
+                    _worker, args=(self, train_replica, init_method, device, out),
+                    nprocs=self.nproc,
+                )  # fmt: skip
+            except ProcessException as e:
+                raise _replica_error(e) from None
             tensors, cfg = read_bundle(out)
         net.load_state_dict(tensors)
         return History(**cfg["history"])
@@ -159,6 +164,32 @@ class DDP(Strategy):
         for t in trained.net.state_dict().values():
             dist.broadcast(t, src=0)
         return trained.history
+
+
+#: a replica's error type (the last line of its traceback) -> the one the caller sees
+_ERROR_TYPES: dict[str, type[Exception]] = {
+    "ValueError": ValueError,
+    "DataError": ValueError,
+    "TypeError": TypeError,
+    "OSError": OSError,
+    "FileNotFoundError": OSError,
+    "PermissionError": OSError,
+}
+
+
+def _replica_error(e: ProcessException) -> Exception:
+    """A spawned replica's failure as one line (torch hands the parent the child's whole
+    traceback as text): its own error type and message, or how the process ended."""
+    who = f"training replica {e.error_index}"
+    if isinstance(e, ProcessExitedException):
+        how = f"signal {e.signal_name}" if e.signal_name else f"exit code {e.exit_code}"
+        return RuntimeError(f"{who} ended with {how} before it finished")
+    last = next((ln.strip() for ln in reversed(e.msg.splitlines()) if ln.strip()), "")
+    name, _, message = last.partition(": ")
+    kind = _ERROR_TYPES.get(name.rsplit(".", 1)[-1])
+    if kind is None or not message:  # not the user's error: its type says what went wrong
+        return RuntimeError(f"{who}: {last}")
+    return kind(f"{who}: {message}")
 
 
 def _leave_group() -> None:

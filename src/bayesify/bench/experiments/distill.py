@@ -1,8 +1,9 @@
 """Distilled students against their teachers: Fashion-MNIST LeNet (MNIST as OOD) and UCI.
 
 Each teacher (MC dropout; a deep ensemble) is trained here, a :class:`Distilled` student is
-distilled from it on the training inputs plus one augmented copy (``bayesify.distill``; by
-default Gaussian noise of σ = 1 in network input units), and both are
+distilled from it on the training inputs plus augmented copies (``bayesify.distill``; by
+default a copy with Gaussian noise of σ = 1 in network input units and, on images, an outlier
+copy: patch and pixel shuffles, rotations, inversions, zooms), and both are
 scored on the test set: error, NLL, ECE (images) or RMSE, NLL, 90 % interval coverage (UCI); the
 OOD AUROC of the teacher's mutual information against the student's own (the closed form of its
 Dirichlet); and Spearman's rank correlation of the teacher's and the student's epistemic score
@@ -40,8 +41,10 @@ class DistillOptions:
     members: int = option(3, "Ensemble members (Fashion-MNIST); 0: no ensemble teacher.")
     student_epochs: int = option(5, "Student epochs (Fashion-MNIST).")
     samples: int = option(30, "Teacher samples T, for distillation and for scoring.")
-    augment: str = option("noise", "Transfer copy of the inputs: noise, mixup or none.")
-    noise: float = option(1.0, "--augment noise: its standard deviation (network units).")
+    augment: str = option("outliers", "Transfer copies of the inputs: outliers, noise, mixup "
+                          "or none.")  # fmt: skip
+    copies: int = option(2, "Transfer copies (outliers: the noise copy, then outlier copies).")
+    noise: float = option(1.0, "The noise copy's standard deviation (network units).")
     n_test: int = option(10000, "Fashion-MNIST test images (0: all).")
     n_ood: int = option(2000, "MNIST test images (OOD).")
     uci: tuple[str, ...] = option(("bostonHousing", "concrete"), "UCI datasets.")
@@ -61,9 +64,15 @@ def _spearman(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _copy(opts: DistillOptions) -> str:
     """The transfer copy in words."""
+    noise = f"Gaussian noise, σ = {opts.noise:g} in network input units"
     if opts.augment == "noise":
-        return f"Gaussian noise, σ = {opts.noise:g} in network input units"
-    return opts.augment
+        return f"{opts.copies} × {noise}"
+    if opts.augment == "outliers":
+        return (
+            f"{noise}, then {opts.copies - 1} outlier cop(ies) on images (patch and pixel "
+            "shuffles, rotations, inversions, zooms, noise; tables: the noise copy alone)"
+        )
+    return f"{opts.copies} × {opts.augment}"
 
 
 def _image_rows(label: str, teacher: Any, student: Any, data: dict, t: int) -> list[str]:
@@ -120,7 +129,7 @@ def _images(opts: DistillOptions, lines: list[str]) -> None:
     for label, teacher, seconds in teachers:
         student = bayesify.distill(teacher, train.x, samples=opts.samples,
                                    epochs=opts.student_epochs, seed=opts.seed,
-                                   augment=opts.augment, noise=opts.noise,
+                                   augment=opts.augment, copies=opts.copies, noise=opts.noise,
                                    progress=False)  # fmt: skip
         notes.append(
             f"{label}: teacher trained in {seconds:.0f} s, student distilled in "
@@ -135,7 +144,7 @@ def _images(opts: DistillOptions, lines: list[str]) -> None:
             student.save(folder / "fmnist-mc-dropout-student", overwrite=True)
     lines += [
         "## Fashion-MNIST LeNet, MNIST as out-of-distribution", "",
-        f"{opts.limit} training images (also the transfer set, plus one copy: {_copy(opts)}), "
+        f"{opts.limit} training images (also the transfer set, plus: {_copy(opts)}), "
         f"{len(test.x)} test images, {opts.n_ood} MNIST test images; teachers trained "
         f"{opts.epochs} epochs (Adam, lr 1e-3, batch 128), students {opts.student_epochs}; "
         f"T = {opts.samples}. AUROC: mutual information separating MNIST from Fashion-MNIST "
@@ -165,7 +174,7 @@ def _uci_rows(name: str, opts: DistillOptions) -> tuple[list[str], list[str]]:
         teacher.fit((s.x_train, s.y_train), val=(s.x_val, s.y_val), **fit)
         student = bayesify.distill(teacher, s.x_train, samples=opts.samples,
                                    epochs=opts.uci_epochs, batch_size=32, seed=opts.seed,
-                                   augment=opts.augment, noise=opts.noise,
+                                   augment=opts.augment, copies=opts.copies, noise=opts.noise,
                                    progress=False)  # fmt: skip
         tp = teacher.predict(s.x_test, opts.samples, seed=1)
         sp = student.predict(s.x_test, opts.samples, seed=1)
@@ -205,7 +214,7 @@ def run(opts: DistillOptions) -> str:
         lines += [
             "## UCI regression (split 0 of Gal's splits, normalised units)", "",
             f"MLP with one hidden layer of 50; teachers and students {opts.uci_epochs} epochs; "
-            f"T = {opts.samples}; the transfer set is the training rows plus one copy: "
+            f"T = {opts.samples}; the transfer set is the training rows plus: "
             f"{_copy(opts)}. "
             "Spearman: rank correlation of the student's and the teacher's epistemic variance "
             "per test row.", "",

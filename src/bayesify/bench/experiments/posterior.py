@@ -45,6 +45,9 @@ class Preset:
     samples: int
     thin: int
     max_tree_depth: int
+    # datasets whose NUTS trajectories need more room: (dataset, depth) pairs overriding
+    # max_tree_depth (energy mixes in 150 draws at depth 11, not in 300 at depth 10)
+    deeper: tuple[tuple[str, int], ...]
     dense_mass: bool  # dense (else diagonal) mass matrix adapted in warm-up
     init_steps: int  # Adam steps on the log posterior from each chain's prior draw
     epochs: int  # toys; UCI: a fifth of it (Gal trains 40 epochs on a few hundred rows)
@@ -53,17 +56,20 @@ class Preset:
 
 # fmt: off
 PRESETS = {
-    # toys and one Gal split of each UCI set: fits 30 min on 2 CPU cores
+    # toys and one Gal split of each UCI set: 43.6 min in one call under a load of 15
+    # (1873 s of CPU); about 16 to 17 min estimated on 2 free cores (benchmarks/posterior.md)
     "quick": Preset(("toy-1d", "toy-2d", *UCI), splits=1, chains=4, warmup=300, samples=150,
-                    thin=1, max_tree_depth=10, dense_mass=False, init_steps=1000, epochs=200,
+                    thin=1, max_tree_depth=10, deeper=(("energy", 11), ("yacht", 11)),
+                    dense_mass=False, init_steps=1000, epochs=200,
                     mc_samples=100),
     # three splits, longer chains: a real machine
     "full": Preset(("toy-1d", "toy-2d", *UCI), splits=3, chains=4, warmup=1000, samples=500,
-                   thin=2, max_tree_depth=10, dense_mass=False, init_steps=2000, epochs=200,
+                   thin=2, max_tree_depth=10, deeper=(("energy", 11), ("yacht", 11)),
+                   dense_mass=False, init_steps=2000, epochs=200,
                    mc_samples=100),
     # a smoke test of the machinery (seconds, not a reference)
     "tiny": Preset(("toy-1d", "toy-2d"), splits=1, chains=2, warmup=10, samples=10, thin=1,
-                   max_tree_depth=2, dense_mass=False, init_steps=10, epochs=5,
+                   max_tree_depth=2, deeper=(), dense_mass=False, init_steps=10, epochs=5,
                    mc_samples=10),
 }
 # fmt: on
@@ -116,7 +122,8 @@ class PosteriorOptions:
             toy = d.startswith("toy")
             for split in range(1 if toy else p.splits):
                 common = dict(references=self.references, chains=p.chains, warmup=p.warmup,
-                              samples=p.samples, thin=p.thin, max_tree_depth=p.max_tree_depth,
+                              samples=p.samples, thin=p.thin,
+                              max_tree_depth=dict(p.deeper).get(d, p.max_tree_depth),
                               dense_mass=p.dense_mass, init_steps=p.init_steps,
                               fixed_noise=d != "toy-1d")  # fmt: skip
                 fit = dict(epochs=p.epochs if toy else p.epochs // 5, mc_samples=p.mc_samples)
@@ -124,6 +131,14 @@ class PosteriorOptions:
                 methods += [PosteriorJob(m, d, split, **common, **fit)
                             for m in self.methods or METHODS]  # fmt: skip
         return hmc, methods
+
+
+def _expected_cost(job: object) -> int:
+    """A reference's cost in proportion: training rows × the longest trajectory (2^depth)."""
+    from bayesify.bench.experiments.posterior_problems import load_problem
+
+    problem = load_problem(job.dataset, job.split)  # type: ignore[attr-defined]
+    return len(problem.y_train) * 2**job.max_tree_depth  # type: ignore[attr-defined]
 
 
 def run(opts: PosteriorOptions) -> str:
@@ -139,8 +154,10 @@ def run(opts: PosteriorOptions) -> str:
     torch.set_num_threads(1)
     t0 = time.time()
     hmc, methods = opts.jobs()
+    # the longest references first, so that neither worker idles while the last one runs
+    longest = sorted(hmc, key=_expected_cost, reverse=True)
     first = run_jobs(
-        EXPERIMENT, hmc, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
+        EXPERIMENT, longest, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
     )
     second = run_jobs(
         EXPERIMENT, methods, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
