@@ -51,6 +51,7 @@ from bayesify.methods.bundle import bundle_config
 from bayesify.methods.distilled import Distilled, last_linear
 from bayesify.methods.ensemble import DeepEnsemble
 from bayesify.methods.transfer import transfer_inputs
+from bayesify.metrics.classification import mutual_information
 from bayesify.metrics.posterior import rank_correlation
 from bayesify.models import build_model
 from bayesify.nn.modes import eval_mode
@@ -170,14 +171,6 @@ def holdout_split(n: int, task: Task, generator: torch.Generator) -> tuple[Tenso
     return order[held:], order[:held]
 
 
-def mutual_information(log_p: Tensor) -> Tensor:
-    """The teacher's mutual information per row from its samples ``log_p [N, T, C]``: ``[N]``."""
-    p = log_p.double().exp()
-    m = p.mean(1)
-    h = -(m * m.clamp_min(1e-300).log()).sum(-1)
-    return h + (p * log_p.double()).sum(-1).mean(1)
-
-
 # ---------------------------------------------------------------------------------- student
 def _base_net(teacher: Method) -> nn.Module:
     """The network whose weights start the student: member 0's for an ensemble."""
@@ -277,7 +270,7 @@ def _train(student: Distilled, x: Tensor, targets: Tensor, ref: float, epochs: i
 
     validate = None
     if held is not None:  # the epoch whose MI ranks the held-out rows most like the teacher's
-        hx, teacher_mi = held[0], mutual_information(held[1])
+        hx, teacher_mi = held[0], mutual_information(held[1].double().exp().transpose(0, 1))
 
         def validate() -> float:
             out = student.heads(hx.to(student.device), TEACHER_CHUNK)

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 import torch
 
 from bayesify.bench.options import command_line, option, write_report
+from bayesify.metrics.posterior import rank_correlation
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +55,6 @@ class DistillOptions:
                           "student in (empty: not kept).")  # fmt: skip
     seed: int = option(0, "Seed of weights, transfer set and draws.")
     out: str = option("benchmarks/distill.md", "Markdown report.")
-
-
-def _spearman(a: torch.Tensor, b: torch.Tensor) -> float:
-    from scipy.stats import spearmanr
-
-    return float(spearmanr(a.double().cpu().numpy(), b.double().cpu().numpy()).statistic)
 
 
 def _copy(opts: DistillOptions) -> str:
@@ -91,7 +86,7 @@ def _image_rows(label: str, teacher: Any, student: Any, data: dict, t: int) -> l
          so["mutual_information"]),
         (f"student (T = {t} draws)", sp.mean, sp.mutual_information, spo.mutual_information),
     ):  # fmt: skip
-        rho = "–" if who == "teacher" else f"{_spearman(tp.mutual_information, mi_in):.3f}"
+        rho = "–" if who == "teacher" else f"{rank_correlation(tp.mutual_information, mi_in):.3f}"
         rows.append(f"| {label} | {who} | {100 * float(error_rate(mean, yt)):.2f} | "
                     f"{float(nll(mean, yt)):.4f} | "
                     f"{float(expected_calibration_error(mean, yt)):.4f} | "
@@ -183,7 +178,7 @@ def _uci_rows(name: str, opts: DistillOptions) -> tuple[list[str], list[str]]:
             cover = ((s.y_test >= lo) & (s.y_test <= hi)).double().mean()
             rmse = (p.mean - s.y_test).pow(2).mean().sqrt()
             rho = "–" if who == "teacher" else (
-                f"{_spearman(tp.epistemic_variance, p.epistemic_variance):.3f}")  # fmt: skip
+                f"{rank_correlation(tp.epistemic_variance, p.epistemic_variance):.3f}")  # fmt: skip
             rows.append(f"| {name} | {label} | {who} | {float(rmse):.4f} | "
                         f"{float(-p.log_prob(s.y_test).mean()):.4f} | {100 * float(cover):.1f} | "
                         f"{rho} |")  # fmt: skip
