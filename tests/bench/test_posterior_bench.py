@@ -147,12 +147,14 @@ def test_fixed_noise_is_near_the_noise_the_data_were_drawn_with():
 def test_deeper_datasets_get_their_own_tree_depth_and_reference():
     from bayesify.bench.experiments.posterior import PosteriorOptions, _expected_cost
 
-    hmc, methods = PosteriorOptions(preset="quick", datasets=("toy-1d", "energy")).jobs()
+    hmc, methods = PosteriorOptions(
+        preset="quick", datasets=("toy-1d", "energy", "concrete")
+    ).jobs()
     depth = {j.dataset: j.max_tree_depth for j in hmc}
-    assert depth == {"toy-1d": 10, "energy": 11}
+    assert depth == {"toy-1d": 10, "energy": 12, "concrete": 11}
     # a method row is scored against the reference sampled at its dataset's depth
     assert {j.reference_path() for j in methods} == {j.reference_path() for j in hmc}
-    assert "energy-0-seed0-c4-w300-s150-t1-d11-" in str(
+    assert "energy-0-seed0-c4-w300-s150-t1-d12-" in str(
         next(j for j in hmc if j.dataset == "energy").reference_path()
     )
     # the costlier reference is started first

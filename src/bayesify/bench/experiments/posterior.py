@@ -46,7 +46,8 @@ class Preset:
     thin: int
     max_tree_depth: int
     # datasets whose NUTS trajectories need more room: (dataset, depth) pairs overriding
-    # max_tree_depth (energy mixes in 150 draws at depth 11, not in 300 at depth 10)
+    # max_tree_depth (energy mixes in 150 draws at depth 11, not in 300 at depth 10, and on
+    # Gal's splits 1 and 2 only at depth 12; concrete's split 2 needs depth 11)
     deeper: tuple[tuple[str, int], ...]
     dense_mass: bool  # dense (else diagonal) mass matrix adapted in warm-up
     init_steps: int  # Adam steps on the log posterior from each chain's prior draw
@@ -56,15 +57,18 @@ class Preset:
 
 # fmt: off
 PRESETS = {
-    # toys and one Gal split of each UCI set: 43.6 min in one call under a load of 15
-    # (1873 s of CPU); about 16 to 17 min estimated on 2 free cores (benchmarks/posterior.md)
+    # toys and one Gal split of each UCI set: 12.9 min in one call on 2 free cores at the
+    # depths before energy 12 and concrete 11; about 19 min estimated at these
+    # (benchmarks/posterior.md)
     "quick": Preset(("toy-1d", "toy-2d", *UCI), splits=1, chains=4, warmup=300, samples=150,
-                    thin=1, max_tree_depth=10, deeper=(("energy", 11), ("yacht", 11)),
+                    thin=1, max_tree_depth=10, deeper=(("energy", 12), ("yacht", 11),
+                                                         ("concrete", 11)),
                     dense_mass=False, init_steps=1000, epochs=200,
                     mc_samples=100),
     # three splits, longer chains: a real machine
     "full": Preset(("toy-1d", "toy-2d", *UCI), splits=3, chains=4, warmup=1000, samples=500,
-                   thin=2, max_tree_depth=10, deeper=(("energy", 11), ("yacht", 11)),
+                   thin=2, max_tree_depth=10, deeper=(("energy", 12), ("yacht", 11),
+                                                         ("concrete", 11)),
                    dense_mass=False, init_steps=2000, epochs=200,
                    mc_samples=100),
     # a smoke test of the machinery (seconds, not a reference)
