@@ -17,7 +17,9 @@ PUBLISHED = [
     "None is quoted: the papers in `../shared/papers` report no HMC runs, and the HMC test "
     "log-likelihoods of Bui et al. 2016 (arXiv 1602.04133, which compares HMC for BNNs on UCI) "
     "and Izmailov et al. 2021 could not be found in any text reachable here (searches returned "
-    "their abstracts only), so no table or page of theirs is cited. What was checked: the "
+    "their abstracts only; a second search of stored pages and documentation reached the "
+    "abstract and introduction of 1602.04133, never its results tables), so no table or page "
+    "of theirs is cited. What was checked: the "
     "prior variance 1/5 is the one Izmailov et al. 2021 list for HMC in their Table 3 "
     "(CIFAR-10 and CIFAR-100 ResNet-20; 1/40 for the IMDB CNN-LSTM); they state none for MLPs, "
     "and we use 1/5 unchanged.",
