@@ -46,8 +46,8 @@ class Preset:
     thin: int
     max_tree_depth: int
     # datasets whose NUTS trajectories need more room: (dataset, depth) pairs overriding
-    # max_tree_depth (energy mixes in 150 draws at depth 11, not in 300 at depth 10, and on
-    # Gal's splits 1 and 2 only at depth 12; concrete's split 2 needs depth 11)
+    # max_tree_depth (energy mixes in 150 draws at depth 11, not in 300 at depth 10; its
+    # split 2 passes only at depth 12, split 1 not even there; concrete's split 2 at 11)
     deeper: tuple[tuple[str, int], ...]
     dense_mass: bool  # dense (else diagonal) mass matrix adapted in warm-up
     init_steps: int  # Adam steps on the log posterior from each chain's prior draw
