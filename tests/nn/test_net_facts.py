@@ -78,3 +78,26 @@ def test_kfac_output_noise_in_float32_matches_float64() -> None:
         fast = block.output_noise(phi, z)
         assert fast.dtype == torch.float32
         torch.testing.assert_close(fast.double(), ref, rtol=1e-5, atol=1e-6)
+
+
+def test_bbb_sigmas_kept_across_calls_follow_the_parameters() -> None:
+    """σ = softplus(ρ) is kept between predictions and made again when ρ changes."""
+    from bayesify import BayesByBackprop
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(1, 3, 3), nn.ReLU(), nn.Flatten(), nn.Linear(48, 3))
+    m = BayesByBackprop(net, task="classification")
+    x = torch.randn(2, 1, 6, 6)
+    m.sample(x, 4, seed=0)  # σ kept from this call
+    with torch.no_grad():
+        for layer in m.net.modules():
+            if hasattr(layer, "weight_rho"):
+                layer.weight_rho.add_(1.0)  # in place: the same tensors, a new version
+    fresh = BayesByBackprop(net, task="classification")
+    fresh.net.load_state_dict(m.net.state_dict())
+    torch.testing.assert_close(m.sample(x, 4, seed=0), fresh.sample(x, 4, seed=0))
+    m.net.double()  # .to() replaces the data of the same parameters
+    fresh.net.double()
+    out = m.sample(x, 4, seed=0)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, fresh.sample(x, 4, seed=0))
