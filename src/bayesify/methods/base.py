@@ -54,13 +54,13 @@ from bayesify.nn import (
     check_sample_bytes,
     chunk_plan,
     forward_in_chunks,
-    group_bytes,
     resolve_max_rows,
     sampling,
     select_groups,
 )
-from bayesify.nn.folding import deterministic_prefix
+from bayesify.nn.folding import deterministic_prefix, widest_row
 from bayesify.nn.modes import eval_mode
+from bayesify.nn.net_facts import NetFacts
 from bayesify.options import Task, shown
 from bayesify.predictive import Predictive
 from bayesify.train import (
@@ -179,8 +179,31 @@ class Method(FromPretrained, Trainable):
     @contextmanager
     def sampling(self, samples: int, generator: torch.Generator | None) -> Iterator[None]:
         """Turn the network's randomness on for ``samples`` groups; methods may draw first."""
-        with sampling(self.net, samples, generator):
+        with sampling(self.net, samples, generator, layers=self._net_facts().stochastic):
             yield
+
+    # ------------------------------------------------------------------ network facts
+    def _facts_cache(self) -> NetFacts:
+        cache = self.__dict__.get("_net_facts_cache")
+        if cache is None:  # also for methods built before the cache existed (unpickled)
+            cache = self.__dict__["_net_facts_cache"] = NetFacts()
+        return cache
+
+    def _net_facts(self):  # noqa: ANN202 - nn.net_facts.Facts
+        """The network's modules, stochastic layers and deterministic prefix, found again
+        only when its modules changed (:class:`~bayesify.nn.net_facts.NetFacts`)."""
+        return self._facts_cache().of(self.net)
+
+    def _auto_rows(self, max_rows: MaxRows, x: Tensor, facts) -> int | None:  # noqa: ANN001
+        """:func:`resolve_max_rows` with the network's widest activation per input row
+        shape remembered in ``facts``."""
+        if max_rows != "auto" or x.device.type == "cuda" or not len(x):
+            return resolve_max_rows(max_rows, x, self.net)
+        key = tuple(x.shape[1:])
+        widest = facts.widest.get(key)
+        if widest is None:
+            widest = facts.widest[key] = widest_row(self.net, x)
+        return resolve_max_rows(max_rows, x, None, widest=widest)
 
     # ------------------------------------------------------------------ prediction
     def to(self, device: str | torch.device) -> Method:
@@ -191,9 +214,9 @@ class Method(FromPretrained, Trainable):
 
     @property
     def device(self) -> torch.device:
-        for t in self.net.parameters():
-            return t.device
-        return torch.device("cpu")
+        cache = self._facts_cache()
+        cache.of(self.net)
+        return cache.device
 
     def sample(
         self,
@@ -217,10 +240,12 @@ class Method(FromPretrained, Trainable):
         """
         x, generator = self._sample_inputs(x, samples, generator, seed)
         samples = self.sample_count(check_samples(samples))
-        max_rows = resolve_max_rows(max_rows, x, self.net)
+        facts = self._net_facts()
+        max_rows = self._auto_rows(max_rows, x, facts)
         # at least one output number per sample and row: refused before any draw is made
-        check_sample_bytes(samples, len(x), 1, x.element_size(), group_bytes(self.net), max_bytes)
-        with eval_mode(self.net), torch.no_grad():
+        per_group = sum(m.group_bytes() for m in facts.stochastic)
+        check_sample_bytes(samples, len(x), 1, x.element_size(), per_group, max_bytes)
+        with eval_mode(self.net, facts.modules), torch.no_grad():
             return self._draw_samples(x, samples, generator, max_rows, max_bytes=max_bytes)
 
     def _draw_samples(
@@ -238,9 +263,8 @@ class Method(FromPretrained, Trainable):
         their own pass (ensembles) override it."""
         ranges, per_chunk = chunk_plan(samples, len(x), max_rows)
         with self.sampling(samples, generator):
-            return forward_in_chunks(
-                self.net, x, ranges, per_chunk, self.net, 0, start=start, max_bytes=max_bytes
-            )
+            return forward_in_chunks(self.net, x, ranges, per_chunk, self.net, 0, start=start,
+                                     max_bytes=max_bytes, facts=self._net_facts())  # fmt: skip
 
     def _prefix_sampler(
         self, x: Tensor, generator: torch.Generator | None, max_rows: MaxRows
@@ -367,11 +391,15 @@ class Method(FromPretrained, Trainable):
 
     def _dtype(self) -> torch.dtype:
         """The network's floating-point dtype (its parameters')."""
-        return next((p.dtype for p in self.net.parameters()), torch.get_default_dtype())
+        cache = self._facts_cache()
+        cache.of(self.net)
+        return cache.dtype
 
     def _check_inputs(self, x: Tensor | Data) -> Tensor:
         """Checked inputs on the network's device and dtype (see :func:`inputs.check_inputs`)."""
-        return check_inputs(x, self.device, self._dtype(), self.input_shape)
+        cache = self._facts_cache()
+        cache.of(self.net)
+        return check_inputs(x, cache.device, cache.dtype, self.input_shape)
 
     def _checked_data(self, data: Data, what: str) -> Data:
         """Training or validation data whose inputs are checked as :meth:`predict` checks

@@ -166,7 +166,8 @@ def check_inputs(
         )
     if x.dim() == 0 or len(x) == 0:
         raise ValueError(f"{what} must be a non-empty batch [N, ...]")
-    if not torch.isfinite(x).all():
+    # a finite sum: every number is finite (one reduction); else the element-wise check
+    if not math.isfinite(float(x.sum())) and not torch.isfinite(x).all():
         raise ValueError(f"{what} contain {int((~torch.isfinite(x)).sum())} non-finite values")
     return x
 

@@ -41,9 +41,9 @@ from bayesify.methods.laplace_curvature import (
 )
 from bayesify.methods.laplace_prior import Evidence, fit_evidence, log_marglik, prior_grid
 from bayesify.nn import check_sample_bytes, chunk_plan, sampling
-from bayesify.nn.folding import deterministic_prefix
 from bayesify.nn.laplace_posterior import BLOCKS, LaplaceBlock, LaplaceLinear
 from bayesify.nn.modes import eval_mode
+from bayesify.nn.net_facts import prefix_of
 from bayesify.nn.sampled_linear import last_linear
 from bayesify.options import (
     HessianStructure,
@@ -314,7 +314,7 @@ class Laplace(Method):
             return None
         if self.layer._forward_hooks or self.layer._forward_pre_hooks:
             return None  # the layer's forward runs (over the repeated rows) for its hooks
-        if not start and deterministic_prefix(net) != k:
+        if not start and prefix_of(net, self._net_facts()) != k:
             return None
         ranges, per_chunk = chunk_plan(samples, len(x), max_rows)
         if len(ranges) > 1:

@@ -34,6 +34,9 @@ per sampling block, not per chunk.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -46,6 +49,8 @@ from bayesify.nn.gaussian_posterior import (
 )
 from bayesify.nn.row_noise import RowNoiseModule
 from bayesify.options import ConvEstimator, parse_option
+
+_V = TypeVar("_V")
 
 #: the :class:`~bayesify.nn.row_noise.RowNoise` stream of the convolutions' per-group weight
 #: noise (streams 1-3 were the per-row flipout signs and bias noise of earlier versions)
@@ -123,8 +128,29 @@ class _BayesLayer(RowNoiseModule):
 
     def _block_sigmas(self) -> list[Tensor]:
         """σ of the weights (and bias) while sampling, computed once per sampling block (every
-        chunk and range of groups reuses it)."""
-        return self.range_cached("sigmas", lambda: [s for _, s in self._pairs()], per_range=False)
+        chunk and range of groups reuses it) and, without gradients, kept across blocks."""
+        make = lambda: [s for _, s in self._pairs()]  # noqa: E731
+        return self.range_cached("sigmas", lambda: self._kept("sigmas", make), per_range=False)
+
+    def _kept(self, name: str, make: Callable[[], _V]) -> _V:
+        """``make()`` of the ρ parameters, made again only when they changed (another
+        tensor, data, dtype or device, or modified in place: an optimiser step, a loaded
+        state) and only kept while gradients are off (a sampling pass of ``predict``)."""
+        if torch.is_grad_enabled():
+            return make()
+        key = [(p, p._version, p.data_ptr(), p.dtype, p.device)
+               for p in (self.weight_rho, self.bias_rho) if p is not None]  # fmt: skip
+        kept = self.__dict__.setdefault("_kept_values", {})
+        hit = kept.get(name)
+        if (
+            hit is not None
+            and len(hit[0]) == len(key)
+            and all(a[0] is b[0] and a[1:] == b[1:] for a, b in zip(hit[0], key, strict=True))
+        ):
+            return hit[1]
+        value = make()
+        kept[name] = (key, value)
+        return value
 
 
 class BayesLinear(_BayesLayer):
@@ -176,8 +202,12 @@ class BayesLinear(_BayesLayer):
 
     def _variances(self) -> tuple[Tensor, Tensor | None]:
         """σ² of the weights ``[out, in]`` and bias ``[out]`` (None without bias)."""
-        sigmas = self._block_sigmas()
-        return sigmas[0].square(), sigmas[1].square() if len(sigmas) > 1 else None
+
+        def make() -> tuple[Tensor, Tensor | None]:
+            sigmas = self._block_sigmas()
+            return sigmas[0].square(), sigmas[1].square() if len(sigmas) > 1 else None
+
+        return self._kept("variances", make)
 
     def _fused_training_forward(self, x: Tensor) -> Tensor:
         """Training output (local reparameterisation) and this step's KL from one autograd

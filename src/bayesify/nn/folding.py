@@ -28,6 +28,7 @@ from typing import Literal
 from torch import Tensor, nn
 
 from bayesify.nn.allocator import tune_allocator
+from bayesify.nn.net_facts import Facts, prefix_of
 from bayesify.nn.stochastic import StochasticModule, group_bytes, select_groups
 from bayesify.options import shown
 
@@ -98,7 +99,9 @@ def widest_row(net: nn.Module, x: Tensor) -> int:
     return widest
 
 
-def resolve_max_rows(max_rows: MaxRows, x: Tensor, net: nn.Module | None = None) -> int | None:
+def resolve_max_rows(
+    max_rows: MaxRows, x: Tensor, net: nn.Module | None = None, *, widest: int | None = None
+) -> int | None:
     """Rows per forward pass for inputs ``x [N, ...]``: an int as given (None or 0: no limit).
 
     ``"auto"``: on CUDA 8192 rows; elsewhere about 2**17 input numbers per forward, between 64
@@ -106,6 +109,7 @@ def resolve_max_rows(max_rows: MaxRows, x: Tensor, net: nn.Module | None = None)
     run out of cache and cost more per row than they save in calls (benchmarks/speed.md). With
     ``net``, CPU forwards are also kept to about 2**22 numbers in its widest activation
     (:func:`widest_row`), below 64 rows if need be: a 30,000-unit layer gets 139 rows.
+    ``widest``: that width when the caller knows it (instead of ``net``).
     """
     if max_rows != "auto":
         if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 0):
@@ -117,8 +121,10 @@ def resolve_max_rows(max_rows: MaxRows, x: Tensor, net: nn.Module | None = None)
         return AUTO_CUDA_ROWS
     lo, hi = AUTO_CPU_ROWS
     rows = min(hi, max(lo, AUTO_CPU_INPUT_NUMBERS // max(1, x[0].numel() if len(x) else 1)))
-    if net is not None:
-        rows = min(rows, max(1, AUTO_CPU_ACTIVATION_NUMBERS // widest_row(net, x)))
+    if widest is None and net is not None:
+        widest = widest_row(net, x)
+    if widest is not None:
+        rows = min(rows, max(1, AUTO_CPU_ACTIVATION_NUMBERS // widest))
     return rows
 
 
@@ -159,6 +165,7 @@ def forward_in_chunks(
     group_dim: int,
     start: int = 0,
     max_bytes: int | None = None,
+    facts: Facts | None = None,
 ) -> Tensor:
     """``forward`` over every group range (``select_groups`` on ``net`` when there are several)
     and row chunk of ``x``, inside an open sampling block; outputs written into one tensor along
@@ -169,9 +176,13 @@ def forward_in_chunks(
     When ``forward`` is ``net`` itself, its :func:`deterministic_prefix` runs once per data row,
     over blocks of ``G·n`` rows (as many as one forward of the rest holds), and the rest over
     the repeated rows of each chunk. ``start`` > 0: ``x`` already holds the output
-    of ``net[:start]`` (a prefix computed once and reused), and only ``net[start:]`` runs."""
+    of ``net[:start]`` (a prefix computed once and reused), and only ``net[start:]`` runs.
+    ``facts``: ``net``'s cached :class:`~bayesify.nn.net_facts.Facts` (prefix, stochastic
+    layers), found again otherwise."""
     tune_allocator()  # once per process: no heap trimming after every chunk (glibc)
-    split = deterministic_prefix(net) if forward is net and not start else 0
+    split = 0
+    if forward is net and not start:
+        split = deterministic_prefix(net) if facts is None else prefix_of(net, facts)
     if start:
         forward = net[start:]
     elif split:
@@ -188,7 +199,9 @@ def forward_in_chunks(
             for chunk in h.split(per_chunk):
                 y = fold_samples(forward(repeat_samples(chunk, b - a)), b - a, group_dim)
                 if out is None:  # [(M,) G, n, ...]
-                    out = _output_like(y, group_dim, ranges[-1][1], len(x), net, max_bytes)
+                    per_group = (group_bytes(net) if facts is None
+                                 else sum(m.group_bytes() for m in facts.stochastic))  # fmt: skip
+                    out = _output_like(y, group_dim, ranges[-1][1], len(x), per_group, max_bytes)
                 out[(slice(None),) * group_dim + (slice(a, b), slice(row, row + len(chunk)))] = y
                 row += len(chunk)
                 del y  # freed before the next chunk's forward
@@ -198,7 +211,7 @@ def forward_in_chunks(
 
 
 def _output_like(
-    y: Tensor, group_dim: int, groups: int, rows: int, net: nn.Module, max_bytes: int | None
+    y: Tensor, group_dim: int, groups: int, rows: int, per_group: int, max_bytes: int | None
 ) -> Tensor:
     """The empty output of a whole pass shaped as chunk ``y`` with ``groups`` groups and
     ``rows`` rows, after :func:`check_sample_bytes`."""
@@ -206,5 +219,5 @@ def _output_like(
     shape[group_dim], shape[group_dim + 1] = groups, rows
     samples = math.prod(shape[: group_dim + 1])
     row_numel = math.prod(shape[group_dim + 2 :])
-    check_sample_bytes(samples, rows, row_numel, y.element_size(), group_bytes(net), max_bytes)
+    check_sample_bytes(samples, rows, row_numel, y.element_size(), per_group, max_bytes)
     return y.new_empty(shape)

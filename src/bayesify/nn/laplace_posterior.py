@@ -85,11 +85,12 @@ class LaplaceBlock(nn.Module):
 
     def output_noise(self, features: Tensor, z: Tensor) -> Tensor:
         """Standard normals ``z [G, N, out]`` scaled to draws of the outputs' deviation from
-        the mean, ``N(0, J Σ Jᵀ)`` for each row of ``features [N, in]``: ``[G, N, out]``
-        float64 (here by the symmetric square root of :meth:`output_covariance`)."""
+        the mean, ``N(0, J Σ Jᵀ)`` for each row of ``features [N, in]``: ``[G, N, out]`` in
+        ``features``' dtype (here by the symmetric square root of :meth:`output_covariance`,
+        in float64)."""
         vals, vecs = torch.linalg.eigh(self.output_covariance(features))  # [N, out(, out)]
         root = (vecs * vals.clamp_min(0).sqrt().unsqueeze(1)) @ vecs.transpose(1, 2)
-        return torch.einsum("nck,gnk->gnc", root, z.double())
+        return torch.einsum("nck,gnk->gnc", root, z.double()).to(features.dtype)
 
 
 class FullBlock(LaplaceBlock):
@@ -189,8 +190,35 @@ class KronBlock(LaplaceBlock):
         return self._rotated_variance(features) @ self.q_out.square().T
 
     def output_noise(self, features: Tensor, z: Tensor) -> Tensor:
-        """``Q_out (√m_n ⊙ z)``: the draw in ``G``'s eigenbasis, rotated back."""
-        return (z.double() * self._rotated_variance(features).sqrt()) @ self.q_out.T
+        """``Q_out (√m_n ⊙ z)``: the draw in ``G``'s eigenbasis, rotated back; in
+        ``features``' dtype with the factors cast to it once (:meth:`_factors`)."""
+        q_in, inv_w, inv_b, q_out_t = self._factors(features.dtype, features.device)
+        m = (features @ q_in).square() @ inv_w  # [N, out]: the rotated variances
+        if inv_b is not None:
+            m = m + inv_b
+        return (z.to(features.dtype) * m.sqrt()) @ q_out_t
+
+    def _factors(
+        self, dtype: torch.dtype, device: torch.device
+    ) -> tuple[Tensor, Tensor, Tensor | None, Tensor]:
+        """``Q_in``, ``1 / precision`` of the rotated weights transposed ``[in, out]`` and
+        bias ``[out]`` (or None), ``Q_outᵀ``, in ``dtype`` on ``device``: computed in float64
+        and cast once, then reused while the buffers they come from are the same tensors,
+        unmodified (a new fit, ``δ`` or ``s`` changed in place, ``.to()``: made again)."""
+        sources = (self.q_in, self.l_in, self.l_out, self.q_out, self.prior_precision,
+                   self.scale)  # fmt: skip
+        hit = self.__dict__.get("_factor_cache")
+        if (
+            hit is not None
+            and hit[0] == (dtype, device)
+            and all(a is b and v == b._version for (a, v), b in zip(hit[1], sources, strict=True))
+        ):
+            return hit[2]
+        inv_b = self._prec_b().reciprocal() if self.has_bias else None
+        parts = (self.q_in, self._prec_w().reciprocal().T, inv_b, self.q_out.T)
+        made = tuple(None if t is None else t.to(device, dtype) for t in parts)
+        self.__dict__["_factor_cache"] = ((dtype, device), [(t, t._version) for t in sources], made)
+        return made  # type: ignore[return-value]
 
 
 class DiagBlock(LaplaceBlock):
@@ -228,7 +256,7 @@ class DiagBlock(LaplaceBlock):
 
     def output_noise(self, features: Tensor, z: Tensor) -> Tensor:
         """Independent outputs: ``√var ⊙ z``."""
-        return z.double() * self.output_variance(features).sqrt()
+        return (z.double() * self.output_variance(features).sqrt()).to(features.dtype)
 
 
 BLOCKS: dict[str, type[LaplaceBlock]] = {"full": FullBlock, "kfac": KronBlock, "diag": DiagBlock}
@@ -312,17 +340,14 @@ class LaplaceLinear(SampledLinear):
     def _drawn_outputs(self, rows: Tensor, n: int) -> Tensor:
         """Outputs ``[G*n, out]`` (group-major) for feature rows ``rows [m, in]``: every
         group's own rows (``m = G*n``) or rows every group shares (``m = n``). The moments in
-        float64, once per row of ``rows``; C standard normals per (group, data row)."""
+        the rows' dtype, once per row of ``rows``; C standard normals per (group, data row)."""
         total = self.groups * n
         z = self.noise.normal(total, self.out_features, rows.device)  # [G*n, out] float64
         self.noise.advance(total)
         z = z.reshape(-1, len(rows), self.out_features)  # [G or 1, m, out]
-        flat = rows.double()
-        mean = flat @ self.weight.double().T
-        if self.bias is not None:
-            mean = mean + self.bias.double()
-        out = mean + self.posterior.output_noise(flat, z)  # [G or 1, m, out]
-        return out.reshape(total, self.out_features).to(rows.dtype)
+        mean = nn.functional.linear(rows, self.weight, self.bias)
+        out = mean + self.posterior.output_noise(rows, z)  # [G or 1, m, out]
+        return out.reshape(total, self.out_features)
 
 
 def probit_logits(layer: LaplaceLinear, features: Tensor) -> Tensor:

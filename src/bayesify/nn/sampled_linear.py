@@ -44,6 +44,8 @@ class SampledLinear(StochasticModule):
     """``nn.Linear`` with per-group weights from ``posterior`` while sampling:
     ``[N, in]`` -> ``[N, out]`` (``[T*n, in]`` -> ``[T*n, out]`` in a block of T groups)."""
 
+    _plain_attrs = StochasticModule._plain_attrs | {"_block", "_draw"}
+
     def __init__(self, linear: nn.Linear, posterior: nn.Module | None = None) -> None:
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features

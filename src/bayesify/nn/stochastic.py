@@ -20,10 +20,10 @@ per-layer draws such as MCBN's bank rows) is handed to it as a :class:`SamplingP
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -53,11 +53,21 @@ class StochasticModule(nn.Module):
     calls before the pass, and restrict those draws to a range in :meth:`select_groups`.
     """
 
+    #: attributes that are never parameters, buffers or modules: set without
+    #: ``nn.Module.__setattr__``'s checks (several per layer on every call)
+    _plain_attrs: ClassVar[frozenset[str]] = frozenset({"stochastic", "groups", "block_samples"})
+
     def __init__(self) -> None:
         super().__init__()
         self.stochastic = False
         self.groups = 1
         self.block_samples = 0  # groups of the current sampling block (0: none)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._plain_attrs:
+            object.__setattr__(self, name, value)
+        else:
+            super().__setattr__(name, value)
 
     def begin_sampling(self, plan: SamplingPlan) -> None:
         """Prepare randomness for ``plan.samples`` groups (override when draws are per group)."""
@@ -114,16 +124,19 @@ def sampling(
     samples: int,
     generator: torch.Generator | None = None,
     draws: Mapping[nn.Module, Any] | None = None,
+    layers: Sequence[StochasticModule] | None = None,
 ) -> Iterator[None]:
     """Within the block, forward passes over ``samples * N`` rows draw per-group randomness.
 
     ``draws``: per stochastic layer, what it is handed for this block (see
     :class:`SamplingPlan`); the layers begin in registration order, drawing from ``generator``.
+    ``layers``: :func:`stochastic_modules` of ``model`` when the caller keeps them.
     """
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     plan = SamplingPlan(samples, generator, draws or {})
-    layers = stochastic_modules(model)
+    if layers is None:
+        layers = stochastic_modules(model)
     previous = [m.stochastic for m in layers]
     try:
         for m in layers:
