@@ -238,9 +238,15 @@ class Method(FromPretrained, Trainable):
         limit) bounds what the call holds, the ``[T, N, ...]`` samples and the per-group draws:
         a call that would need more is refused with the figure before it allocates it.
         """
-        x, generator = self._sample_inputs(x, samples, generator, seed)
-        samples = self.sample_count(check_samples(samples))
-        facts = self._net_facts()
+        samples = check_samples(samples)
+        cache = self._facts_cache()
+        facts = cache.of(self.net)  # the call's one walk of the modules (see NetFacts.last)
+        if type(self)._check_inputs is Method._check_inputs:  # what it does, without a walk
+            x = check_inputs(x, cache.device, cache.dtype, self.input_shape)
+        else:
+            x = self._check_inputs(x)
+        generator = seeded_generator(generator, seed)
+        samples = self.sample_count(samples)
         max_rows = self._auto_rows(max_rows, x, facts)
         # at least one output number per sample and row: refused before any draw is made
         per_group = sum(m.group_bytes() for m in facts.stochastic)

@@ -314,7 +314,9 @@ class Laplace(Method):
             return None
         if self.layer._forward_hooks or self.layer._forward_pre_hooks:
             return None  # the layer's forward runs (over the repeated rows) for its hooks
-        if not start and prefix_of(net, self._net_facts()) != k:
+        # start 0: called from sample(), which has just walked the modules (no second walk)
+        facts = self._facts_cache().last or self._net_facts()
+        if not start and prefix_of(net, facts) != k:
             return None
         ranges, per_chunk = chunk_plan(samples, len(x), max_rows)
         if len(ranges) > 1:
@@ -325,7 +327,8 @@ class Laplace(Method):
         row = 0
         # the layer is the net's only stochastic module (the body is deterministic): its
         # sampling block alone, not a walk over every module to begin and end
-        with sampling(layer, samples, generator):
+        # (it holds no other stochastic module: the layers are given, no walk of its modules)
+        with sampling(layer, samples, generator, layers=(layer,)):
             for block in x.split(per_chunk * samples):
                 h = block
                 for module in body:
@@ -334,6 +337,8 @@ class Laplace(Method):
                 if out is None:
                     check_sample_bytes(samples, len(x), y.shape[-1], y.element_size(),
                                        layer.group_bytes(), max_bytes)  # fmt: skip
+                    if len(h) == len(x) and y.is_contiguous():
+                        return y  # one block: the layer's fresh outputs are the samples
                     out = y.new_empty((samples, len(x), y.shape[-1]))
                 out[:, row : row + len(h)] = y
                 row += len(h)

@@ -83,6 +83,12 @@ class NetFacts:
         return facts
 
     @property
+    def last(self) -> Facts | None:
+        """The facts the latest :meth:`of` returned, without a new walk (None before any):
+        for the steps of one call after the call has walked the modules once."""
+        return self._facts
+
+    @property
     def device(self) -> torch.device:
         """The device of the network's parameters (CPU without parameters), after :meth:`of`."""
         p = self.first_param

@@ -109,13 +109,21 @@ def _hash_uniform_numpy(
     keys: Tensor, rows: Tensor, features: int, stream: int, low_only: bool
 ) -> Tensor:
     """:func:`hash_uniform` in NumPy uint32 (CPU tensors): the same numbers as the torch path."""
-    k = keys.numpy()  # int64 in [0, 2**32)
     counter = rows.numpy()[:, None] * features + np.arange(features)  # [n, F] int64
-    key_mix = _mix32_numpy((k + stream * 0x9E3779B9).astype(np.uint32))  # mod 2**32
+    return _hash_counters_numpy(keys.numpy(), counter, stream, low_only)
+
+
+def _hash_counters_numpy(k: np.ndarray, counter: np.ndarray, stream: int, low_only: bool) -> Tensor:
+    """The NumPy hash of keys ``k [T]`` (int64 in [0, 2**32)) and element counters ``counter
+    [n, F]`` (int64, ``row * F + feature``): uniforms ``[T, n, F]`` float64."""
+    if low_only:  # both per-key mixes in one pass over a [2, T] array
+        key_mix, k_mix = _mix32_numpy(np.stack((k + stream * 0x9E3779B9, k)).astype(np.uint32))
+    else:
+        key_mix = _mix32_numpy((k + stream * 0x9E3779B9).astype(np.uint32))  # mod 2**32
     h = counter.astype(np.uint32)[None] ^ key_mix[:, None, None]  # the low counter word
     _mix32_numpy(h)
     if low_only:
-        h ^= _mix32_numpy(k.astype(np.uint32))[:, None, None]
+        h ^= k_mix[:, None, None]
     else:
         high = (counter >> 32).astype(np.uint32)
         h ^= _mix32_numpy(high[None] ^ k.astype(np.uint32)[:, None, None])
@@ -180,6 +188,14 @@ class RowNoise:
         self, total_rows: int, features: int, device: torch.device, stream: int = 0
     ) -> Tensor:
         """Uniforms ``[G*n, features]`` (float64) for a pass over ``G*n`` rows."""
+        if device.type == "cpu" and self.keys is not None and not total_rows % len(self.keys):
+            # the counters row * F + feature of rows offset.. straight in NumPy: the numbers of
+            # hash_uniform's CPU path without building the row indices as a tensor first
+            n = total_rows // len(self.keys)
+            lo, hi = self.offset * features, (self.offset + n) * features
+            counter = np.arange(lo, hi, dtype=np.int64).reshape(n, features)
+            u = _hash_counters_numpy(self.keys.numpy(), counter, stream, hi <= 2**32)
+            return u.reshape(total_rows, features)
         rows = self._rows(total_rows, device)
         below = self.offset + len(rows)
         u = hash_uniform(self.keys.to(device), rows, features, stream, rows_below=below)
