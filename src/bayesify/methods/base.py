@@ -54,11 +54,12 @@ from bayesify.nn import (
     check_sample_bytes,
     chunk_plan,
     forward_in_chunks,
+    group_bytes,
     resolve_max_rows,
     sampling,
     select_groups,
 )
-from bayesify.nn.folding import deterministic_prefix, widest_row
+from bayesify.nn.folding import deterministic_prefix
 from bayesify.nn.modes import eval_mode
 from bayesify.nn.net_facts import NetFacts
 from bayesify.options import Task, shown
@@ -194,16 +195,11 @@ class Method(FromPretrained, Trainable):
         only when its modules changed (:class:`~bayesify.nn.net_facts.NetFacts`)."""
         return self._facts_cache().of(self.net)
 
-    def _auto_rows(self, max_rows: MaxRows, x: Tensor, facts) -> int | None:  # noqa: ANN001
-        """:func:`resolve_max_rows` with the network's widest activation per input row
-        shape remembered in ``facts``."""
-        if max_rows != "auto" or x.device.type == "cuda" or not len(x):
-            return resolve_max_rows(max_rows, x, self.net)
-        key = tuple(x.shape[1:])
-        widest = facts.widest.get(key)
-        if widest is None:
-            widest = facts.widest[key] = widest_row(self.net, x)
-        return resolve_max_rows(max_rows, x, None, widest=widest)
+    def _walked_facts_cache(self) -> NetFacts:
+        """The cache after a walk of the network as it is now (device and dtype current)."""
+        cache = self._facts_cache()
+        cache.of(self.net)
+        return cache
 
     # ------------------------------------------------------------------ prediction
     def to(self, device: str | torch.device) -> Method:
@@ -214,9 +210,7 @@ class Method(FromPretrained, Trainable):
 
     @property
     def device(self) -> torch.device:
-        cache = self._facts_cache()
-        cache.of(self.net)
-        return cache.device
+        return self._walked_facts_cache().device
 
     def sample(
         self,
@@ -247,9 +241,9 @@ class Method(FromPretrained, Trainable):
             x = self._check_inputs(x)
         generator = seeded_generator(generator, seed)
         samples = self.sample_count(samples)
-        max_rows = self._auto_rows(max_rows, x, facts)
+        max_rows = resolve_max_rows(max_rows, x, self.net, facts=facts)
         # at least one output number per sample and row: refused before any draw is made
-        per_group = sum(m.group_bytes() for m in facts.stochastic)
+        per_group = group_bytes(self.net, facts.stochastic)
         check_sample_bytes(samples, len(x), 1, x.element_size(), per_group, max_bytes)
         with eval_mode(self.net, facts.modules), torch.no_grad():
             return self._draw_samples(x, samples, generator, max_rows, max_bytes=max_bytes)
@@ -397,14 +391,11 @@ class Method(FromPretrained, Trainable):
 
     def _dtype(self) -> torch.dtype:
         """The network's floating-point dtype (its parameters')."""
-        cache = self._facts_cache()
-        cache.of(self.net)
-        return cache.dtype
+        return self._walked_facts_cache().dtype
 
     def _check_inputs(self, x: Tensor | Data) -> Tensor:
         """Checked inputs on the network's device and dtype (see :func:`inputs.check_inputs`)."""
-        cache = self._facts_cache()
-        cache.of(self.net)
+        cache = self._walked_facts_cache()
         return check_inputs(x, cache.device, cache.dtype, self.input_shape)
 
     def _checked_data(self, data: Data, what: str) -> Data:

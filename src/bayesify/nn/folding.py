@@ -100,7 +100,7 @@ def widest_row(net: nn.Module, x: Tensor) -> int:
 
 
 def resolve_max_rows(
-    max_rows: MaxRows, x: Tensor, net: nn.Module | None = None, *, widest: int | None = None
+    max_rows: MaxRows, x: Tensor, net: nn.Module | None = None, *, facts: Facts | None = None
 ) -> int | None:
     """Rows per forward pass for inputs ``x [N, ...]``: an int as given (None or 0: no limit).
 
@@ -109,7 +109,8 @@ def resolve_max_rows(
     run out of cache and cost more per row than they save in calls (benchmarks/speed.md). With
     ``net``, CPU forwards are also kept to about 2**22 numbers in its widest activation
     (:func:`widest_row`), below 64 rows if need be: a 30,000-unit layer gets 139 rows.
-    ``widest``: that width when the caller knows it (instead of ``net``).
+    ``facts``: ``net``'s cached :class:`~bayesify.nn.net_facts.Facts`, which remember that
+    width per input row shape.
     """
     if max_rows != "auto":
         if max_rows is not None and (not isinstance(max_rows, int) or max_rows < 0):
@@ -121,9 +122,13 @@ def resolve_max_rows(
         return AUTO_CUDA_ROWS
     lo, hi = AUTO_CPU_ROWS
     rows = min(hi, max(lo, AUTO_CPU_INPUT_NUMBERS // max(1, x[0].numel() if len(x) else 1)))
-    if widest is None and net is not None:
-        widest = widest_row(net, x)
-    if widest is not None:
+    if net is not None:
+        key = tuple(x.shape[1:])
+        widest = facts.widest.get(key) if facts is not None and len(x) else None
+        if widest is None:
+            widest = widest_row(net, x)
+            if facts is not None and len(x):
+                facts.widest[key] = widest
         rows = min(rows, max(1, AUTO_CPU_ACTIVATION_NUMBERS // widest))
     return rows
 
@@ -199,8 +204,7 @@ def forward_in_chunks(
             for chunk in h.split(per_chunk):
                 y = fold_samples(forward(repeat_samples(chunk, b - a)), b - a, group_dim)
                 if out is None:  # [(M,) G, n, ...]
-                    per_group = (group_bytes(net) if facts is None
-                                 else sum(m.group_bytes() for m in facts.stochastic))  # fmt: skip
+                    per_group = group_bytes(net, None if facts is None else facts.stochastic)
                     out = _output_like(y, group_dim, ranges[-1][1], len(x), per_group, max_bytes)
                 out[(slice(None),) * group_dim + (slice(a, b), slice(row, row + len(chunk)))] = y
                 row += len(chunk)

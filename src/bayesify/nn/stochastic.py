@@ -106,10 +106,13 @@ def stochastic_modules(model: nn.Module) -> list[StochasticModule]:
     return [m for m in model.modules() if isinstance(m, StochasticModule)]
 
 
-def group_bytes(model: nn.Module) -> int:
+def group_bytes(model: nn.Module, layers: Sequence[StochasticModule] | None = None) -> int:
     """Bytes per sample group that the stochastic layers of ``model`` draw when a sampling
-    block begins (see :meth:`StochasticModule.group_bytes`)."""
-    return sum(m.group_bytes() for m in stochastic_modules(model))
+    block begins (see :meth:`StochasticModule.group_bytes`). ``layers``: those layers when the
+    caller keeps them (a walk saved)."""
+    if layers is None:
+        layers = stochastic_modules(model)
+    return sum(m.group_bytes() for m in layers)
 
 
 def set_stochastic(model: nn.Module, enabled: bool) -> None:
