@@ -154,7 +154,8 @@ def test_deeper_datasets_get_their_own_tree_depth_and_reference():
     assert depth == {"toy-1d": 10, "energy": 12, "concrete": 11}
     # a method row is scored against the reference sampled at its dataset's depth
     assert {j.reference_path() for j in methods} == {j.reference_path() for j in hmc}
-    assert "energy-0-seed0-c4-w300-s150-t1-d12-" in str(
+    assert {j.dataset: j.samples for j in hmc} == {"toy-1d": 150, "energy": 450, "concrete": 150}
+    assert "energy-0-seed0-c4-w300-s450-t1-d12-" in str(
         next(j for j in hmc if j.dataset == "energy").reference_path()
     )
     # the costlier reference is started first
