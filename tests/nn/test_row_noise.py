@@ -129,6 +129,67 @@ def test_select_groups_replays_those_groups_chunk_by_chunk():
         noise.select_groups(0, 1)
 
 
+def _row_normal_reference(key: int, row: int, stream: int, words: int) -> torch.Tensor:
+    """Row ``row``'s first ``words`` normals from a fresh NumPy Philox keyed (key + stream
+    << 32, row): each raw 64-bit word's top 53 bits as a uniform, through scipy's quantile."""
+    import numpy as np
+
+    raw = np.random.Philox(key=np.array([key | stream << 32, row], np.uint64)).random_raw(words)
+    return torch.from_numpy(stats.norm.ppf(((raw >> np.uint64(11)) + 0.5) / 2.0**53))
+
+
+def test_row_normals_are_each_rows_philox_stream():
+    """Group t of row i reads words t*F .. (t+1)*F of row i's own Philox stream: against fresh
+    generators and scipy's normal quantile, for rows after an offset and a range of groups."""
+    noise = RowNoise()
+    noise.begin(5, torch.Generator().manual_seed(3))
+    key = int(noise.all_keys[0])
+    noise.advance(5 * 4)  # rows 4.. next
+    z = noise.row_normal(5 * 3, 2, CPU, stream=1).view(5, 3, 2)
+    for i in range(3):
+        ref = _row_normal_reference(key, 4 + i, 1, 5 * 2).view(5, 2)
+        torch.testing.assert_close(z[:, i], ref, rtol=1e-12, atol=1e-12)
+    noise.select_groups(2, 4)
+    part = noise.row_normal(2 * 3, 2, CPU, stream=1).view(2, 3, 2)
+    ref0 = _row_normal_reference(key, 0, 1, 5 * 2).view(5, 2)
+    torch.testing.assert_close(part[:, 0], ref0[2:4], rtol=1e-12, atol=1e-12)
+
+
+def test_row_normals_replay_chunks_ranges_and_a_larger_block():
+    """Chunks of rows, ranges of groups and a block of more groups from the same generator
+    (whose first key is the same) give exactly the numbers of the whole draw."""
+    noise = RowNoise()
+    noise.begin(6, torch.Generator().manual_seed(4))
+    n, f = 5, 3
+    full = noise.row_normal(6 * n, f, CPU).view(6, n, f)
+    noise.advance(6 * n)
+    for start, stop in ((0, 6), (1, 4), (5, 6)):
+        noise.select_groups(start, stop)
+        g, parts = stop - start, []
+        for rows in (2, 3):
+            parts.append(noise.row_normal(g * rows, f, CPU).view(g, rows, f))
+            noise.advance(g * rows)
+        assert torch.equal(torch.cat(parts, 1), full[start:stop])
+    more = RowNoise()
+    more.begin(9, torch.Generator().manual_seed(4))
+    assert torch.equal(more.row_normal(9 * n, f, CPU).view(9, n, f)[:6], full)
+    noise.end()
+    with pytest.raises(RuntimeError, match="sampling block"):
+        noise.row_normal(6, f, CPU)
+
+
+def test_row_normals_are_independent_standard_normals_within_one_call():
+    """One call's numbers: standard normal (KS), and uncorrelated across neighbouring rows,
+    groups and features."""
+    noise = RowNoise()
+    noise.begin(40, torch.Generator().manual_seed(6))
+    z = noise.row_normal(40 * 300, 8, CPU).view(40, 300, 8).numpy()
+    assert stats.kstest(z.ravel(), "norm").pvalue > 1e-3
+    assert abs(z.mean()) < 0.01 and abs(z.std() - 1.0) < 0.01
+    for a, b in ((z[:, :-1], z[:, 1:]), (z[:-1], z[1:]), (z[..., :-1], z[..., 1:])):
+        assert abs(stats.pearsonr(a.ravel(), b.ravel())[0]) < 0.02
+
+
 def test_same_generator_same_numbers_and_keys_from_the_generator():
     a, b, c = RowNoise(), RowNoise(), RowNoise()
     a.begin(3, torch.Generator().manual_seed(5))

@@ -329,7 +329,8 @@ class Laplace(Method):
         # sampling block alone, not a walk over every module to begin and end
         # (it holds no other stochastic module: the layers are given, no walk of its modules)
         with sampling(layer, samples, generator, layers=(layer,)):
-            for block in x.split(per_chunk * samples):
+            step = per_chunk * samples
+            for block in (x,) if len(x) <= step else x.split(step):
                 h = block
                 for module in body:
                     h = module(h)

@@ -266,10 +266,10 @@ class LaplaceLinear(SampledLinear):
     """The last layer of a Laplace network. While sampling, each row's outputs are drawn in
     output space (the local reparameterisation trick of Kingma et al. 2015, exact here: the
     layer is linear in its weights, so the outputs of a row with features φ are Gaussian,
-    ``N(W φ + b, J Σ Jᵀ)``): C standard normals per (sample group, row), from the group's key
-    and the row's index (:class:`~bayesify.nn.row_noise.RowNoise`, as Bayes by Backprop's linear
-    layers), so a row's samples do not depend on how the call's rows are chunked or on the
-    other rows. Rows of one group are independent draws, not one shared weight draw. Weights
+    ``N(W φ + b, J Σ Jᵀ)``): C standard normals per (sample group, row), from the row's own
+    stream (:meth:`~bayesify.nn.row_noise.RowNoise.row_normal`: one counter-based generator
+    reset per row, not a hash per number), so a row's samples do not depend on how the call's
+    rows are chunked or on the other rows. Rows of one group are independent draws, not one shared weight draw. Weights
     handed in by a :class:`~bayesify.nn.stochastic.SamplingPlan` are used as a
     :class:`SampledLinear` uses them. With ``probit=True`` nothing is drawn: every sample group
     gets the probit-scaled logits ``f / sqrt(1 + π/8 · diag(J Σ Jᵀ))`` (MacKay 1992), whose
@@ -342,7 +342,7 @@ class LaplaceLinear(SampledLinear):
         group's own rows (``m = G*n``) or rows every group shares (``m = n``). The moments in
         the rows' dtype, once per row of ``rows``; C standard normals per (group, data row)."""
         total = self.groups * n
-        z = self.noise.normal(total, self.out_features, rows.device)  # [G*n, out] float64
+        z = self.noise.row_normal(total, self.out_features, rows.device)  # [G*n, out] float64
         self.noise.advance(total)
         z = z.reshape(-1, len(rows), self.out_features)  # [G or 1, m, out]
         mean = nn.functional.linear(rows, self.weight, self.bias)
