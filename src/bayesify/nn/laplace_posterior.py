@@ -269,11 +269,12 @@ class LaplaceLinear(SampledLinear):
     ``N(W φ + b, J Σ Jᵀ)``): C standard normals per (sample group, row), from the row's own
     stream (:meth:`~bayesify.nn.row_noise.RowNoise.row_normal`: one counter-based generator
     reset per row, not a hash per number), so a row's samples do not depend on how the call's
-    rows are chunked or on the other rows. Rows of one group are independent draws, not one shared weight draw. Weights
-    handed in by a :class:`~bayesify.nn.stochastic.SamplingPlan` are used as a
-    :class:`SampledLinear` uses them. With ``probit=True`` nothing is drawn: every sample group
-    gets the probit-scaled logits ``f / sqrt(1 + π/8 · diag(J Σ Jᵀ))`` (MacKay 1992), whose
-    softmax is the probit approximation of the predictive class probabilities."""
+    rows are chunked or on the other rows. Rows of one group are independent draws, not one
+    shared weight draw. Weights handed in by a :class:`~bayesify.nn.stochastic.SamplingPlan`
+    are used as a :class:`SampledLinear` uses them. With ``probit=True`` nothing is drawn:
+    every sample group gets the probit-scaled logits ``f / sqrt(1 + π/8 · diag(J Σ Jᵀ))``
+    (MacKay 1992), whose softmax is the probit approximation of the predictive class
+    probabilities."""
 
     posterior: LaplaceBlock
 

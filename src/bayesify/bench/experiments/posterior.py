@@ -77,8 +77,8 @@ PRESETS = {
                    mc_samples=100),
     # a smoke test of the machinery (seconds, not a reference)
     "tiny": Preset(("toy-1d", "toy-2d"), splits=1, chains=2, warmup=10, samples=10, thin=1,
-                   max_tree_depth=2, deeper=(), longer=(), dense_mass=False, init_steps=10, epochs=5,
-                   mc_samples=10),
+                   max_tree_depth=2, deeper=(), longer=(), dense_mass=False, init_steps=10,
+                   epochs=5, mc_samples=10),
 }
 # fmt: on
 
