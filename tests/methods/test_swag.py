@@ -174,6 +174,37 @@ def test_multiswag_members_start_from_the_same_weights_and_follow_their_own_orde
     assert out.shape[:2] == (6, len(x))
 
 
+def test_multiswag_of_several_trained_networks_runs_member_m_from_network_m(tmp_path):
+    """Given M trained networks, trajectory m is the one SWAG collects from network m alone
+    (its seed + m): the same moments; the networks are left as they were, the bundle
+    round-trips, and fit() (which would train only the first) is refused."""
+    x, y = regression_data(160)
+    nets = []
+    for m in range(3):
+        torch.manual_seed(10 + m)
+        nets.append(mlp(5, hidden=(8,), norm=None))
+    before = [copy.deepcopy(n.state_dict()) for n in nets]
+    opts = {"epochs": 2, "batch_size": 20, "collect_every": 3, "rank": 4, "seed": 7}
+    multi = bayesify.MultiSWAG.from_pretrained(nets, (x[:120], y[:120]), **opts)
+    assert multi.members == 3
+    for m, net in enumerate(nets):
+        for k, v in net.state_dict().items():
+            assert torch.equal(v, before[m][k])  # read, never changed
+        single = bayesify.SWAG.from_pretrained(net, (x[:120], y[:120]), **{**opts, "seed": 7 + m})
+        torch.testing.assert_close(multi.net.mean[m], single.net.mean[0])
+        torch.testing.assert_close(multi.net.deviations[m], single.net.deviations[0])
+    assert not torch.allclose(multi.net.mean[0], multi.net.mean[1])
+    path = multi.save(tmp_path / "multi")
+    again = bayesify.load(path)
+    assert torch.equal(again.sample(x[120:130], 6, seed=1), multi.sample(x[120:130], 6, seed=1))
+    with pytest.raises(ValueError, match="fit\\(\\) would train only the first"):
+        multi.fit((x, y), epochs=1)
+    with pytest.raises(ValueError, match="members must equal the 3 networks"):
+        bayesify.MultiSWAG(nets, members=2)
+    with pytest.raises(ValueError, match="MultiSWAG member 1 differs"):
+        bayesify.MultiSWAG([nets[0], mlp(5, hidden=(9,), norm=None)])
+
+
 def test_fit_trains_then_collects():
     x, y = regression_data(100)
     method = bayesify.SWAG(mlp(5, hidden=(8,), norm=None), swag_epochs=2, collect_every=2)

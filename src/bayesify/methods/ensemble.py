@@ -43,6 +43,7 @@ from torch.func import stack_module_state
 
 from bayesify.methods.base import Method, MethodConfig, member_class
 from bayesify.methods.deterministic import Deterministic
+from bayesify.methods.inputs import same_architecture
 from bayesify.methods.presets import with_recipe
 from bayesify.nn import (
     check_sample_bytes,
@@ -142,7 +143,7 @@ class DeepEnsemble(Method):
         self._copy_given = not inplace
         self._trained_members = isinstance(net, list | tuple)
         if isinstance(net, list | tuple):
-            self._given = _same_architecture(list(net))
+            self._given = same_architecture(list(net), "ensemble")
             if options.get("members", len(net)) != len(net) or (
                 config is not None and config.members != len(net)
             ):
@@ -360,21 +361,6 @@ class DeepEnsemble(Method):
             mm.constant_variance = s.get("constant_variance")
             mm.input_shape = tuple(s["input_shape"]) if s.get("input_shape") else None
             mm.load_extra_state(s.get("extra", {}))
-
-
-def _same_architecture(nets: list[nn.Module]) -> list[nn.Module]:
-    """``nets`` if they are modules with the same parameter and buffer names and shapes."""
-    if not nets or not all(isinstance(n, nn.Module) for n in nets):
-        raise TypeError("an ensemble of given networks needs a non-empty list of nn.Module")
-    shapes = [{k: tuple(v.shape) for k, v in n.state_dict().items()} for n in nets]
-    for m, s in enumerate(shapes[1:], 1):
-        if s != shapes[0]:
-            diff = sorted(set(s.items()) ^ set(shapes[0].items()))[:3]
-            raise ValueError(
-                f"ensemble member {m} differs from member 0 in architecture ({diff}); "
-                "members must share one architecture"
-            )
-    return nets
 
 
 class _RetryChunk(Exception):

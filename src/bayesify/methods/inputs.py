@@ -241,3 +241,19 @@ def check_first_layer(net: nn.Module, row_shape: tuple[int, ...], what: str) -> 
             | StochasticModule,
         ):
             return  # a layer whose input width is not known here
+
+
+def same_architecture(nets: list[nn.Module], what: str) -> list[nn.Module]:
+    """``nets`` if they are modules with the same parameter and buffer names and shapes (the
+    networks handed to an ``what``, e.g. an ensemble or a MultiSWAG, as its members)."""
+    if not nets or not all(isinstance(n, nn.Module) for n in nets):
+        raise TypeError(f"a {what} of given networks needs a non-empty list of nn.Module")
+    shapes = [{k: tuple(v.shape) for k, v in n.state_dict().items()} for n in nets]
+    for m, s in enumerate(shapes[1:], 1):
+        if s != shapes[0]:
+            diff = sorted(set(s.items()) ^ set(shapes[0].items()))[:3]
+            raise ValueError(
+                f"{what} member {m} differs from member 0 in architecture ({diff}); "
+                "members must share one architecture"
+            )
+    return nets

@@ -318,7 +318,8 @@ class Laplace(Method):
         facts = self._facts_cache().last or self._net_facts()
         if not start and prefix_of(net, facts) != k:
             return None
-        ranges, per_chunk = chunk_plan(samples, len(x), max_rows)
+        n = x.shape[0]
+        ranges, per_chunk = chunk_plan(samples, n, max_rows)
         if len(ranges) > 1:
             return None
         body = [] if start else list(net.children())[:k]  # what net[:k] runs, not rebuilt
@@ -330,19 +331,20 @@ class Laplace(Method):
         # (it holds no other stochastic module: the layers are given, no walk of its modules)
         with sampling(layer, samples, generator, layers=(layer,)):
             step = per_chunk * samples
-            for block in (x,) if len(x) <= step else x.split(step):
+            for block in (x,) if n <= step else x.split(step):
                 h = block
                 for module in body:
                     h = module(h)
-                y = layer.group_outputs(h.reshape(len(h), -1))  # [T, n, out]
+                m = h.shape[0]
+                y = layer.group_outputs(h.reshape(m, -1))  # [T, m, out]
                 if out is None:
-                    check_sample_bytes(samples, len(x), y.shape[-1], y.element_size(),
+                    check_sample_bytes(samples, n, y.shape[-1], y.element_size(),
                                        layer.group_bytes(), max_bytes)  # fmt: skip
-                    if len(h) == len(x) and y.is_contiguous():
+                    if m == n and y.is_contiguous():
                         return y  # one block: the layer's fresh outputs are the samples
-                    out = y.new_empty((samples, len(x), y.shape[-1]))
-                out[:, row : row + len(h)] = y
-                row += len(h)
+                    out = y.new_empty((samples, n, y.shape[-1]))
+                out[:, row : row + m] = y
+                row += m
         return out
 
     def reference_samples(

@@ -5,8 +5,10 @@ from the trained weights (of a copy), collects the moments of its trajectory and
 ``rank`` deviation columns (:mod:`.swag_moments`), and predicts with weights drawn from the
 Gaussian they define. ``fit`` trains the network first, then collects the same way.
 MultiSWAG (``members`` = M > 1, or :class:`MultiSWAG`) runs M trajectories from the same
-trained weights, trajectory m with its own data order and dropout masks (seed + m), and mixes
-them with equal weights: sample ``k*M + m`` is member m's k-th (T rounded up to a multiple of M).
+trained weights, or from M trained networks (``MultiSWAG.from_pretrained([net1, net2, ...],
+train)``: trajectory m from network m), trajectory m with its own data order and dropout masks
+(seed + m), and mixes them with equal weights: sample ``k*M + m`` is member m's k-th (T
+rounded up to a multiple of M).
 
 Prediction: the T weight samples run as stacked groups, ``functional_call`` under ``vmap``
 (:mod:`bayesify.nn.stacked`, as ensembles run their members), in ranges of groups whose weights
@@ -25,11 +27,13 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
+from bayesify.methods.inputs import same_architecture
 from bayesify.methods.swag_moments import (
     Moments,
     Trajectory,
@@ -296,9 +300,11 @@ class SWAG(Method):
             cfg.swag_momentum, cfg.swag_weight_decay, cfg.collect_every,
         )  # fmt: skip
         start = copy.deepcopy(base.state_dict())
+        # MultiSWAG of several trained networks: trajectory m from network m
+        starts = self.__dict__.get("_member_starts") or [start] * cfg.members
         runs: list[Moments] = []
         for m in range(cfg.members):
-            base.load_state_dict(start)
+            base.load_state_dict(starts[m])
             loader = as_loader(train, bs, shuffle=True, seed=seed + m)
             with torch.random.fork_rng(devices=[]):
                 torch.manual_seed(seed + m)
@@ -311,7 +317,7 @@ class SWAG(Method):
                 )
             runs.append(moments)
             log.info("SWAG member %d: %d snapshots", m, moments.count)
-        base.load_state_dict(start)
+        base.load_state_dict(starts[0])
         self._keep(runs, train, seed)
 
     def _keep(self, runs: list[Moments], train: Data, seed: int) -> None:
@@ -346,11 +352,48 @@ class MultiSWAGConfig(SWAGConfig):
 
 
 class MultiSWAG(SWAG):
-    """MultiSWAG: several SWAG trajectories from the trained weights, mixed with equal weights."""
+    """MultiSWAG: several SWAG trajectories, mixed with equal weights, from one trained
+    network or from M independently trained ones (Wilson & Izmailov 2020's recipe: member m's
+    trajectory starts from network m)."""
 
     name = "multiswag"
     Config = MultiSWAGConfig
     config: MultiSWAGConfig
+
+    def __init__(
+        self,
+        net: nn.Module | list[nn.Module] | tuple[nn.Module, ...],
+        config: MultiSWAGConfig | None = None,
+        *,
+        inplace: bool = False,
+        **options: Any,
+    ) -> None:
+        """``net``: one trained network (every trajectory starts from it, each with its own
+        data order) or a list of M trained networks of one architecture (trajectory m starts
+        from network m's weights; ``members`` is M). Their weights are read, never changed;
+        the first is the one wrapped (a copy unless ``inplace=True``)."""
+        starts = None
+        if isinstance(net, list | tuple):
+            nets = same_architecture(list(net), "MultiSWAG")
+            if options.get("members", len(nets)) != len(nets) or (
+                config is not None and config.members != len(nets)
+            ):
+                raise ValueError(f"members must equal the {len(nets)} networks given")
+            if config is None:
+                options["members"] = len(nets)
+            starts = [{k: v.detach().clone() for k, v in n.state_dict().items()} for n in nets]
+            net = nets[0]
+        super().__init__(net, config, inplace=inplace, **options)
+        self._member_starts = starts
+
+    def fit(self, *args: Any, **kwargs: Any) -> MultiSWAG:
+        if self._member_starts is not None:
+            raise ValueError(
+                "this MultiSWAG holds several trained networks: fit() would train only the "
+                "first; collect their trajectories with MultiSWAG.from_pretrained(nets, train) "
+                "or .collect(train)"
+            )
+        return super().fit(*args, **kwargs)  # type: ignore[return-value]
 
 
 __all__ = ["MultiSWAG", "MultiSWAGConfig", "SWAG", "SWAGConfig", "SwagNet", "flat_parameters"]

@@ -333,7 +333,8 @@ class LaplaceLinear(SampledLinear):
         if self.probit and self._block is None:
             return probit_logits(self, rows).unsqueeze(0).expand(self.groups, -1, -1)
         if self._output_draws:
-            return self._drawn_outputs(rows, len(rows)).unflatten(0, (self.groups, -1))
+            n = rows.shape[0]
+            return self._drawn_outputs(rows, n).view(self.groups, n, self.out_features)
         if self._draw is None:
             raise RuntimeError("group_outputs needs an active sampling block")
         return super().forward(rows.repeat(self.groups, 1)).unflatten(0, (self.groups, -1))
@@ -345,7 +346,7 @@ class LaplaceLinear(SampledLinear):
         total = self.groups * n
         z = self.noise.row_normal(total, self.out_features, rows.device)  # [G*n, out] float64
         self.noise.advance(total)
-        z = z.reshape(-1, len(rows), self.out_features)  # [G or 1, m, out]
+        z = z.view(-1, rows.shape[0], self.out_features)  # [G or 1, m, out]
         mean = nn.functional.linear(rows, self.weight, self.bias)
         out = mean + self.posterior.output_noise(rows, z)  # [G or 1, m, out]
         return out.reshape(total, self.out_features)
