@@ -143,7 +143,7 @@ class DeepEnsemble(Method):
         self._copy_given = not inplace
         self._trained_members = isinstance(net, list | tuple)
         if isinstance(net, list | tuple):
-            self._given = same_architecture(list(net), "ensemble")
+            self._given = same_architecture(list(net), "deep ensemble")
             if options.get("members", len(net)) != len(net) or (
                 config is not None and config.members != len(net)
             ):

@@ -247,7 +247,7 @@ def same_architecture(nets: list[nn.Module], what: str) -> list[nn.Module]:
     """``nets`` if they are modules with the same parameter and buffer names and shapes (the
     networks handed to an ``what``, e.g. an ensemble or a MultiSWAG, as its members)."""
     if not nets or not all(isinstance(n, nn.Module) for n in nets):
-        raise TypeError(f"a {what} of given networks needs a non-empty list of nn.Module")
+        raise TypeError(f"the networks of a {what} must be a non-empty list of nn.Module")
     shapes = [{k: tuple(v.shape) for k, v in n.state_dict().items()} for n in nets]
     for m, s in enumerate(shapes[1:], 1):
         if s != shapes[0]:
