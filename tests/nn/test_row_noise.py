@@ -190,6 +190,22 @@ def test_row_normals_are_independent_standard_normals_within_one_call():
         assert abs(stats.pearsonr(a.ravel(), b.ravel())[0]) < 0.02
 
 
+def test_group_normals_are_seeded_by_the_key_and_streams_differ():
+    """Stream 0: group t's normals are torch's from a generator seeded with key_t; another
+    stream gives other numbers (torch keeps a seed's low 32 bits, so the stream must reach
+    them)."""
+    noise = RowNoise()
+    noise.begin(3, torch.Generator().manual_seed(2))
+    z0, z1, z2 = (noise.group_normal(4000, CPU, s) for s in (0, 1, 2))
+    for t, key in enumerate(noise.keys.tolist()):
+        ref = torch.randn(4000, generator=torch.Generator().manual_seed(key))
+        assert torch.equal(z0[t], ref)
+    for a, b in ((z0, z1), (z0, z2), (z1, z2)):
+        assert abs(stats.pearsonr(a.ravel().numpy(), b.ravel().numpy())[0]) < 0.04
+    noise.select_groups(1, 3)
+    assert torch.equal(noise.group_normal(4000, CPU, 1), z1[1:])
+
+
 def test_same_generator_same_numbers_and_keys_from_the_generator():
     a, b, c = RowNoise(), RowNoise(), RowNoise()
     a.begin(3, torch.Generator().manual_seed(5))

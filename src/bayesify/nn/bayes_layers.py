@@ -52,9 +52,10 @@ from bayesify.options import ConvEstimator, parse_option
 
 _V = TypeVar("_V")
 
-#: the :class:`~bayesify.nn.row_noise.RowNoise` stream of the convolutions' per-group weight
-#: noise (streams 1-3 were the per-row flipout signs and bias noise of earlier versions)
-_EPS_STREAM = 4
+#: the :class:`~bayesify.nn.row_noise.RowNoise` group-normal stream of the convolutions'
+#: per-group weight noise: 0, the seed is the group's key (it was 4, which torch's generator,
+#: keeping a seed's low 32 bits only, read as 0: the same numbers)
+_EPS_STREAM = 0
 
 
 class _BayesLayer(RowNoiseModule):

@@ -255,14 +255,18 @@ class RowNoise:
         """Standard normals ``[G, features]`` (float32), one set per group in use and the same
         for every data row: a per-group draw (e.g. a weight sample) that chunks and ranges of
         groups replay exactly. Group t's numbers come from torch's generator seeded with
-        (key_t, ``stream``): one vectorised draw per group, far cheaper than hashing every
-        element when ``features`` is large."""
+        key_t (stream 0) or key_t xor a 32-bit mix of ``stream``: torch's CPU generator keeps
+        only the low 32 bits of a seed, so the stream must change those. One vectorised draw
+        per group, far cheaper than hashing every element when ``features`` is large."""
         if self.keys is None:
             raise RuntimeError("RowNoise used outside a sampling block")
         out = torch.empty(len(self.keys), features)
         gen = torch.Generator()
+        salt = 0
+        if stream:
+            salt = int(_mix32_numpy(np.array([stream * 0x9E3779B9 & _M32], np.uint32))[0])
         for row, key in zip(out, self.keys.tolist(), strict=True):
-            gen.manual_seed((stream << 32) | key)
+            gen.manual_seed(key ^ salt)
             torch.randn(features, generator=gen, out=row)
         return out.to(device)
 
