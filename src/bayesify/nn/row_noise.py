@@ -144,7 +144,7 @@ class RowNoise:
         self.all_keys: Tensor | None = None  # [T] every group's key of this sampling block
         self.start = 0  # global index of the first group now in use
         self.offset = 0  # data rows already seen since the groups were selected
-        self._philox: np.random.Philox | None = None  # row_normal's generator, reset per row
+        self._philox: np.random.Generator | None = None  # row_normal's, reset per row
 
     @property
     def active(self) -> bool:
@@ -216,14 +216,14 @@ class RowNoise:
         self, total_rows: int, features: int, device: torch.device, stream: int = 0
     ) -> Tensor:
         """Standard normals ``[G*n, features]`` (float64) with one stream per data row. On CPU
-        the stream is NumPy's Philox (a counter-based generator, Salmon et al. 2011) keyed by
-        the block's first group key, ``stream`` and the row's index; group t of a row reads its
-        words ``t·F .. (t+1)·F - 1``, each word a uniform through the normal quantile function.
-        So chunks of rows, ranges of groups and a larger T replay the same numbers, as with
-        :meth:`normal`, but the cost is one generator reset per row instead of hashing every
-        element in tens of array operations: on one row of 32 groups and 10 features about 6 µs
-        against 80. Elsewhere (CUDA) it is :meth:`normal` on the device, whose numbers differ
-        from the CPU's (the same distribution); a loop over rows would cost more there."""
+        the stream is NumPy's standard normals from Philox (a counter-based generator, Salmon
+        et al. 2011) keyed by the block's first group key, ``stream`` and the row's index;
+        group t of a row takes its normals ``t·F .. (t+1)·F - 1``. So chunks of rows, ranges
+        of groups and a larger T replay the same numbers, as with :meth:`normal`, but the cost
+        is one generator reset per row instead of hashing every element in tens of array
+        operations (one row of 32 groups and 10 features: about 25 µs against 80). Elsewhere
+        (CUDA) it is :meth:`normal` on the device, whose numbers differ from the CPU's (the same
+        distribution); a loop over rows would cost more there."""
         if device.type != "cpu":
             return self.normal(total_rows, features, device, stream)
         if self.keys is None or self.all_keys is None:
@@ -232,10 +232,10 @@ class RowNoise:
         if total_rows % groups:
             raise ValueError(f"{total_rows} rows do not split into {groups} sample groups")
         n, stop = total_rows // groups, self.start + groups
-        words = np.empty((n, stop * features), dtype=np.uint64)
+        z = np.empty((n, stop * features))
         if self._philox is None:  # made once: a new one reads the OS's entropy (~30 µs)
-            self._philox = np.random.Philox(key=0)
-        bits = self._philox
+            self._philox = np.random.Generator(np.random.Philox(key=0))
+        bits = self._philox.bit_generator
         state = bits.state
         state["state"]["key"][0] = int(self.all_keys[0]) | stream << 32
         for r in range(n):
@@ -243,13 +243,10 @@ class RowNoise:
             state["state"]["counter"][:] = 0
             state["buffer_pos"] = 4  # the buffer is empty: the next word is counter 0's
             bits.state = state
-            words[r] = bits.random_raw(stop * features)
+            self._philox.standard_normal(out=z[r])
         # [n, G, F] -> [G, n, F]: group-major as every pass's rows
-        w = words[:, self.start * features :].reshape(n, groups, features)
-        u = (w.transpose(1, 0, 2) >> np.uint64(11)).astype(np.float64)  # 53 random bits
-        u += 0.5
-        u *= 2.0**-53  # strictly inside (0, 1)
-        return torch.special.ndtri(torch.from_numpy(u.reshape(total_rows, features)))
+        z = z[:, self.start * features :].reshape(n, groups, features).transpose(1, 0, 2)
+        return torch.from_numpy(z).reshape(total_rows, features)
 
     def group_normal(self, features: int, device: torch.device, stream: int = 0) -> Tensor:
         """Standard normals ``[G, features]`` (float32), one set per group in use and the same
