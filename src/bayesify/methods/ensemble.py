@@ -43,7 +43,7 @@ from torch.func import stack_module_state
 
 from bayesify.methods.base import Method, MethodConfig, member_class
 from bayesify.methods.deterministic import Deterministic
-from bayesify.methods.inputs import same_architecture
+from bayesify.methods.inputs import given_members
 from bayesify.methods.presets import with_recipe
 from bayesify.nn import (
     check_sample_bytes,
@@ -139,18 +139,11 @@ class DeepEnsemble(Method):
     ) -> None:
         """``net``: one network (M re-initialised copies become the members) or a list of M
         networks used as they are (e.g. already trained; copied unless ``inplace=True``)."""
-        self._given: list[nn.Module] | None = None
         self._copy_given = not inplace
         self._trained_members = isinstance(net, list | tuple)
-        if isinstance(net, list | tuple):
-            self._given = same_architecture(list(net), "deep ensemble")
-            if options.get("members", len(net)) != len(net) or (
-                config is not None and config.members != len(net)
-            ):
-                raise ValueError(f"members must equal the {len(net)} networks given")
-            if config is None:
-                options["members"] = len(net)
-            net, inplace = net[0], True  # the template is not copied: the members are
+        self._given = given_members(net, config, options, "deep ensemble")
+        if self._given is not None:
+            net, inplace = self._given[0], True  # the template is not copied: the members are
         super().__init__(net, config, inplace=inplace, **options)
 
     def _prepare(self, net: nn.Module) -> None:

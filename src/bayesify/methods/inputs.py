@@ -257,3 +257,21 @@ def same_architecture(nets: list[nn.Module], what: str) -> list[nn.Module]:
                 "members must share one architecture"
             )
     return nets
+
+
+def given_members(
+    net: Any, config: Any, options: dict[str, Any], what: str
+) -> list[nn.Module] | None:
+    """The networks of a list/tuple ``net`` handed to a ``what`` as its members (checked by
+    :func:`same_architecture`; ``members``, given in ``options`` or ``config``, must be their
+    number, and is set in ``options`` when neither gives it), or None for one network."""
+    if not isinstance(net, list | tuple):
+        return None
+    nets = same_architecture(list(net), what)
+    if options.get("members", len(nets)) != len(nets) or (
+        config is not None and config.members != len(nets)
+    ):
+        raise ValueError(f"members must equal the {len(nets)} networks given")
+    if config is None:
+        options["members"] = len(nets)
+    return nets

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor, nn
 
 from bayesify.methods.base import Method, MethodConfig
-from bayesify.methods.inputs import same_architecture
+from bayesify.methods.inputs import given_members
 from bayesify.methods.swag_moments import (
     Moments,
     Trajectory,
@@ -373,14 +373,8 @@ class MultiSWAG(SWAG):
         from network m's weights; ``members`` is M). Their weights are read, never changed;
         the first is the one wrapped (a copy unless ``inplace=True``)."""
         starts = None
-        if isinstance(net, list | tuple):
-            nets = same_architecture(list(net), "MultiSWAG")
-            if options.get("members", len(nets)) != len(nets) or (
-                config is not None and config.members != len(nets)
-            ):
-                raise ValueError(f"members must equal the {len(nets)} networks given")
-            if config is None:
-                options["members"] = len(nets)
+        nets = given_members(net, config, options, "MultiSWAG")
+        if nets is not None:
             starts = [{k: v.detach().clone() for k, v in n.state_dict().items()} for n in nets]
             net = nets[0]
         super().__init__(net, config, inplace=inplace, **options)
