@@ -171,6 +171,12 @@ def test_row_normals_replay_chunks_ranges_and_a_larger_block():
     more = RowNoise()
     more.begin(9, torch.Generator().manual_seed(4))
     assert torch.equal(more.row_normal(9 * n, f, CPU).view(9, n, f)[:6], full)
+    # float32 draws take half words: a half left over by one call must not reach the next
+    singles = []
+    for _ in range(2):
+        more.begin(3, torch.Generator().manual_seed(4))
+        singles.append(more.row_normal(3 * 2, 1, CPU, dtype=torch.float32))
+    assert singles[0].dtype == torch.float32 and torch.equal(singles[0], singles[1])
     noise.end()
     with pytest.raises(RuntimeError, match="sampling block"):
         noise.row_normal(6, f, CPU)

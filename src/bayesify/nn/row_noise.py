@@ -213,9 +213,16 @@ class RowNoise:
         return torch.special.ndtri(self.uniform(total_rows, features, device, 2 * stream + 1))
 
     def row_normal(
-        self, total_rows: int, features: int, device: torch.device, stream: int = 0
+        self,
+        total_rows: int,
+        features: int,
+        device: torch.device,
+        stream: int = 0,
+        *,
+        dtype: torch.dtype = torch.float64,
     ) -> Tensor:
-        """Standard normals ``[G*n, features]`` (float64) with one stream per data row. On CPU
+        """Standard normals ``[G*n, features]`` in ``dtype`` (float32: NumPy's single-precision
+        draws, other numbers than float64's) with one stream per data row. On CPU
         the stream is NumPy's standard normals from Philox (a counter-based generator, Salmon
         et al. 2011) keyed by the block's first group key, ``stream`` and the row's index;
         group t of a row takes its normals ``t·F .. (t+1)·F - 1``. So chunks of rows, ranges
@@ -225,14 +232,15 @@ class RowNoise:
         (CUDA) it is :meth:`normal` on the device, whose numbers differ from the CPU's (the same
         distribution); a loop over rows would cost more there."""
         if device.type != "cpu":
-            return self.normal(total_rows, features, device, stream)
+            return self.normal(total_rows, features, device, stream).to(dtype)
         if self.keys is None or self.all_keys is None:
             raise RuntimeError("RowNoise used outside a sampling block")
         groups = self.keys.shape[0]
         if total_rows % groups:
             raise ValueError(f"{total_rows} rows do not split into {groups} sample groups")
         n, stop = total_rows // groups, self.start + groups
-        z = np.empty((n, stop * features))
+        single = dtype == torch.float32
+        z = np.empty((n, stop * features), np.float32 if single else np.float64)
         if self._philox is None:  # made once: a new one reads the OS's entropy (~30 µs)
             self._philox = np.random.Generator(np.random.Philox(key=0))
         bits = self._philox.bit_generator
@@ -242,11 +250,13 @@ class RowNoise:
             state["state"]["key"][1] = self.offset + r
             state["state"]["counter"][:] = 0
             state["buffer_pos"] = 4  # the buffer is empty: the next word is counter 0's
+            state["has_uint32"] = 0  # and no half word is left over (float32 draws use halves)
             bits.state = state
-            self._philox.standard_normal(out=z[r])
+            self._philox.standard_normal(dtype=z.dtype, out=z[r])
         # [n, G, F] -> [G, n, F]: group-major as every pass's rows
         z = z[:, self.start * features :].reshape(n, groups, features).transpose(1, 0, 2)
-        return torch.from_numpy(z).reshape(total_rows, features)
+        out = torch.from_numpy(z).reshape(total_rows, features)
+        return out if single or dtype == torch.float64 else out.to(dtype)
 
     def group_normal(self, features: int, device: torch.device, stream: int = 0) -> Tensor:
         """Standard normals ``[G, features]`` (float32), one set per group in use and the same
