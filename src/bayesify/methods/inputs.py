@@ -130,7 +130,7 @@ def as_input_tensor(x: Any, what: str = "inputs") -> Tensor:
     arrays of text or objects are refused in one line instead of a torch error or, for complex
     numbers, a silent cast that drops the imaginary part."""
     try:
-        t = torch.as_tensor(x)
+        t = x if isinstance(x, Tensor) else torch.as_tensor(x)
     except (TypeError, ValueError, RuntimeError):
         kind = getattr(getattr(x, "dtype", None), "name", None) or type(x).__name__
         raise ValueError(
@@ -156,7 +156,7 @@ def check_inputs(
     (None: where they are) in ``dtype``, checked for real numbers, the row shape
     ``input_shape`` (when known) and finiteness; ``what`` names them in errors."""
     x = as_input_tensor(input_rows(x), what)
-    if device is not None:
+    if device is not None and x.device != device:
         x = x.to(device)
     if x.dtype != dtype:  # e.g. numpy's float64 or integer inputs for a float32 network
         x = x.to(dtype)

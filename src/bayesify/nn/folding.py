@@ -121,7 +121,7 @@ def resolve_max_rows(
     if x.device.type == "cuda":
         return AUTO_CUDA_ROWS
     lo, hi = AUTO_CPU_ROWS
-    rows = min(hi, max(lo, AUTO_CPU_INPUT_NUMBERS // max(1, x[0].numel() if len(x) else 1)))
+    rows = min(hi, max(lo, AUTO_CPU_INPUT_NUMBERS // max(1, math.prod(x.shape[1:]))))
     if net is not None:
         key = tuple(x.shape[1:])
         widest = facts.widest.get(key) if facts is not None and len(x) else None

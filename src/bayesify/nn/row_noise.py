@@ -245,7 +245,7 @@ class RowNoise:
             self._philox = np.random.Generator(np.random.Philox(key=0))
         bits = self._philox.bit_generator
         state = bits.state
-        state["state"]["key"][0] = int(self.all_keys[0]) | stream << 32
+        state["state"]["key"][0] = int(self.all_keys.numpy()[0]) | stream << 32
         for r in range(n):
             state["state"]["key"][1] = self.offset + r
             state["state"]["counter"][:] = 0

@@ -123,12 +123,13 @@ class Predictive:
         """Classification predictive from per-sample logits ``[T, N, C]``. Only finiteness is
         checked: a softmax of finite logits is non-negative and sums to 1 (the checks of
         :meth:`classification` cost more than the softmax on one-row predictions)."""
-        logits = torch.as_tensor(logits)
+        if not isinstance(logits, Tensor):
+            logits = torch.as_tensor(logits)
         if logits.dim() != 3:
             raise ValueError(
                 f"classification samples must have shape [T, N, C], got {tuple(logits.shape)}"
             )
-        probs = torch.softmax(logits.float(), dim=-1)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
         _check_finite("class probabilities", probs)
         return cls(probs, Task.CLASSIFICATION)
 
