@@ -22,6 +22,8 @@ from bayesify.train import Data, as_dataset
 
 def check_samples(samples: Any) -> int:
     """``samples`` as a positive int; a bool, a float or a count below 1 is refused."""
+    if type(samples) is int and samples >= 1:  # the common case, before the ABC check
+        return samples
     if isinstance(samples, bool) or not isinstance(samples, numbers.Integral) or samples < 1:
         kind = " (a bool)" if isinstance(samples, bool) else ""
         raise ValueError(f"samples must be a positive integer, got {shown(samples)}{kind}")
