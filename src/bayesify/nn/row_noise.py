@@ -241,9 +241,10 @@ class RowNoise:
         n, stop = total_rows // groups, self.start + groups
         single = dtype == torch.float32
         z = np.empty((n, stop * features), np.float32 if single else np.float64)
-        if self._philox is None:  # made once: a new one reads the OS's entropy (~30 µs)
-            self._philox = np.random.Generator(np.random.Philox(key=0))
-        bits = self._philox.bit_generator
+        gen = self.__dict__.get("_philox")  # (absent in a RowNoise pickled before it existed)
+        if gen is None:  # made once: a new one reads the OS's entropy (~30 µs)
+            gen = self._philox = np.random.Generator(np.random.Philox(key=0))
+        bits = gen.bit_generator
         state = bits.state
         state["state"]["key"][0] = int(self.all_keys.numpy()[0]) | stream << 32
         for r in range(n):
@@ -252,7 +253,7 @@ class RowNoise:
             state["buffer_pos"] = 4  # the buffer is empty: the next word is counter 0's
             state["has_uint32"] = 0  # and no half word is left over (float32 draws use halves)
             bits.state = state
-            self._philox.standard_normal(dtype=z.dtype, out=z[r])
+            gen.standard_normal(dtype=z.dtype, out=z[r])
         # [n, G, F] -> [G, n, F]: group-major as every pass's rows
         z = z[:, self.start * features :].reshape(n, groups, features).transpose(1, 0, 2)
         out = torch.from_numpy(z).reshape(total_rows, features)
