@@ -300,8 +300,7 @@ class SWAG(Method):
             cfg.swag_momentum, cfg.swag_weight_decay, cfg.collect_every,
         )  # fmt: skip
         start = copy.deepcopy(base.state_dict())
-        # MultiSWAG of several trained networks: trajectory m from network m
-        starts = self.__dict__.get("_member_starts") or [start] * cfg.members
+        starts = self._trajectory_starts(start)
         runs: list[Moments] = []
         for m in range(cfg.members):
             base.load_state_dict(starts[m])
@@ -319,6 +318,10 @@ class SWAG(Method):
             log.info("SWAG member %d: %d snapshots", m, moments.count)
         base.load_state_dict(starts[0])
         self._keep(runs, train, seed)
+
+    def _trajectory_starts(self, start: dict[str, Tensor]) -> list[dict[str, Tensor]]:
+        """The weights each of the M trajectories starts from: the network's own (``start``)."""
+        return [start] * self.config.members
 
     def _keep(self, runs: list[Moments], train: Data, seed: int) -> None:
         """Write the trajectories' moments into the buffers, keep ``bn_rows`` training rows
@@ -379,6 +382,10 @@ class MultiSWAG(SWAG):
             net = nets[0]
         super().__init__(net, config, inplace=inplace, **options)
         self._member_starts = starts
+
+    def _trajectory_starts(self, start: dict[str, Tensor]) -> list[dict[str, Tensor]]:
+        """Network m's weights for trajectory m when M networks were given, else ``start``."""
+        return self._member_starts or super()._trajectory_starts(start)
 
     def fit(self, *args: Any, **kwargs: Any) -> MultiSWAG:
         if self._member_starts is not None:

@@ -179,13 +179,18 @@ class RowNoise:
             raise RuntimeError("RowNoise used outside a sampling block")
         return torch.arange(self.start, self.start + len(self.keys), device=device)
 
-    def _rows(self, total_rows: int, device: torch.device) -> Tensor:
+    def _data_rows(self, total_rows: int) -> int:
+        """n, the data rows of a pass over ``total_rows = G*n`` rows (refused outside a
+        sampling block or when the G groups in use do not divide them)."""
         if self.keys is None:
             raise RuntimeError("RowNoise used outside a sampling block")
-        groups = len(self.keys)
+        groups = self.keys.shape[0]
         if total_rows % groups:
             raise ValueError(f"{total_rows} rows do not split into {groups} sample groups")
-        n = total_rows // groups
+        return total_rows // groups
+
+    def _rows(self, total_rows: int, device: torch.device) -> Tensor:
+        n = self._data_rows(total_rows)
         return torch.arange(self.offset, self.offset + n, device=device)
 
     def uniform(
@@ -233,12 +238,10 @@ class RowNoise:
         distribution); a loop over rows would cost more there."""
         if device.type != "cpu":
             return self.normal(total_rows, features, device, stream).to(dtype)
-        if self.keys is None or self.all_keys is None:
-            raise RuntimeError("RowNoise used outside a sampling block")
+        n = self._data_rows(total_rows)
+        assert self.keys is not None and self.all_keys is not None  # (set together in begin)
         groups = self.keys.shape[0]
-        if total_rows % groups:
-            raise ValueError(f"{total_rows} rows do not split into {groups} sample groups")
-        n, stop = total_rows // groups, self.start + groups
+        stop = self.start + groups
         single = dtype == torch.float32
         z = np.empty((n, stop * features), np.float32 if single else np.float64)
         gen = self.__dict__.get("_philox")  # (absent in a RowNoise pickled before it existed)
