@@ -27,8 +27,12 @@ app.lazy_command("train", "bayesify.cli.train:train",
                  "FILE.csv|.parquet|.npz --target COLUMN), save a bundle (safetensors + JSON) "
                  "that predicts in your data's units, and score it on the test split, or the "
                  "validation rows of a table (--no-eval skips that).")  # fmt: skip
-app.lazy_command("evaluate", "bayesify.cli.train:evaluate",
-                 "Score a saved bundle on the test split it was trained for.")  # fmt: skip
+app.lazy_command("evaluate", "bayesify.cli.evaluate:evaluate",
+                 "Score a saved bundle on the test split it was trained for, or on a table of "
+                 "labelled rows (--data FILE): regression RMSE, NLL/PLL, CRPS and interval "
+                 "coverage and width; classification accuracy, NLL, Brier, ECE and "
+                 "prediction-set coverage and size; the epistemic share of the predictive "
+                 "variance.")  # fmt: skip
 app.lazy_command("methods", "bayesify.cli.train:list_methods", "List the registered methods.")
 app.lazy_command("report", "bayesify.cli.report:report",
                  "Write one self-contained HTML page (figures embedded) and a markdown file with "

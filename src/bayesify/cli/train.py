@@ -1,4 +1,4 @@
-"""``bayesify train``, ``bayesify evaluate`` and ``bayesify methods``.
+"""``bayesify train`` and ``bayesify methods`` (``bayesify evaluate``: ``cli/evaluate.py``).
 
 Help texts are given where the commands are registered (``bayesify/cli/__init__.py``).
 """
@@ -44,11 +44,17 @@ def train(
         Path | None, typer.Option(help="Validation table.", show_default="a seeded 20% split")
     ] = None,
     task: Annotated[str, typer.Option(help="auto, regression or classification.")] = "auto",
-    split: Annotated[int, typer.Option(help="UCI split index.", min=0)] = 0,
-    protocol: Annotated[str, typer.Option(help="UCI split protocol: teye or gal.")] = "teye",
+    split: Annotated[
+        int | None, typer.Option(help="UCI split index.", min=0, show_default="0")
+    ] = None,
+    protocol: Annotated[
+        str | None, typer.Option(help="UCI split protocol: teye or gal.", show_default="teye")
+    ] = None,
     model: Annotated[
         str,
-        typer.Option(help="mlp (UCI), lenet or resnet (images).", show_default="by the data"),
+        typer.Option(
+            help="mlp (UCI, tables), lenet or resnet (images).", show_default="by the data"
+        ),
     ] = "",
     hidden: Annotated[str, typer.Option(help="MLP hidden sizes, comma-separated.")] = "50,50",
     norm: Annotated[str, typer.Option(help="batch or none.")] = "batch",
@@ -62,7 +68,12 @@ def train(
     weight_decay: Annotated[float, typer.Option(help="Weight decay.")] = 0.0,
     patience: Annotated[int | None, typer.Option(help="Early-stopping patience.", min=1)] = None,
     limit: Annotated[
-        int | None, typer.Option(help="Train on only this many training rows.", min=1)
+        int | None,
+        typer.Option(
+            help="Train on a seeded sample of this many training rows (tables: validation "
+            "rows stay as they are).",
+            min=1,
+        ),
     ] = None,
     seed: Annotated[
         int, typer.Option(help="Seed of the validation split, initialisation and batch order.")
@@ -135,18 +146,20 @@ def train(
         if is_table_path(data):
             from bayesify.app.table_jobs import build_table_training
 
+            _refuse_dataset_flags(split, protocol, model)
             job, notes = build_table_training(method, data, target, features=features,
                                               exclude=exclude, val=val,
                                               task=task, hidden=hidden, norm=norm,
-                                              dropout=dropout, seed=seed,
+                                              dropout=dropout, seed=seed, limit=limit,
                                               options=options)  # fmt: skip
             if main:
                 console.print("\n".join(notes), highlight=False)
         else:
-            if target or features or exclude or val:
-                raise ValueError(f"--target, --features, --exclude and --val are for tables; "
-                                 f"{data!r} is a built-in dataset")  # fmt: skip
-            job = jobs.build_training(method, data, split=split, protocol=protocol, model=model,
+            if target or features or exclude or val or task != "auto":
+                raise ValueError(f"--target, --features, --exclude, --val and --task are for "
+                                 f"tables; {data!r} is a built-in dataset")  # fmt: skip
+            job = jobs.build_training(method, data, split=split or 0,
+                                      protocol=protocol or "teye", model=model,
                                       hidden=hidden, norm=norm, dropout=dropout, limit=limit,
                                       seed=seed, options=options)  # fmt: skip
         fit_options = dict(epochs=epochs, batch_size=batch_size, lr=lr,
@@ -180,6 +193,33 @@ def train(
         where = "validation rows" if "table" in job.metadata else "test set"
         console.print(scores_table(f"{where}, T = {samples}", {job.method.name: scores},
                                    job.score_keys))  # fmt: skip
+        if "pll_norm" in job.score_keys:
+            chose = history is not None and history.best_epoch >= 0
+            console.print(_normalised_note("table" in job.metadata, chose), highlight=False)
+
+
+def _refuse_dataset_flags(split: int | None, protocol: str | None, model: str) -> None:
+    """Options of the built-in datasets given with a table: one line naming them."""
+    given = [name for name, on in (("--split", split is not None),
+                                   ("--protocol", protocol is not None),
+                                   ("--model", model not in ("", "mlp"))) if on]  # fmt: skip
+    if given:
+        verb = "applies" if len(given) == 1 else "apply"
+        raise ValueError(f"{' and '.join(given)} {verb} to the built-in datasets, not to --data "
+                         "tables (a table trains an MLP: --hidden, --norm, --dropout shape "
+                         "it)")  # fmt: skip
+
+
+def _normalised_note(table: bool, chose_epoch: bool) -> str:
+    """The line under a regression score table saying what pll_norm and crps_norm are."""
+    line = ("pll_norm, crps_norm: PLL and CRPS rescaled so that 0 is the same means with one "
+            "constant variance and 100 the best variance for each row (higher is better; "
+            "Teye et al. 2018)")  # fmt: skip
+    if table:
+        also = " and chose the kept epoch (early stopping)" if chose_epoch else ""
+        line += (f"; the validation rows scored here also fitted the noise variance{also}, "
+                 "so these figures are optimistic")  # fmt: skip
+    return line
 
 
 def _continue(
@@ -206,27 +246,6 @@ def _continue(
         f"tasks to {out}/",
         highlight=False,
     )
-
-
-def evaluate(
-    bundle: Annotated[Path, typer.Argument(help="Bundle folder written by `bayesify train`.")],
-    samples: Annotated[int, typer.Option(help="MC samples T.", min=1)] = 100,
-    limit: Annotated[
-        int | None, typer.Option(help="Score only the first this many test rows.", min=1)
-    ] = None,
-) -> None:
-    """Score a bundle on the test split its metadata names."""
-    from bayesify.app.jobs import job_from_bundle
-    from bayesify.methods import load
-
-    try:
-        job = job_from_bundle(load(bundle))
-        scores = job.evaluate(samples, limit=limit)
-    except (ValueError, TypeError) as e:
-        raise fail(str(e)) from None
-    rows = "" if limit is None else f", first {min(limit, len(job.test[0]))} rows"
-    console.print(scores_table(f"{bundle} on {job.metadata['data']} test{rows}, T = {samples}",
-                               {job.method.name: scores}, job.score_keys))  # fmt: skip
 
 
 def list_methods() -> None:
