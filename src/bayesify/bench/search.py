@@ -197,41 +197,61 @@ def _order(points: list[dict], params: dict, number: int, sampler: str) -> int:
     return points.index(params) if sampler == "grid" and params in points else number
 
 
-def _live(optuna: Any, study: Any) -> list:
-    S = optuna.trial.TrialState
-    return study.get_trials(deepcopy=False, states=(S.COMPLETE, S.PRUNED, S.RUNNING, S.WAITING))
-
-
 def _prepare(optuna: Any, study: Any, points: list[dict], settings: SearchSettings) -> None:
     """Before any trial of this search runs: trials left running by a killed process are
     marked failed, and (grid) every configuration without a finished trial whose grid point
-    the sampler counts as visited is queued again."""
+    the sampler counts as visited (a failed trial holds it) is queued again, as a waiting trial
+    that carries its grid id: the sampler then counts it like its own trials (one queued by
+    ``enqueue_trial`` carries no grid id, and the sampler fails on it with ``KeyError:
+    'grid_id'`` when it ends with one grid point left)."""
     S = optuna.trial.TrialState
     for t in study.get_trials(deepcopy=False, states=(S.RUNNING,)):
         study._storage.set_trial_state_values(t._trial_id, state=S.FAIL)
         log.info("search %s: trial %d was left running; it runs again", settings.study, t.number)
     if settings.sampler != "grid":
         return
+    sampler = study.sampler
     trials = study.get_trials(deepcopy=False)
     done = [t.params for t in trials if t.state in (S.COMPLETE, S.PRUNED)]
-    waiting = [t.system_attrs.get("fixed_params") for t in trials if t.state == S.WAITING]
-    seen = [_point(study, t) for t in trials if t.state == S.FAIL]
-    for p in points:
-        if p not in done and p not in waiting and p in seen:
-            study.enqueue_trial(p)
+    waiting = [_point(study, t) for t in trials if t.state == S.WAITING]
+    visited = {t.system_attrs["grid_id"] for t in trials
+               if t.state.is_finished() and "grid_id" in t.system_attrs
+               and sampler._same_search_space(t.system_attrs.get("search_space", {}))}  # fmt: skip
+    for gid in sorted(visited):
+        p = _grid_point(sampler, gid)
+        if p not in done and p not in waiting:
+            attrs = {"grid_id": gid, "search_space": sampler._search_space, "fixed_params": p}
+            study.add_trial(optuna.trial.create_trial(state=S.WAITING, system_attrs=attrs))
+            waiting.append(p)
+
+
+def _grid_point(sampler: Any, gid: int) -> dict[str, Any]:
+    """The configuration of the grid sampler's grid id ``gid``."""
+    return dict(zip(sampler._param_names, sampler._all_grids[gid], strict=True))
 
 
 def _point(study: Any, trial: Any) -> dict[str, Any]:
     """A grid trial's configuration, also when it was killed before its values were drawn
-    (from the sampler's grid id)."""
-    grids, gid = getattr(study.sampler, "_all_grids", None), trial.system_attrs.get("grid_id")
-    if trial.params or grids is None or gid is None:
+    (from the values it was queued with, or the sampler's grid id)."""
+    if trial.params:
         return trial.params
-    return dict(zip(study.sampler._param_names, grids[gid], strict=True))
+    if "fixed_params" in trial.system_attrs:
+        return dict(trial.system_attrs["fixed_params"])
+    gid = trial.system_attrs.get("grid_id")
+    if getattr(study.sampler, "_all_grids", None) is None or gid is None:
+        return trial.params
+    return _grid_point(study.sampler, gid)
 
 
-def _remaining(optuna: Any, study: Any, n: int) -> int:
-    return n - len(_live(optuna, study))
+def _remaining(optuna: Any, study: Any, n: int, points: list[dict] | None = None) -> int:
+    """Trials still to run, queued ones included: of ``n`` (tpe), or the grid ``points`` no
+    trial finished or runs (a configuration run twice counts once)."""
+    S = optuna.trial.TrialState
+    started = study.get_trials(deepcopy=False, states=(S.COMPLETE, S.PRUNED, S.RUNNING))
+    if points is None:
+        return n - len(started)
+    covered = [_point(study, t) for t in started]
+    return sum(p not in covered for p in points)
 
 
 def _optimize(objective: Objective, space: Sequence[Dimension], settings: SearchSettings,
@@ -250,7 +270,8 @@ def _optimize(objective: Objective, space: Sequence[Dimension], settings: Search
 def _loop(optuna: Any, study: Any, objective: Objective, space: Sequence[Dimension],
           settings: SearchSettings, best: _Best | None) -> None:  # fmt: skip
     points = grid_points(space)
-    n = len(points) if settings.sampler == "grid" else settings.trials
+    grid = points if settings.sampler == "grid" else None
+    n = len(points) if grid is not None else settings.trials
 
     def run_trial(trial: Any) -> float:
         params = {d.name: _suggest(trial, d, settings.sampler) for d in space}
@@ -274,13 +295,13 @@ def _loop(optuna: Any, study: Any, objective: Objective, space: Sequence[Dimensi
         return value
 
     def covered(study: Any, _trial: Any) -> None:
-        if _remaining(optuna, study, n) <= 0:
+        if _remaining(optuna, study, n, grid) <= 0:
             study.stop()
 
-    left = _remaining(optuna, study, n)
+    left = _remaining(optuna, study, n, grid)
     while left > 0:  # the grid sampler stops a call early when only queued points are left
         study.optimize(run_trial, n_trials=left, callbacks=[covered])
-        now = _remaining(optuna, study, n)
+        now = _remaining(optuna, study, n, grid)
         if now >= left:
             break
         left = now
