@@ -33,7 +33,8 @@ def predict(
         str,
         typer.Option(
             help="A row with bad values: fail (stop, naming the row) or skip "
-            "(leave it out; listed at the end and in OUT.skipped.csv)."
+            "(leave it out; listed at the end and in <OUT stem>.skipped.csv beside OUT, "
+            "e.g. pred.csv -> pred.skipped.csv)."
         ),
     ] = "fail",
     chunk_rows: Annotated[int, typer.Option(help="Rows read and predicted at a time.", min=1)] = (
@@ -45,7 +46,9 @@ def predict(
     with_samples: Annotated[
         bool, typer.Option("--with-samples", help="Also write each row's T samples.")
     ] = False,
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing output file.")] = False,
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace an existing output file (and its skipped-rows list).")
+    ] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     threads: Threads = None,
 ) -> None:
@@ -82,6 +85,7 @@ def predict(
             keep=[k.strip() for k in keep.split(",") if k.strip()] if keep else None,
             with_samples=with_samples,
             progress=progress,
+            overwrite=overwrite,
         )
     except (ValueError, TypeError, OSError) as e:
         raise fail(str(e)) from None

@@ -9,6 +9,7 @@ run that fails or is killed leaves an earlier output exactly as it was.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,8 +67,57 @@ def _raise_every_bad_row(predictor: Predictor, chunk, rest, first: int) -> None:
 
 
 def skipped_path(output: Path) -> Path:
-    """The side file listing skipped rows: ``<output stem>.skipped.csv`` beside the output."""
+    """The side file listing skipped rows: ``<output stem>.skipped.csv`` beside the output
+    (``pred.csv`` and ``pred.parquet`` -> ``pred.skipped.csv``)."""
     return output.with_name(output.stem + ".skipped.csv")
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` name the same file (same resolved path, or hard links)."""
+    try:
+        if a.resolve() == b.resolve():
+            return True
+    except OSError:  # pragma: no cover - an unresolvable path is another file
+        pass
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_side_file(side: Path, inputs: list[Path], overwrite: bool, what: str) -> None:
+    """Refuse a side file (e.g. a skipped-rows list) that would replace one of ``inputs``, or
+    an existing file without ``overwrite``; ``what`` says whose list it is."""
+    for given in inputs:
+        if same_file(side, given):
+            raise ValueError(f"the skipped-rows list of {what} would be {side}, an input; "
+                             "give the output another name")  # fmt: skip
+    if side.exists() and not overwrite:
+        raise FileExistsError(f"{side} exists (the skipped-rows list of {what}); pass "
+                              "--overwrite to replace it")  # fmt: skip
+
+
+def write_skipped(side: Path, skipped: RowErrors, file: Path | None = None) -> Path:
+    """Write the skipped rows, one per line (``row``, ``reason``; with ``file``: that column
+    first), atomically; returns the path."""
+    import pandas as pd
+
+    rows = sorted(skipped)
+    frame = pd.DataFrame({"row": rows, "reason": [skipped[r] for r in rows]})
+    if file is not None:
+        frame.insert(0, "file", str(file))
+    with atomic_path(side) as tmp:
+        frame.to_csv(tmp, index=False)
+    return side
+
+
+def _check_paths(input: Path, output: Path, on_error: OnError, overwrite: bool) -> None:
+    if same_file(input, output):
+        raise ValueError(f"the output {output} would overwrite the input; give --out another name")
+    if output.exists() and not overwrite:
+        raise FileExistsError(f"--out {output} exists; pass --overwrite to replace it")
+    if on_error is OnError.SKIP:
+        check_side_file(skipped_path(output), [input], overwrite, f"--out {output}")
 
 
 def predict_file(
@@ -83,6 +133,7 @@ def predict_file(
     keep: list[str] | None = None,
     with_samples: bool = False,
     progress: bool = True,
+    overwrite: bool = True,
 ) -> FileSummary:
     """Predict every row of ``input`` and write one output row per kept input row to ``output``
     (format by suffix): ``row`` (input row number), the ``keep`` input columns, then the
@@ -90,18 +141,20 @@ def predict_file(
 
     ``seed`` seeds one generator used across chunks, so a file's output is reproducible for the
     same ``chunk_rows``. With ``on_error="skip"`` skipped rows are listed in
-    :func:`skipped_path`.
+    :func:`skipped_path`. No file written may be the input; ``overwrite=False`` refuses an
+    existing output or skipped-rows list. A run that predicts no row is an error that leaves an
+    earlier output as it was (never an old file reported as new).
     """
     input, output = Path(input), Path(output)
     on_error = OnError(on_error)
-    if input.resolve() == output.resolve():
-        raise ValueError(f"the output {output} would overwrite the input")
+    _check_paths(input, output, on_error, overwrite)
     table_format(output)  # check the suffix before any work
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
     summary = FileSummary()
     total = count_rows(input) if table_format(input) != "npz" else None
     start = time.perf_counter()
     first = 0
+    side = skipped_path(output)
     with (
         TableWriter(output) as writer,
         progress_bar(total=total, unit="rows", progress=progress, desc="predict") as bar,
@@ -134,16 +187,21 @@ def predict_file(
             summary.skipped.update(res.skipped)
             first += len(chunk)
             bar.update(len(chunk))
+        if summary.skipped:
+            summary.skipped_file = write_skipped(side, summary.skipped)
+        if summary.rows == 0:  # raised inside the block: the writer leaves no new file
+            _raise_nothing_predicted(input, output, summary)
     summary.seconds = time.perf_counter() - start
-    side = skipped_path(output)
-    if summary.skipped:
-        import pandas as pd
-
-        rows = sorted(summary.skipped)
-        with atomic_path(side) as tmp:
-            frame = pd.DataFrame({"row": rows, "reason": [summary.skipped[r] for r in rows]})
-            frame.to_csv(tmp, index=False)
-        summary.skipped_file = side
-    else:
-        side.unlink(missing_ok=True)  # an earlier run's list does not describe this output
+    stale = not summary.skipped and (on_error is OnError.SKIP or overwrite)
+    if stale and not same_file(side, input):  # an earlier run's list describes no output now
+        side.unlink(missing_ok=True)
     return summary
+
+
+def _raise_nothing_predicted(input: Path, output: Path, summary: FileSummary) -> None:
+    kept = "left as it was" if output.exists() else "not written"
+    if summary.skipped:
+        raise DataError(f"no row of {input} could be predicted: all {len(summary.skipped)} "
+                        f"were skipped (listed in {summary.skipped_file}); {output} was "
+                        f"{kept}")  # fmt: skip
+    raise DataError(f"{input} has no rows to predict; {output} was {kept}")
