@@ -38,8 +38,9 @@ Cell = tuple[str, str, str, str]  # protocol, method, likelihood, dataset
 
 
 def flat_record(row: dict[str, Any]) -> dict[str, Any]:
-    """One stored row as a flat record: identity, likelihood, and its scalar metrics (Teye rows'
-    ``pll`` is their test log-likelihood, named ``ll`` here as on Gal's rows)."""
+    """One stored row as a flat record: identity, likelihood, its job configuration (``config``)
+    and its scalar metrics (Teye rows' ``pll`` is their test log-likelihood, named ``ll`` here as
+    on Gal's rows)."""
     m = dict(row["metrics"])
     if row["experiment"] == TEYE_EXPERIMENT:
         m.setdefault("ll", m.get("pll"))
@@ -60,6 +61,7 @@ def flat_record(row: dict[str, Any]) -> dict[str, Any]:
         "config_hash": row["config_hash"],
         "seconds": row.get("seconds"),
         "created": row.get("created"),
+        "config": row["config"],
         **m,
     }
 
@@ -122,6 +124,13 @@ def mean_se(values: Sequence[float]) -> tuple[float, float]:
     if len(vals) < 2:
         return m, math.nan
     return m, math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1) / len(vals))
+
+
+def pm(mean: float, se: float, digits: int = 2) -> str:
+    """``mean ± se`` (``–`` for no mean, the mean alone for no standard error)."""
+    if math.isnan(mean):
+        return "–"
+    return f"{mean:.{digits}f}" if math.isnan(se) else f"{mean:.{digits}f} ± {se:.{digits}f}"
 
 
 def write_csv(path: str | Path, records: Sequence[dict[str, Any]]) -> Path:
