@@ -23,7 +23,7 @@ from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.posthoc.sequential import Draw, SequentialDecision, sample_subset
 from bayesify.predictive import Predictive, Task
 from bayesify.predictor.columns import output_columns
-from bayesify.predictor.guarantees import deferral_note, sampling_policy
+from bayesify.predictor.guarantees import deferral_note, sampling_policy, unheld
 from bayesify.predictor.result import OnError, PredictionResult, finite_rows
 
 log = logging.getLogger(__name__)
@@ -399,6 +399,11 @@ class Predictor:
                              "fitted under: rows near the threshold may flip between "
                              "defer and accept more often than calibrated")  # fmt: skip
         return [n for n in notes if n]
+
+    def unheld(self, policy: SamplingPolicy) -> list[str]:
+        """Why the bundle's conformal calibration or deferral threshold does not hold under
+        ``policy`` (empty: both hold, or the bundle has neither)."""
+        return unheld(policy, self.conformal, DeferralPolicy.from_metadata(self.method.metadata))
 
     def _empty_columns(self) -> dict[str, np.ndarray]:
         return {}

@@ -1,10 +1,13 @@
-"""What a call's sampling promises: the policy it draws under, and the warning a one-draw
-deferral threshold needs when served under another (:mod:`bayesify.posthoc.sampling`)."""
+"""What a call's sampling promises: the policy it draws under, the warning a one-draw
+deferral threshold needs when served under another (:mod:`bayesify.posthoc.sampling`), and why
+a bundle's calibrations do not hold under a policy (what a server refuses a request's own
+adaptive sampling for)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from bayesify.posthoc.conformal import ConformalByPolicy
 from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.posthoc.sampling import SamplingPolicy
 
@@ -29,3 +32,22 @@ def deferral_note(policy: DeferralPolicy, served: SamplingPolicy) -> str | None:
         "deferral rate may differ from its target; recalibrate (bayesify calibrate fits a "
         "sequential decision that holds under any policy)"
     )
+
+
+def unheld(
+    policy: SamplingPolicy,
+    conformal: ConformalByPolicy | None,
+    deferral: DeferralPolicy | None,
+) -> list[str]:
+    """Why the bundle's calibrations do not hold under ``policy`` (empty: they do): a
+    conformal calibration made under other policies only, a one-draw deferral threshold
+    fitted at another fixed T. (A sequential deferral decision holds under any policy.)"""
+    out = []
+    if conformal is not None and policy not in conformal.calibrations:
+        made = [p.label() for p in conformal.calibrations if p] or ["an unrecorded policy"]
+        out.append(f"its conformal calibration was made under {', '.join(made)} only")
+    if deferral is not None and deferral_note(deferral, policy):
+        fitted = deferral.validation.get("samples")
+        at = f"T={fitted}" if fitted else "an unrecorded sample count"
+        out.append(f"its deferral threshold was fitted on one draw at {at}")
+    return out

@@ -44,9 +44,10 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from bayesify.serve.docs import add_docs
 from bayesify.serve.gate import Drain, _Gate
 from bayesify.serve.metrics import ServerMetrics
-from bayesify.serve.model import InputError, PassKey, ServedModel
+from bayesify.serve.model import Adaptive, InputError, PassKey, ServedModel
 from bayesify.serve.monitor import ACCEPTED, ALREADY, FLAGGED, AmbiguousId
 from bayesify.serve.repository import BatchSettings, Entry, ModelRequired, Repository, UnknownModel
+from bayesify.serve.sampling import requested_sampling
 from bayesify.serve.schemas import (
     ErrorResponse,
     FeedbackRequest,
@@ -150,11 +151,12 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         return JSONResponse({key: exc.detail}, exc.status_code, headers=exc.headers)
 
     async def run_rows(entry: Entry, arr: Any, samples: int | None, level: float = 0.9,
-                       seed: int | None = None) -> Any:  # fmt: skip
+                       seed: int | None = None,
+                       adaptive: Adaptive | None = None) -> Any:  # fmt: skip
         model, batcher, metrics = entry.model, entry.batcher, entry.metrics
-        if samples is None and model.adaptive is None:
+        if samples is None and model.adaptive is None and adaptive is None:
             samples = model.default_samples
-        answer = await batcher.submit(PassKey(samples, level, seed), arr)
+        answer = await batcher.submit(PassKey(samples, level, seed, adaptive), arr)
         if answer.error is not None:
             raise ValueError(answer.error)
         recs = answer.records
@@ -209,21 +211,28 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         except UnknownModel as e:
             return not_served(e)
         model = entry.model
-        too_many = check_limits(len(req.inputs), req.samples, ["body", "inputs"])
+        too_many = check_limits(len(req.inputs), None, ["body", "inputs"])
         if too_many is not None:
             return too_many
         try:
+            samples, adaptive = requested_sampling(model, req.model_dump(), ["body"],
+                                                   settings.max_samples)  # fmt: skip
             arr = model.encode(req.inputs)
         except InputError as e:
             return field_error(e.loc, e.message)
         try:
-            answer = await run_rows(entry, arr, req.samples, req.level, req.seed)
+            answer = await run_rows(entry, arr, samples, req.level, req.seed, adaptive)
         except ValueError as e:  # the predictor refused the rows (e.g. a value out of range)
             return field_error(["body", "inputs"], str(e))
         out = []
         rid, row_ids = record(entry, answer, req.level)
+        names = [str(c) for c in model.class_names] if model.class_names else None
         for i, (rec, row_id) in enumerate(zip(answer.records, row_ids, strict=True)):
             rec = dict(rec)
+            if "probabilities" in rec:  # also keyed by class name (index without names)
+                probs = rec["probabilities"]
+                keys = names or [str(j) for j in range(len(probs))]
+                rec["class_probabilities"] = dict(zip(keys, probs, strict=True))
             if req.return_samples:
                 rec["samples"] = answer.columns["samples"][i].tolist()
             rec["request_id"] = row_id

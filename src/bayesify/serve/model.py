@@ -20,17 +20,9 @@ from bayesify.data.preprocessing import FLOAT32_MAX, describe_row_errors, overfl
 from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.predictor.result import finite_rows
+from bayesify.serve.rows import InputError, check_table_rows, not_a_number, too_large
 
 log = logging.getLogger(__name__)
-
-
-class InputError(ValueError):
-    """A request field that cannot be used: ``loc`` names it (``["body", "inputs", 3, 1]``)."""
-
-    def __init__(self, loc: list[str | int], message: str) -> None:
-        super().__init__(message)
-        self.loc = loc
-        self.message = message
 
 
 @dataclass(frozen=True)
@@ -46,10 +38,12 @@ class Adaptive:
 class PassKey:
     """What a pass depends on besides its rows; requests with equal keys share a pass."""
 
-    samples: int | None  # fixed T, or None for the server's adaptive sampling
+    samples: int | None  # fixed T, or None for adaptive sampling
     level: float = 0.9
     #: a request's seed: its rows run in a pass of their own (draws do not depend on company)
     seed: int | None = None
+    #: a request's own adaptive sampling (with ``samples`` None; None: the server's)
+    adaptive: Adaptive | None = None
 
 
 @dataclass
@@ -69,42 +63,6 @@ class Answer:
 
 def _first_bad(arr: np.ndarray) -> tuple[int, ...]:
     return tuple(int(i) for i in np.argwhere(~np.isfinite(arr))[0])
-
-
-def _too_large(value: Any) -> tuple[list[int], bool]:
-    """Where in nested lists the first integer beyond float64 is (JSON allows any integer)."""
-    if isinstance(value, list):
-        for i, v in enumerate(value):
-            where, found = _too_large(v)
-            if found:
-                return [i, *where], True
-        return [], False
-    if isinstance(value, int) and not isinstance(value, bool):
-        try:
-            float(value)
-        except OverflowError:
-            return [], True
-    return [], False
-
-
-_NUMBER_TYPES = {int, float}
-_JSON_NAMES = {bool: "true/false", type(None): "null", str: "a string", dict: "an object"}
-
-
-def not_a_number(value: Any, path: list[int]) -> tuple[list[int], str] | None:
-    """Where in nested lists the first value that is not a JSON number is, and what it is
-    (``true`` would otherwise read as 1.0 and ``null`` as NaN)."""
-    if not isinstance(value, list):
-        if type(value) in _NUMBER_TYPES:
-            return None
-        return path, _JSON_NAMES.get(type(value), type(value).__name__)
-    if value and not isinstance(value[0], list) and set(map(type, value)) <= _NUMBER_TYPES:
-        return None  # the common case, a list of numbers, checked without a Python loop
-    for i, v in enumerate(value):
-        found = not_a_number(v, [*path, i])
-        if found is not None:
-            return found
-    return None
 
 
 class ServedModel:
@@ -177,7 +135,7 @@ class ServedModel:
         try:
             arr = np.asarray(inputs, dtype=np.float64)
         except OverflowError:
-            where, _ = _too_large(inputs)
+            where, _ = too_large(inputs)
             raise InputError([*loc, *where], "number too large for a float64") from None
         except (ValueError, TypeError):
             raise InputError(loc, "rows must be numbers, or nested lists of numbers of one "
@@ -210,32 +168,9 @@ class ServedModel:
         return arr
 
     def _encode_table(self, inputs: list, loc: list[str | int]) -> np.ndarray:
-        names = self.predictor.feature_names
-        named = isinstance(inputs[0], dict)
-        for i, row in enumerate(inputs):
-            if isinstance(row, dict) != named:
-                raise InputError([*loc, i], "mix of objects and lists; give every row as an "
-                                 "object {feature: value} or every row as a list")  # fmt: skip
-            if named:
-                missing = [n for n in names if n not in row]
-                if missing:
-                    raise InputError([*loc, i], f"missing feature(s) {missing[:5]}")
-                values = [(n, row[n]) for n in names]
-            else:
-                if not isinstance(row, list) or len(row) != len(names):
-                    raise InputError([*loc, i], f"a row is {len(names)} values in the order "
-                                     f"{names}, or an object {{feature: value}}")  # fmt: skip
-                values = list(enumerate(row))
-            for k, v in values:
-                if isinstance(v, list | dict):
-                    raise InputError([*loc, i, k], "a number or a category name, not a list "
-                                     "or an object")  # fmt: skip
-                if isinstance(v, float) and not math.isfinite(v):
-                    raise InputError([*loc, i, k], "not a finite number")
-                if isinstance(v, int) and _too_large(v)[1]:
-                    raise InputError([*loc, i, k], "number too large for a float64")
+        rows = check_table_rows(self.predictor.preprocessing, inputs, loc)
         # values beyond float32 or the bundle's bounds: the predictor's own per-row errors
-        return self.encode_frame(inputs, loc)
+        return self.encode_frame(rows, loc)
 
     def encode_frame(self, rows: Any, loc: list[str | int]) -> np.ndarray:
         """Table rows (a DataFrame, or lists/objects) -> the checked encoded array, through the
@@ -286,8 +221,8 @@ class ServedModel:
 
     def _run(self, key: PassKey, arrays: Sequence[np.ndarray]) -> list[Answer]:
         x = np.concatenate(list(arrays)) if len(arrays) > 1 else arrays[0]
-        if key.samples is None and self.adaptive is not None:
-            a = self.adaptive
+        if key.samples is None and (key.adaptive or self.adaptive) is not None:
+            a = key.adaptive or self.adaptive
             res = self.predictor.predict(x, samples="adaptive", level=key.level, tol=a.tol,
                                          start=a.start, max_samples=a.max_samples,
                                          encoded=True, seed=key.seed)  # fmt: skip

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
@@ -10,17 +10,37 @@ MODEL_HELP = "Model name; needed when the server serves several models."
 VERSION_HELP = "Model version (default: the newest version served)."
 
 
+#: JSON values are taken as they are typed: ``true`` is not 1, ``"5"`` not 5, ``5.0`` not an int
+STRICT = ConfigDict(extra="forbid", strict=True)
+PositiveInt = Annotated[int, Field(ge=1)]
+ADAPTIVE_HELP = ("Adaptive sampling (``samples: \"adaptive\"``): the largest Monte Carlo "
+                 "standard error of a row's mean, in the units of the answer (probabilities, or "
+                 "the regression target's). Default: the server's ``--adaptive-tol``.")  # fmt: skip
+
+
 class PredictRequest(BaseModel):
     """Rows in raw units (the bundle's preprocessing applies): lists of numbers (an image may be
     nested ``[1, 28, 28]`` or flat) or ``{feature: value}`` objects for table bundles."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     inputs: list[Any] = Field(min_length=1, description="One entry per row.")
     model: str | None = Field(default=None, description=MODEL_HELP)
     version: int | None = Field(default=None, ge=1, description=VERSION_HELP)
-    samples: int | None = Field(
-        default=None, ge=1, description="Monte Carlo samples T (default: the server's setting)."
+    samples: PositiveInt | Literal["adaptive"] | None = Field(
+        default=None,
+        description='Monte Carlo samples T, or "adaptive" (with ``tol``, ``start``, '
+        "``max_samples``; refused where the bundle's conformal or deferral calibration does "
+        "not hold for that policy). Default: the server's setting.",
     )
+    tol: float | None = Field(default=None, ge=0, allow_inf_nan=False, description=ADAPTIVE_HELP)
+    start: int | None = Field(
+        default=None, ge=2, description="Adaptive sampling: the samples every row gets first "
+        "(default: the server's ``--adaptive-start``, else 8)."
+    )  # fmt: skip
+    max_samples: int | None = Field(
+        default=None, ge=2, description="Adaptive sampling: the most samples a row gets, start "
+        "times a power of two (default: the server's ``--adaptive-max``, else 32)."
+    )  # fmt: skip
     level: float = Field(default=0.9, gt=0, lt=1, description="Interval level (regression).")
     seed: int | None = Field(
         default=None,
@@ -49,12 +69,14 @@ class PredictResponse(BaseModel):
     predictions: list[dict[str, Any]] = Field(
         description="Per row: the predictor's record (prediction, uncertainty, interval or "
         "prediction set, defer/defer_score/defer_threshold when the bundle has a deferral "
-        "policy), samples_used and its own request_id (for /v1/feedback)."
+        "policy), samples_used and its own request_id (for /v1/feedback). Classification: "
+        "``probabilities`` (a list in class order) and ``class_probabilities`` (an object "
+        "keyed by class name, or by class index as text when the bundle names none)."
     )
 
 
 class Outcome(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     request_id: str = Field(min_length=1, max_length=200)
     outcome: StrictInt | StrictFloat | StrictStr = Field(
         description="True class (index or name) or value."
@@ -62,7 +84,7 @@ class Outcome(BaseModel):
 
 
 class FeedbackRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     outcomes: list[Outcome] = Field(min_length=1)
     model: str | None = Field(default=None, description=MODEL_HELP)
     version: int | None = Field(default=None, ge=1, description=VERSION_HELP)
@@ -111,6 +133,7 @@ class V2InputTensor(BaseModel):
     """An input tensor: ``data`` (flat or nested, row-major), or with the binary tensor
     extension ``parameters.binary_data_size`` bytes after the JSON header."""
 
+    model_config = STRICT
     name: str
     shape: list[int]
     datatype: str
@@ -119,13 +142,21 @@ class V2InputTensor(BaseModel):
 
 
 class V2RequestedOutput(BaseModel):
+    model_config = STRICT
     name: str
     parameters: dict[str, Any] | None = None
 
 
 class V2InferRequest(BaseModel):
+    model_config = STRICT
     id: str | None = None
-    parameters: dict[str, Any] | None = None
+    parameters: dict[str, Any] | None = Field(
+        default=None,
+        description='``samples``: T or "adaptive" (with ``tol``, ``start``, ``max_samples``, '
+        "as in ``/v1/predict``); ``seed``. The protocol's ``binary_data_output``, "
+        "``content_type``, ``headers``, ``priority``, ``timeout`` and ``sequence_*`` are taken "
+        "and have no effect; any other parameter is refused.",
+    )
     inputs: list[V2InputTensor] = Field(min_length=1)
     outputs: list[V2RequestedOutput] | None = None
 

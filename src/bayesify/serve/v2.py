@@ -8,8 +8,10 @@ Input tensors (one per feature for a table bundle, else one tensor ``[N, *input_
 ``defer_score``, ``defer_threshold`` with a deferral policy, ``samples_used``, and
 ``request_id`` (BYTES, one per row: ``<server id>-<row>``). Outputs are returned as JSON data
 (a client asking for binary outputs gets JSON, which the protocol allows). Request parameter
-``samples`` sets T, ``seed`` the draws (the request then runs in a pass of its own). Errors are
-``{"error": message}``.
+``samples`` sets T, or ``"adaptive"`` with ``tol``, ``start``, ``max_samples`` (as ``/v1/predict``
+takes them), ``seed`` the draws (the request then runs in a pass of its own); an unknown
+parameter is refused, the protocol's own (``binary_data_output``, ``content_type``, ...) are taken
+and change nothing. Errors are ``{"error": message}``.
 
 Bundles trained on a table take their rows as raw feature values, one input tensor per
 feature named as the feature (as MLServer's pandas codec sends a DataFrame's columns): shape
@@ -49,6 +51,8 @@ from pydantic import ValidationError
 
 from bayesify.serve.model import InputError, ServedModel
 from bayesify.serve.repository import Entry, Repository, UnknownModel
+from bayesify.serve.rows import names_listed
+from bayesify.serve.sampling import ADAPTIVE_FIELDS, requested_sampling
 from bayesify.serve.schemas import (
     V2Error,
     V2InferRequest,
@@ -62,6 +66,10 @@ from bayesify.serve.v2_repository import add_repository_routes
 HEADER_LENGTH = "inference-header-content-length"
 #: longest request ``id`` taken (ids name rows in ``/v1/feedback``)
 MAX_ID_CHARS = 128
+#: request parameters taken: bayesify's, then the protocol's that change nothing here
+REQUEST_PARAMETERS = ("samples", *ADAPTIVE_FIELDS, "seed", "binary_data_output", "content_type",
+                      "headers", "priority", "timeout", "sequence_id", "sequence_start",
+                      "sequence_end")  # fmt: skip
 
 
 def _error(message: str, status: int = 400) -> JSONResponse:
@@ -224,25 +232,29 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
             return _error(text, 422)
         if req.id is not None and len(req.id) > MAX_ID_CHARS:
             return _error(f"id: at most {MAX_ID_CHARS} characters, got {len(req.id)}", 422)
-        samples = (req.parameters or {}).get("samples")
-        if samples is not None and (isinstance(samples, bool) or not isinstance(samples, int)
-                                    or samples < 1):  # fmt: skip
-            return _error(f"parameters.samples: a positive integer, got {samples!r}", 422)
-        seed = (req.parameters or {}).get("seed")
+        params = req.parameters or {}
+        unknown = [k for k in params if k not in REQUEST_PARAMETERS]
+        if unknown:
+            return _error(f"parameters: unknown parameter(s) {names_listed(unknown)}; valid: "
+                          f"{', '.join(REQUEST_PARAMETERS)}", 422)  # fmt: skip
+        seed = params.get("seed")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
                                  or not 0 <= seed < 2**63):  # fmt: skip
             return _error(f"parameters.seed: an integer >= 0, got {seed!r}", 422)
+        settings = app.state.settings
         try:
-            check_size(req, len(body) + len(binary), app.state.settings.max_rows)
+            samples, adaptive = requested_sampling(model, params, ["parameters"],
+                                                   settings.max_samples)  # fmt: skip
+            check_size(req, len(body) + len(binary), settings.max_rows)
             arr = input_array(model, req, binary)
         except InputError as e:
             return _error(f"{'.'.join(map(str, e.loc))}: {e.message}", 422)
-        limits = app.state.check_limits(len(arr), samples, ["inputs", 0, "shape"])
+        limits = app.state.check_limits(len(arr), None, ["inputs", 0, "shape"])
         if limits is not None:
             detail = json.loads(limits.body)["detail"][0]
             return _error(f"{'.'.join(map(str, detail['loc']))}: {detail['msg']}", 422)
         try:
-            answer = await app.state.run_rows(entry, arr, samples, seed=seed)
+            answer = await app.state.run_rows(entry, arr, samples, seed=seed, adaptive=adaptive)
         except ValueError as e:
             return _error(f"inputs.0: {e}", 422)
         columns = dict(answer.columns)

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from bayesify.serve.model import InputError, ServedModel, not_a_number
+from bayesify.serve.model import ServedModel
+from bayesify.serve.rows import InputError, names_listed, not_a_number
 from bayesify.serve.schemas import V2InferRequest
 
 NUMERIC = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
@@ -111,16 +112,19 @@ def _feature_tensors(model: ServedModel, req: V2InferRequest, binary: bytes) -> 
 
     names = model.predictor.feature_names
     seen = [t.name for t in req.inputs]
+    unknown = [t.name for t in req.inputs if t.name not in names]
+    if unknown:
+        at = seen.index(unknown[0])
+        more = f" (nor are {names_listed(unknown[1:])})" if len(unknown) > 1 else ""
+        raise InputError(["inputs", at, "name"], f"{unknown[0]!r} is not a feature{more}; send "
+                         f"one tensor per feature, named {names_listed(names)}")  # fmt: skip
     for i, t in enumerate(req.inputs):
-        if t.name not in names:
-            raise InputError(["inputs", i, "name"], f"{t.name!r} is not a feature; send one "
-                             f"tensor per feature, named {names}")  # fmt: skip
         if seen.count(t.name) > 1:
             raise InputError(["inputs", i, "name"], f"feature {t.name!r} sent twice")
     missing = [f for f in names if f not in seen]
     if missing:
-        raise InputError(["inputs"], f"missing feature tensor(s) {missing}; send one tensor "
-                         f"per feature, named {names}")  # fmt: skip
+        raise InputError(["inputs"], f"missing feature tensor(s) {names_listed(missing)}; "
+                         f"send one tensor per feature, named {names_listed(names)}")  # fmt: skip
     columns, at, rows = {}, 0, None
     for i, t in enumerate(req.inputs):
         loc: list[str | int] = ["inputs", i]
@@ -145,7 +149,18 @@ def _feature_tensors(model: ServedModel, req: V2InferRequest, binary: bytes) -> 
     return model.encode_frame(pd.DataFrame(columns)[names], ["inputs"])
 
 
+#: an input tensor's parameters taken (``content_type``: MLServer's codecs; no effect here)
+INPUT_PARAMETERS = ("binary_data_size", "content_type")
+
+
 def input_array(model: ServedModel, req: V2InferRequest, binary: bytes) -> np.ndarray:
+    """The request's input tensors -> the checked rows ``[N, *input_shape]`` (encoded)."""
+    for i, t in enumerate(req.inputs):
+        unknown = [k for k in t.parameters or {} if k not in INPUT_PARAMETERS]
+        if unknown:
+            valid = ", ".join(INPUT_PARAMETERS)
+            msg = f"unknown parameter(s) {names_listed(unknown)}; valid: {valid}"
+            raise InputError(["inputs", i, "parameters"], msg)
     names = model.predictor.feature_names
     if names and any(t.name in names for t in req.inputs):  # raw feature values
         return _feature_tensors(model, req, binary)
