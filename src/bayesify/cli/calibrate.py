@@ -38,9 +38,13 @@ def calibrate(
         ),
     ] = None,
     score: Annotated[
-        str,
-        typer.Option(help="mi, entropy, max_prob (1 - max probability), std, epistemic_variance."),
-    ] = "mi",
+        str | None,
+        typer.Option(
+            help="Deferral score: mi, entropy, max_prob (1 - max probability) or "
+            "epistemic_variance (classification); std or epistemic_variance (regression).",
+            show_default="mi for classification, epistemic_variance for regression",
+        ),
+    ] = None,
     coverage: Annotated[
         float | None, typer.Option(help="Target fraction of rows accepted, in (0, 1].")
     ] = None,
@@ -58,6 +62,22 @@ def calibrate(
             "under each sampling policy of --samples, and store them in the bundle.",
         ),
     ] = False,
+    conformal_method: Annotated[
+        str,
+        typer.Option(
+            help="--conformal score: split (regression: |y - mean| / std; classification: "
+            "1 - p(y), the smallest sets), aps (adaptive sets, Romano et al. 2020), "
+            "aps-randomized (APS with exact coverage; sets may be empty), raps (APS that "
+            "penalises classes ranked below --raps-k-reg, Angelopoulos et al. 2021) or auto "
+            "(split for regression, aps for classification). predict and serve use it."
+        ),
+    ] = "auto",
+    raps_k_reg: Annotated[
+        int, typer.Option(help="raps: classes ranked up to this are not penalised.", min=0)
+    ] = 1,
+    raps_lambda: Annotated[
+        float, typer.Option(help="raps: penalty per class ranked beyond --raps-k-reg.", min=0)
+    ] = 0.01,
     samples: Annotated[
         str | None,
         typer.Option(
@@ -89,9 +109,20 @@ def calibrate(
         ),  # fmt: skip
     ] = 3.0,
     level: Annotated[
-        float, typer.Option(help="--conformal: level of the held-out check.", min=0, max=1)
+        float, typer.Option(help="--conformal: level of the held-out check, in (0, 1).")
     ] = 0.9,
     seed: Annotated[int, typer.Option()] = 0,
+    on_error: Annotated[
+        str,
+        typer.Option(
+            help="A row of --data or --test FILE with bad values: fail (stop, naming the row) "
+            "or skip (leave it out; listed in <BUNDLE>.skipped.csv beside the bundle folder)."
+        ),
+    ] = "fail",
+    overwrite: Annotated[
+        bool, typer.Option(help="Replace an existing skipped-rows list (--on-error skip).")
+    ] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar.")] = True,
     test_limit: Annotated[
         int | None,
         typer.Option(
@@ -104,27 +135,39 @@ def calibrate(
     target error on accepted rows, and/or conformal intervals and sets (--conformal), on a
     table of your rows (--data FILE) or the bundle's validation split, store them in the
     bundle, and check them on held-out rows."""
-    from bayesify.app.calibration import (
+    from bayesify.app.calibration import calibrate_bundle, dataset_seed_note, training_table_note
+    from bayesify.app.calibration_conformal import (
         DEFAULT_CONFORMAL_POLICIES,
-        calibrate_bundle,
         calibrate_conformal_bundle,
-        dataset_seed_note,
-        training_table_note,
+        conformal_options,
     )
+    from bayesify.app.calibration_tables import read_tables
     from bayesify.cli.common import console, fail
     from bayesify.data.tables import is_table_path
     from bayesify.io import read_bundle, write_bundle
     from bayesify.methods import load
     from bayesify.posthoc.sampling import parse_policies
     from bayesify.posthoc.sequential import SequentialDecision
+    from bayesify.predictor import OnError, Predictor
+    from bayesify.predictor.files import check_side_file, same_file, write_skipped
 
     set_threads(threads)
     deferral = coverage is not None or error is not None
     if coverage is not None and error is not None or not (deferral or conformal):
         raise fail("give exactly one of --coverage and --error (a deferral policy), and/or "
                    "--conformal")  # fmt: skip
-    if decision not in ("sequential", "single"):
-        raise fail(f"--decision must be sequential or single, got {decision!r}")
+    checks = [(coverage is not None and not 0 < coverage <= 1, f"--coverage must be in (0, 1], "
+               f"got {coverage}"),
+              (error is not None and not 0 < error < float("inf"), f"--error must be a "
+               f"positive number, got {error}"),
+              (not 0 < level < 1, f"--level must be in (0, 1), got {level}"),
+              (decision not in ("sequential", "single"), f"--decision must be sequential or "
+               f"single, got {decision!r}"),
+              (on_error not in tuple(OnError), f"--on-error must be fail or skip, got "
+               f"{on_error!r}")]  # fmt: skip
+    for bad, message in checks:
+        if bad:
+            raise fail(message)
     try:
         policies = parse_policies(samples or DEFAULT_CONFORMAL_POLICIES)
         single = parse_policies(samples or "32")
@@ -136,33 +179,55 @@ def calibrate(
     except ValueError as e:
         raise fail(str(e)) from None
     table = data if data is not None and is_table_path(data) else None
+    inputs = [Path(p) for p in (table, test) if p is not None]
+    side = skipped_list(bundle)
     try:
+        if on_error == OnError.SKIP:
+            check_side_file(side, inputs, overwrite, f"calibrate {bundle}")
         method = load(bundle)
         if data is not None and table is None and data != method.metadata.get("data"):
             raise ValueError(f"--data {data!r}: not a table file (.csv, .parquet, .npz) nor the "
                              f"bundle's own dataset ({method.metadata.get('data')!r})")  # fmt: skip
         if target is not None and table is None and test is None:
             raise ValueError("--target names the target column of --data FILE or --test FILE")
+        predictor = Predictor(method)
+        if conformal:  # a method that does not fit the bundle's task, before any work
+            conformal_options(conformal_method, predictor.task)
         notes = [dataset_seed_note(method.metadata) if table is None else None,
                  training_table_note(method.metadata, table)]  # fmt: skip
         for note in filter(None, notes):
             console.print(f"[yellow]warning:[/] {note}")
+        tables = read_tables(predictor, table, test, target, on_error)
+        if tables.skipped:
+            write_skipped(side, tables.skipped)  # type: ignore[arg-type]
+        elif on_error == OnError.SKIP and not any(same_file(side, p) for p in inputs):
+            side.unlink(missing_ok=True)  # an earlier run's list describes no table now
+        empty = tables.empty()
+        if empty is not None:
+            raise ValueError(f"no row of {empty.path} could be used: all {len(empty.skipped)} "
+                             f"were skipped (listed in {side}); the bundle was not "
+                             "changed")  # fmt: skip
         res = conf = None
         if deferral:
             res = calibrate_bundle(method, score=score, coverage=coverage, error=error,
                                    error_metric=error_metric, samples=single[0].samples or 32,
-                                   seed=seed, test_limit=test_limit, data=table, target=target,
-                                   test=test, decision=sequential)  # fmt: skip
+                                   seed=seed, test_limit=test_limit, data=tables.data,
+                                   target=target, test=tables.test, decision=sequential,
+                                   progress=progress)  # fmt: skip
         if conformal:
-            conf = calibrate_conformal_bundle(method, policies=policies, seed=seed, data=table,
-                                              target=target, test=test, test_limit=test_limit,
-                                              level=level)  # fmt: skip
+            conf = calibrate_conformal_bundle(method, policies=policies, seed=seed,
+                                              data=tables.data, target=target, test=tables.test,
+                                              test_limit=test_limit, level=level,
+                                              conformal_method=conformal_method,
+                                              k_reg=raps_k_reg, lam=raps_lambda,
+                                              progress=progress)  # fmt: skip
         tensors, cfg = read_bundle(bundle)  # rewrite only the metadata, weights untouched
         cfg.pop("format", None)
         cfg["metadata"] = method.metadata
         write_bundle(bundle, tensors, cfg)
     except (ValueError, TypeError, OSError) as e:
-        raise fail(str(e)) from None
+        raise fail(flag_message(str(e))) from None
+    _print_skipped(tables.skipped, side)
     if res is not None:
         _print_deferral(res, test_limit)
     if conf is not None:
@@ -174,6 +239,39 @@ def calibrate(
                       "--conformal or --decision single")  # fmt: skip
 
 
+#: the library's names of calibrate's values -> the flags that set them, for messages
+_FLAGS = {"target_coverage": "--coverage", "target_error": "--error",
+          "error_metric": "--error-metric", "score": "--score", "level": "--level"}  # fmt: skip
+
+
+def flag_message(message: str) -> str:
+    """``message`` with a leading library parameter name (``target_coverage must ...``) put as
+    the flag a user gives (``--coverage must ...``)."""
+    for name, flag in _FLAGS.items():
+        if message.startswith(f"{name} "):
+            return flag + message[len(name) :]
+    return message.replace("target_coverage and target_error", "--coverage and --error")
+
+
+def skipped_list(bundle: Path) -> Path:
+    """Where ``calibrate --on-error skip`` lists skipped rows: ``<BUNDLE>.skipped.csv`` beside
+    the bundle folder (``models/m`` -> ``models/m.skipped.csv``)."""
+    folder = bundle.resolve() if bundle.name in ("", ".", "..") else bundle
+    return folder.with_name(folder.name + ".skipped.csv")
+
+
+def _print_skipped(skipped: list, side: Path) -> None:
+    from bayesify.cli.common import console
+
+    for path, rows in skipped:
+        console.print(f"skipped {len(rows)} row(s) of {path}, listed in {side}:", highlight=False)
+        shown = sorted(rows)[:10]
+        for row in shown:
+            console.print(f"  row {row}: {rows[row]}", highlight=False)
+        if len(rows) > len(shown):
+            console.print(f"  ... and {len(rows) - len(shown)} more", highlight=False)
+
+
 def _print_deferral(res, test_limit: int | None) -> None:
     from bayesify.cli.common import console
 
@@ -182,7 +280,7 @@ def _print_deferral(res, test_limit: int | None) -> None:
         f"sequential decision, {p.decision.start} to {p.decision.max_samples} samples, "
         f"z = {p.decision.z:g}")  # fmt: skip
     console.print(f"deferral policy: defer when {p.score.value} > {p.threshold:.6g} "
-                  f"(target {p.target}; {how})")  # fmt: skip
+                  f"(target {target_text(p.target)}; {how})", highlight=False)  # fmt: skip
     for name, fig in (("validation", p.validation), ("test", res.test)):
         if fig is None:
             if name == "test" and test_limit != 0:
@@ -201,8 +299,12 @@ def _print_conformal(conf, level: float, test_limit: int | None) -> None:
 
     c = conf.calibrations
     labels = ", ".join(p.label() for p in c.policies if p)
-    console.print(f"conformal {c.method.value}: {c.summary()['n_scores']} validation rows; "
-                  f"calibrated under {labels}")  # fmt: skip
+    first = next(iter(c.calibrations.values()))
+    kind = c.method.value + (" (randomized)" if first.randomized else "")
+    if c.method.value == "raps":
+        kind += f" (k_reg {first.k_reg}, lambda {first.lam:g})"
+    console.print(f"conformal {kind}: {c.summary()['n_scores']} validation rows; "
+                  f"calibrated under {labels}", highlight=False)  # fmt: skip
     if conf.test is None:
         if test_limit != 0:
             console.print("conformal test: no held-out rows checked (pass --test FILE)")
@@ -212,6 +314,13 @@ def _print_conformal(conf, level: float, test_limit: int | None) -> None:
                  else f"mean set size {fig['size']:.3f}")  # fmt: skip
         console.print(f"conformal test {label}: n = {fig['n']}, coverage at {level:g} "
                       f"{fig['coverage']:.4f}, {extra}")  # fmt: skip
+
+
+def target_text(target: dict) -> str:
+    """A policy's target as a person reads it: ``coverage 0.80`` or ``rmse 1.5``."""
+    if "coverage" in target:
+        return f"coverage {target['coverage']:.2f}"
+    return f"{target.get('metric') or 'error'} {target['error']:g}"
 
 
 def _num(v: float | None) -> str:

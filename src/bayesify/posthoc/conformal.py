@@ -15,6 +15,8 @@ scores do not tie), whatever the method and however wrong its uncertainty is. It
   the smallest top set whose mass reaches q̂ (never empty, and all top-1 sets when the top-1
   accuracy exceeds the level: then coverage is above the level by more than 1/(n+1));
   randomized sets cover exactly but can be empty.
+* ``"lac"`` (split conformal's least ambiguous sets, Sadinle et al. 2019): score ``1 − p̂_y``,
+  the set every class with ``p̂_y ≥ 1 − q̂`` (smallest sets on average; can be empty).
 * ``"raps"`` (Angelopoulos et al. 2021): APS plus ``lam · max(0, rank − k_reg)``, which keeps
   sets small when many unlikely classes share the tail.
 
@@ -34,6 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bayesify.posthoc.conformal_lac import lac_scores
 from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.predictive import Predictive, Task
 
@@ -49,10 +52,11 @@ class ConformalMethod(StrEnum):
     NORMALIZED = "normalized"
     APS = "aps"
     RAPS = "raps"
+    LAC = "lac"  # split conformal's score 1 - p_y (Sadinle et al. 2019; conformal_lac.py)
 
 
 _REGRESSION = (ConformalMethod.NORMALIZED,)
-_CLASSIFICATION = (ConformalMethod.APS, ConformalMethod.RAPS)
+_CLASSIFICATION = (ConformalMethod.APS, ConformalMethod.RAPS, ConformalMethod.LAC)
 
 
 def _check_level(level: float) -> float:
@@ -106,6 +110,11 @@ def class_scores(
     rank = torch.arange(1, probs.shape[-1] + 1, device=probs.device, dtype=torch.float64)
     score = score + lam * (rank - k_reg).clamp_min(0)
     return torch.empty_like(score).scatter(-1, order, score)
+
+
+def _class_scores(kind: ConformalMethod, probs: Tensor, *options: Any) -> Tensor:
+    """Every class's score ``[N, C]`` under ``kind`` (lac, else APS / RAPS's options)."""
+    return lac_scores(probs) if kind is ConformalMethod.LAC else class_scores(probs, *options)
 
 
 @dataclass(frozen=True, eq=False)  # scores are a tensor: compare fields, not objects
@@ -169,15 +178,17 @@ class Conformal:
                 f"conformal method {kind.value!r} does not fit a {pred_val.task.value} "
                 f"predictive; valid: auto, {valid}"
             )
-        if kind is ConformalMethod.APS:
+        if kind in (ConformalMethod.APS, ConformalMethod.LAC):
             k_reg, lam = 0, 0.0
+        if kind is ConformalMethod.LAC and randomized:
+            raise ValueError("randomized scores are APS's and RAPS's, not lac's")
         if regression:
             mean, std = _regression_parts(pred_val)
             y = pred_val._targets(y_val).to(torch.float64)
             scores = (y - mean).abs() / std
             return cls(kind, scores, samples=pred_val.num_samples)
         labels = _labels(pred_val, y_val)
-        score = class_scores(pred_val.mean, randomized, k_reg, lam, generator)  # [N, C]
+        score = _class_scores(kind, pred_val.mean, randomized, k_reg, lam, generator)  # [N, C]
         picked = score.gather(1, labels[:, None]).squeeze(1)
         return cls(kind, picked, randomized, k_reg, float(lam), pred_val.num_samples)
 
@@ -208,7 +219,8 @@ class Conformal:
         ≤ q̂; ``generator`` draws U for randomized sets)."""
         self._require(pred, _CLASSIFICATION)
         tau = self.threshold(level)
-        score = class_scores(pred.mean, self.randomized, self.k_reg, self.lam, generator)
+        score = _class_scores(self.method, pred.mean, self.randomized, self.k_reg, self.lam,
+                              generator)  # fmt: skip
         if math.isinf(tau):
             return torch.ones_like(score, dtype=torch.bool)
         return score <= tau

@@ -97,17 +97,20 @@ def check_side_file(side: Path, inputs: list[Path], overwrite: bool, what: str) 
                               "--overwrite to replace it")  # fmt: skip
 
 
-def write_skipped(side: Path, skipped: RowErrors, file: Path | None = None) -> Path:
-    """Write the skipped rows, one per line (``row``, ``reason``; with ``file``: that column
-    first), atomically; returns the path."""
+def write_skipped(side: Path, parts: list[tuple[Path | None, RowErrors]]) -> Path:
+    """Write skipped rows, one per line (``row``, ``reason``; a ``file`` column first where a
+    part names its file), atomically; returns the path."""
     import pandas as pd
 
-    rows = sorted(skipped)
-    frame = pd.DataFrame({"row": rows, "reason": [skipped[r] for r in rows]})
-    if file is not None:
-        frame.insert(0, "file", str(file))
+    frames = []
+    for file, skipped in parts:
+        rows = sorted(skipped)
+        frame = pd.DataFrame({"row": rows, "reason": [skipped[r] for r in rows]})
+        if file is not None:
+            frame.insert(0, "file", str(file))
+        frames.append(frame)
     with atomic_path(side) as tmp:
-        frame.to_csv(tmp, index=False)
+        pd.concat(frames, ignore_index=True).to_csv(tmp, index=False)
     return side
 
 
@@ -188,7 +191,7 @@ def predict_file(
             first += len(chunk)
             bar.update(len(chunk))
         if summary.skipped:
-            summary.skipped_file = write_skipped(side, summary.skipped)
+            summary.skipped_file = write_skipped(side, [(None, summary.skipped)])
         if summary.rows == 0:  # raised inside the block: the writer leaves no new file
             _raise_nothing_predicted(input, output, summary)
     summary.seconds = time.perf_counter() - start
