@@ -92,7 +92,8 @@ def test_table_job_encodes_and_scales(tmp_path, frame):
                                       features="x,colour")  # fmt: skip
     prep = job.preprocessing
     assert prep.encoded_names == ["x", "colour=blue", "colour=green", "colour=red"]
-    assert prep.class_names == ["a", "b"] and "stratified by class" in notes[1]
+    assert prep.class_names == ["a", "b"] and "stratified by class" in notes[2]
+    assert notes[1] == "column 'colour' is text: 3 categories -> 3 one-hot inputs"
     x_train, y_train = job.train
     # standardised with training statistics; one-hot columns kept 0/1
     assert abs(float(x_train[:, 0].mean())) < 1e-5 and abs(float(x_train[:, 0].std()) - 1) < 0.01

@@ -1,17 +1,17 @@
 """Training jobs on the user's own table (CSV, Parquet, ``.npz``): checks, task, split, scaling.
 
-The columns are checked before any training (missing values, non-numeric values, constant
-columns: every problem of the table in one line, naming the columns and rows); columns that
-look like row ids (:func:`id_like`) are left out of the features with a note; string feature
-columns are one-hot encoded with their categories kept in the bundle's preprocessing; inputs
-(and regression targets) are standardised with statistics of the training rows only; the
-bundle records the class labels' type and the range of values each number feature accepts
-(``Preprocessing.bounds``).
+The columns are checked before any training by their kind (:mod:`bayesify.app.table_columns`:
+every problem of the table in one line, naming the columns and rows); columns that look like
+row ids (:func:`id_like`) are left out of the features with a note; true/false and text
+feature columns are one-hot encoded with their categories kept in the bundle's preprocessing;
+inputs (and regression targets) are standardised with statistics of the training rows only;
+the bundle records the class labels' type and the range of values each number feature accepts
+(``Preprocessing.bounds``: the training rows' range, widened, and never narrower than the
+user's own tables).
 """
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,30 +20,41 @@ import numpy as np
 import torch
 
 from bayesify.app.jobs import Job, default_dropout, hidden_sizes
-from bayesify.data.errors import DataError
-from bayesify.data.preprocessing import (
-    FLOAT32_MAX,
-    RANGE_MARGIN,
-    Preprocessing,
-    describe_row_errors,
+from bayesify.app.table_columns import (
+    _rows,
+    check_target_numbers,
+    id_like,
+    number_bounds,
+    plan_columns,
+    problems_message,
+    refuse,
 )
+from bayesify.data.columns import Kind, column_kind, describe_kind, numbers
+from bayesify.data.errors import DataError
+from bayesify.data.preprocessing import Preprocessing, describe_row_errors
 from bayesify.data.tables import read_table
 from bayesify.methods import get_method, resolve_method_names
 from bayesify.models import mlp
-from bayesify.options import shown
 from bayesify.predictive import Task
 from bayesify.seeding import seeded
 
 if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
+__all__ = [
+    "TaskChoice",
+    "_rows",
+    "build_table_training",
+    "decide_task",
+    "id_like",
+    "label_strings",
+    "label_type",
+    "problems_message",
+]
+
 #: an integer target with at most this many distinct values is taken as class labels
 MAX_AUTO_CLASSES = 20
-#: a string feature column with more distinct values than this is refused, not one-hot encoded
-MAX_CATEGORIES = 50
 VAL_FRACTION = 0.2
-#: name parts that mark a row id (``house_id``, ``sample id``, ``Index``, ``rowKey``, ...)
-ID_WORDS = {"id", "ids", "key", "index", "idx", "uuid", "guid", "pk", "rowid", "identifier"}
 
 
 class TaskChoice(StrEnum):
@@ -52,12 +63,6 @@ class TaskChoice(StrEnum):
     AUTO = "auto"
     REGRESSION = "regression"
     CLASSIFICATION = "classification"
-
-
-def _rows(mask: np.ndarray) -> str:
-    idx = np.flatnonzero(mask)
-    first = ", ".join(str(i) for i in idx[:3])
-    return f"{len(idx)} row(s) (first: row {first})"
 
 
 def _is_text(col: pd.Series) -> bool:
@@ -100,33 +105,6 @@ def decide_task(y: pd.Series, name: str, task: TaskChoice | str) -> tuple[Task, 
     )
 
 
-def _name_words(name: str) -> set[str]:
-    """``"houseID"``, ``"sample id"``, ``"row_key"`` -> their lower-case words."""
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", str(name))
-    return {w.lower() for w in re.split(r"[^A-Za-z0-9]+", spaced) if w}
-
-
-def id_like(col: pd.Series, name: str) -> str | None:
-    """Why column ``name`` looks like a row id rather than a feature, or None: a different
-    whole number in every row with an id-like name (``id``, ``key``, ``index``, ...) or forming
-    a run of consecutive numbers (a saved pandas index), or a different text in every row with
-    an id-like name."""
-    n = len(col)
-    if n < 2 or col.isna().any() or col.nunique() != n:
-        return None
-    named = bool(_name_words(name) & ID_WORDS)
-    if _is_text(col):
-        return "a different text in every row and an id-like name" if named else None
-    values = col.to_numpy(np.float64)
-    if not np.all(values == np.round(values)):
-        return None
-    if named:
-        return "a different whole number in every row and an id-like name"
-    if values.max() - values.min() == n - 1:
-        return "the consecutive whole numbers of a row index"
-    return None
-
-
 def label_type(y: pd.Series) -> str:
     """The type class labels are handed back in: ``"int"`` for whole numbers (3.0 included),
     ``"float"``, ``"bool"`` or ``"str"``."""
@@ -155,84 +133,6 @@ def _sorted_classes(labels: list[str], y: pd.Series) -> list[str]:
     if not _is_text(y):
         return sorted(uniq, key=float)
     return sorted(uniq)
-
-
-def check_columns(
-    frame: pd.DataFrame, features: list[str], path: Path, problems: list[str] | None = None
-) -> dict[str, list[str]]:
-    """Checks the feature columns; returns the categorical columns (strings) with their sorted
-    categories. Every problem found is appended to ``problems`` (one sentence each); without
-    ``problems`` they raise one ``DataError`` listing them all."""
-    import pandas as pd
-
-    found: list[str] = [] if problems is None else problems
-    start = len(found)
-    categories: dict[str, list[str]] = {}
-    for f in features:
-        col = frame[f]
-        missing = col.isna().to_numpy()
-        if missing.any():
-            found.append(
-                f"column {f!r} has missing values in {_rows(missing)}; "
-                "fill or drop them, or leave the column out with --exclude"
-            )
-            continue
-        if _is_text(col):
-            numbers = pd.to_numeric(col, errors="coerce")
-            bad = numbers.isna().to_numpy()
-            if bad.mean() < 0.5:  # mostly numbers: the others are typos, not categories
-                value = col.iloc[int(np.flatnonzero(bad)[0])]
-                found.append(
-                    f"column {f!r} has non-numeric values in {_rows(bad)} "
-                    f"(e.g. {shown(value)}) among numbers"
-                )
-                continue
-            cats = sorted(col.astype(str).unique().tolist())
-            if len(cats) > MAX_CATEGORIES:
-                found.append(
-                    f"column {f!r} is text with {len(cats)} distinct values "
-                    f"(more than {MAX_CATEGORIES} to one-hot encode); leave it out "
-                    "with --exclude"
-                )
-            elif len(cats) == 1:
-                found.append(
-                    f"column {f!r} is constant ({cats[0]!r} in all "
-                    f"{len(col)} rows); leave it out with --exclude"
-                )
-            else:
-                categories[f] = cats
-        elif (big := np.abs(col.to_numpy(np.float64)) > FLOAT32_MAX).any():
-            found.append(f"column {f!r} has numbers beyond the float32 range in {_rows(big)}")
-        elif col.nunique() == 1:
-            found.append(
-                f"column {f!r} is constant ({shown(col.iloc[0])} in all "
-                f"{len(col)} rows); leave it out with --exclude"
-            )
-    if problems is None and len(found) > start:
-        raise DataError(problems_message(path, found))
-    return categories
-
-
-def problems_message(path: Path | str, problems: list[str]) -> str:
-    """All of a table's problems in one line: ``t.csv: <problem>`` or
-    ``t.csv: 3 problems: (1) ...; (2) ...; (3) ...``."""
-    if len(problems) == 1:
-        return f"{path}: {problems[0]}"
-    listed = "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
-    return f"{path}: {len(problems)} problems: {listed}"
-
-
-def number_bounds(prep: Preprocessing, x: np.ndarray) -> dict[str, list[float]]:
-    """``{feature: [low, high]}`` for the number features of the encoded training rows
-    ``x [N, F_enc]``: their extremes widened by ``RANGE_MARGIN`` standard deviations."""
-    out: dict[str, list[float]] = {}
-    for j, name in enumerate(prep.encoded_names):
-        if name in prep.categories or name not in (prep.features or []):
-            continue
-        v = x[:, j]
-        margin = RANGE_MARGIN * float(v.std())
-        out[name] = [float(v.min()) - margin, float(v.max()) + margin]
-    return out
 
 
 def choose_features(
@@ -286,6 +186,68 @@ def _split(n: int, labels: np.ndarray | None, fraction: float, seed: int) -> np.
     return val
 
 
+def _target(
+    col: pd.Series, name: str, task: TaskChoice | str, problems: list[str]
+) -> tuple[Task, str, pd.Series | None]:
+    """The task, why, and the target column as trained on (digits stored as text read as
+    numbers); None for the column when it cannot be used (its problems appended)."""
+    import pandas as pd
+
+    missing = col.isna().to_numpy()
+    if missing.any():
+        problems.append(f"target {name!r} has missing values in {_rows(missing)}")
+        return Task.REGRESSION, "", None
+    kind = column_kind(col)
+    if kind in (Kind.TIME, Kind.OTHER):
+        problems.append(f"target {name!r} holds {describe_kind(col, kind)}; a target holds "
+                        "numbers (regression) or class labels (classification)")  # fmt: skip
+        return Task.REGRESSION, "", None
+    if kind is Kind.NUMBER and not pd.api.types.is_numeric_dtype(col.dtype):
+        col = pd.to_numeric(col)
+    task_kind, why = decide_task(col, name, task)
+    if task_kind is Task.REGRESSION:
+        y = numbers(col)
+        bad = np.isnan(y)
+        if bad.any():
+            problems.append(f"target {name!r} has non-numeric values in {_rows(bad)}; "
+                            "pass --task classification for labels")  # fmt: skip
+            return task_kind, why, None
+        check_target_numbers(y, name, problems)
+    return task_kind, why, col
+
+
+def _limited(train: np.ndarray, limit: int | None, seed: int) -> np.ndarray:
+    """``train [N]`` narrowed to a seeded sample of ``limit`` of its rows (``--limit``)."""
+    if limit is None or limit >= train.sum():
+        return train
+    keep = np.random.default_rng(seed).permutation(np.flatnonzero(train))[:limit]
+    out = np.zeros_like(train)
+    out[keep] = True
+    return out
+
+
+def _val_targets(vframe: pd.DataFrame, val: str | Path, target: str,
+                 class_names: list[str] | None) -> np.ndarray:  # fmt: skip
+    """The targets of the ``--val`` table: class codes in ``class_names`` order, or numbers."""
+    if target not in vframe.columns:
+        raise DataError(f"{val}: no target column {target!r}")
+    if class_names is not None:
+        vlabels = label_strings(vframe[target])
+        unknown = sorted(set(vlabels) - set(class_names))
+        if unknown:
+            raise DataError(f"{val}: target {target!r} has classes {unknown[:5]} that the "
+                            "training table does not have")  # fmt: skip
+        return np.asarray([class_names.index(v) for v in vlabels], dtype=np.int64)
+    problems: list[str] = []
+    y = numbers(vframe[target])
+    if np.isnan(y).any():
+        problems.append(f"target {target!r} has missing or non-numeric values in "
+                        f"{_rows(np.isnan(y))}")  # fmt: skip
+    check_target_numbers(y, target, problems)
+    refuse(val, problems)
+    return y
+
+
 def build_table_training(
     method: str,
     path: str | Path,
@@ -300,10 +262,13 @@ def build_table_training(
     norm: str = "batch",
     dropout: float | None = None,
     seed: int = 0,
+    limit: int | None = None,
     options: dict[str, Any] | None = None,
 ) -> tuple[Job, list[str]]:
     """A fresh method on the table at ``path`` and notes for the user (task decided, columns
-    left out as row ids, split). ``features``/``exclude``: comma-separated column names.
+    left out or one-hot encoded, split). ``features``/``exclude``: comma-separated column
+    names; ``limit``: train on a seeded sample of this many of the training rows (the
+    validation rows stay as they are).
 
     The job's "test" set is the validation rows (the table has no test split); its
     preprocessing maps raw rows to network inputs and outputs back to target units.
@@ -315,6 +280,8 @@ def build_table_training(
         raise ValueError("--target COLUMN is required when --data is a file")
     if not 0 < val_fraction < 1:
         raise ValueError(f"--val-fraction must be in (0, 1), got {val_fraction}")
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {limit}")
     frame = read_table(path)
     if target not in frame.columns:
         raise DataError(f"{path}: no target column {target!r}; columns: {list(frame.columns)}")
@@ -323,82 +290,63 @@ def build_table_training(
     if not feats:
         raise DataError(f"{path}: no feature columns besides the target {target!r}")
     problems: list[str] = []
-    y_col = frame[target]
-    missing = y_col.isna().to_numpy()
-    if missing.any():
-        problems.append(f"target {target!r} has missing values in {_rows(missing)}")
-        kind, why = Task.REGRESSION, ""
-    else:
-        kind, why = decide_task(y_col, target, task)
-    if kind is Task.REGRESSION and not missing.any():
-        import pandas as pd
-
-        bad_y = pd.to_numeric(y_col, errors="coerce").isna().to_numpy()
-        if bad_y.any():
-            problems.append(f"target {target!r} has non-numeric values in {_rows(bad_y)}; "
-                            "pass --task classification for labels")  # fmt: skip
-    categories = check_columns(frame, feats, path, problems)
-    if problems:
-        raise DataError(problems_message(path, problems))
-    prep = Preprocessing(features=feats, categories=categories, target=target)
-    x_all, bad = prep.encode(frame)
-    if bad:  # numbers beyond float32
-        raise DataError(f"{path}: {describe_row_errors(bad)}")
+    kind, why, y_col = _target(frame[target], target, task, problems)
     class_names: list[str] | None = None
-    if kind is Task.CLASSIFICATION:
+    y_all = np.zeros(len(frame))
+    if y_col is not None and kind is Task.CLASSIFICATION:
         labels = label_strings(y_col)
         class_names = _sorted_classes(labels, y_col)
         if len(class_names) < 2:
             raise DataError(f"{path}: target {target!r} has one class; nothing to classify")
         code = {c: i for i, c in enumerate(class_names)}
         y_all = np.asarray([code[v] for v in labels], dtype=np.int64)  # [N] label codes
+    elif y_col is not None:
+        y_all = numbers(y_col)
+    if val is None:
+        mask = _split(len(frame), y_all if class_names else None, val_fraction, seed)
     else:
-        import pandas as pd
-
-        y_all = pd.to_numeric(y_col, errors="coerce").to_numpy(np.float64)
-    notes = [why, *id_notes]
+        mask = np.zeros(len(frame), dtype=bool)
+    train = _limited(~mask, limit, seed)
+    plan = plan_columns(frame, feats, problems, train)
+    refuse(path, problems)
+    if not plan.features:
+        raise DataError(f"{path}: no feature columns left to train on ({'; '.join(plan.notes)})")
+    prep = Preprocessing(features=plan.features, categories=plan.categories, target=target)
+    x_all, bad = prep.encode(frame)
+    if bad:
+        raise DataError(f"{path}: {describe_row_errors(bad)}")
+    notes = [why, *id_notes, *plan.notes]
+    x_tr, y_tr = x_all[train], y_all[train]
+    seen = [x_all]
     if val is not None:
         vframe = read_table(val)
         x_val, vbad = prep.encode(vframe)
         if vbad:
             raise DataError(f"{val}: {describe_row_errors(vbad)}")
-        if target not in vframe.columns:
-            raise DataError(f"{val}: no target column {target!r}")
-        if class_names is not None:
-            vlabels = label_strings(vframe[target])
-            unknown = sorted(set(vlabels) - set(class_names))
-            if unknown:
-                raise DataError(
-                    f"{val}: target {target!r} has classes {unknown[:5]} that the "
-                    "training table does not have"
-                )
-            y_val = np.asarray([class_names.index(v) for v in vlabels], dtype=np.int64)
-        else:
-            y_val = vframe[target].to_numpy(np.float64)
-        x_tr, y_tr = x_all, y_all
-        notes.append(
-            f"{len(x_tr)} training rows from {path}, {len(x_val)} validation rows from {val}"
-        )
+        y_val = _val_targets(vframe, val, target, class_names)
+        seen.append(x_val)
+        notes.append(f"{len(x_tr)} training rows from {path}, {len(x_val)} validation rows "
+                     f"from {val}")  # fmt: skip
     else:
-        mask = _split(len(x_all), y_all if class_names else None, val_fraction, seed)
-        x_tr, y_tr, x_val, y_val = x_all[~mask], y_all[~mask], x_all[mask], y_all[mask]
+        x_val, y_val = x_all[mask], y_all[mask]
         strat = ", stratified by class" if class_names else ""
-        notes.append(
-            f"{len(x_tr)} training rows, {len(x_val)} validation rows (seeded "
-            f"{val_fraction:.0%} split, seed {seed}{strat})"
-        )
+        notes.append(f"{int((~mask).sum())} training rows, {len(x_val)} validation rows "
+                     f"(seeded {val_fraction:.0%} split, seed {seed}{strat})")  # fmt: skip
+    if len(x_tr) < (~mask).sum():
+        notes.append(f"--limit {limit}: trained on a seeded sample of {len(x_tr)} of the "
+                     f"{int((~mask).sum())} training rows (seed {seed})")  # fmt: skip
     # scaling from the training rows; one-hot columns stay 0/1
-    onehot = np.array(["=" in n and n.split("=", 1)[0] in categories for n in prep.encoded_names])
+    onehot = np.array(["=" in n and n.split("=", 1)[0] in plan.categories
+                       for n in prep.encoded_names])  # fmt: skip
     x_mean = np.where(onehot, 0.0, x_tr.mean(0))
     x_std = x_tr.std(0)
     x_std = np.where(onehot | (x_std == 0), 1.0, x_std)
     y_mean = y_std = None
     if kind is Task.REGRESSION:
         y_mean, y_std = float(y_tr.mean()), float(y_tr.std()) or 1.0
-    bounds = number_bounds(prep, x_tr)
     prep = Preprocessing(
-        features=feats,
-        categories=categories,
+        features=plan.features,
+        categories=plan.categories,
         input_shape=[x_tr.shape[1]],
         x_mean=x_mean.tolist(),
         x_std=x_std.tolist(),
@@ -406,8 +354,8 @@ def build_table_training(
         y_std=y_std,
         target=target,
         class_names=class_names,
-        label_type=label_type(y_col) if class_names else None,
-        bounds=bounds,
+        label_type=label_type(y_col) if class_names and y_col is not None else None,
+        bounds=number_bounds(prep, x_tr, seen),
     )
 
     def tensors(x: np.ndarray, y: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
@@ -423,7 +371,9 @@ def build_table_training(
         net = mlp(x_tr.shape[1], out, hidden_sizes(hidden), norm=norm, dropout=dropout)
         meth = cls(net, task=kind.value, **(options or {}))
     val_t = tensors(x_val, y_val)
-    meta = {"table": str(path), "target": target, "task_reason": why}
+    meta: dict[str, Any] = {"table": str(path), "target": target, "task_reason": why}
+    if limit is not None:
+        meta["limit"] = limit
     if kind is Task.REGRESSION:  # the server flags feedback far outside it (serve/monitor.py)
         meta["target_range"] = [float(y_tr.min()), float(y_tr.max())]
     job = Job(meth, val_t, tensors(x_tr, y_tr), val_t, y_mean or 0.0, y_std or 1.0, meta, prep)

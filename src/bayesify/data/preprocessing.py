@@ -5,7 +5,9 @@ loaded bundle predicts in the units of the user's data:
 
 * ``features``: raw feature names in the order the network reads them (tables; ``None`` for
   arrays and images, whose inputs are taken as they come);
-* ``categories``: one-hot encoded string columns, ``{name: [category, ...]}`` in column order;
+* ``categories``: one-hot encoded columns (text, true/false, ``category``), ``{name: [category,
+  ...]}`` in column order, each value named as :func:`~bayesify.data.columns.category_text`
+  writes it;
 * ``input_shape``: the network's input shape after encoding (``[F]``, ``[1, 28, 28]``);
 * ``x_mean`` / ``x_std``: network input = (encoded raw input - x_mean) / x_std, one number per
   encoded column or a single number for every input value (images: pixel scaling);
@@ -39,6 +41,7 @@ from torch import Tensor
 
 from bayesify.options import shown
 
+from .columns import category_text, numbers
 from .errors import DataError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -232,12 +235,12 @@ class Preprocessing:
         import pandas as pd
 
         if cats is None:
-            values = pd.to_numeric(col, errors="coerce").to_numpy(np.float64, na_value=np.nan)
+            values = numbers(col)
             finite = np.isfinite(values)
             if not finite.all():
                 missing_v = col.isna().to_numpy()
                 flag(~finite & missing_v, f"column {f!r}: missing value")
-                text = pd.to_numeric(col, errors="coerce").isna().to_numpy() & ~missing_v
+                text = np.isnan(values) & ~missing_v
                 flag(text, lambda i: f"column {f!r}: {shown(col.iloc[i])} is not a number")
                 flag(~finite & ~missing_v & ~text, f"column {f!r}: not a finite number")
             big = finite & (np.abs(values) > FLOAT32_MAX)
@@ -251,7 +254,7 @@ class Preprocessing:
             if unusable.any():
                 values = np.where(unusable, 0.0, values)
             return values[:, None]
-        codes = pd.Index(cats).get_indexer(col.astype("string"))
+        codes = pd.Index(cats).get_indexer(category_text(col))
         unknown = codes < 0
 
         def why(i: int) -> str:
