@@ -103,11 +103,12 @@ def test_keyless_flood_of_4mib_bodies_costs_no_memory(keyed):
 def test_connections_beyond_the_cap_get_503(keyed):
     x = {"inputs": toy_data(1, 0)[0].tolist()}
     held = []
-    try:  # all but one of the connections allowed, each kept alive after a first request
-        for _ in range(MAX_CONNECTIONS - 1):
+    try:  # every connection allowed, each kept alive after a first request with the key
+        for _ in range(MAX_CONNECTIONS):
             s = socket.create_connection(_address(keyed))
             held.append(s)
-            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-API-Key: " + API_KEY.encode()
+                      + b"\r\n\r\n")  # fmt: skip
             assert s.recv(4096).startswith(b"HTTP/1.1 200")
         r = httpx.post(f"{keyed.url}/v1/predict", json=x, headers=KEY)
         assert r.status_code == 503, r.text

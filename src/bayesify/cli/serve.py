@@ -49,8 +49,30 @@ def serve(
     max_samples: Annotated[int, typer.Option(help="Most samples per request.", min=1)] = 256,
     max_body: Annotated[int, typer.Option(help="Largest request body, bytes.", min=1)] = 4 * 2**20,
     max_connections: Annotated[
-        int, typer.Option(help="Most open connections; requests beyond get 503.", min=1)
+        int,
+        typer.Option(
+            help="Most open connections. When none is free, the oldest connection still "
+            "waiting for its headers (of the address holding the most) gives way; when "
+            "connections with the API key hold them all, a new one gets 503.",
+            min=1,
+        ),
     ] = 256,
+    reserved_connections: Annotated[
+        int | None,
+        typer.Option(
+            help="Connections only clients that sent the API key (any client, without a key: "
+            "whole headers) may hold; the rest may wait for their headers.",
+            min=0,
+            show_default="a quarter of --max-connections",
+        ),
+    ] = None,
+    max_models: Annotated[
+        int,
+        typer.Option(
+            help="Most model versions loaded at once (start-up and POST .../load; beyond: 409).",
+            min=1,
+        ),
+    ] = 16,
     header_timeout: Annotated[
         float, typer.Option(help="Seconds for a request's headers to arrive (408 after).", min=0.01)
     ] = 10.0,
@@ -120,23 +142,33 @@ def serve(
                                     adaptive=adaptive,
                                     defer_max_samples=defer_max_samples)  # fmt: skip
 
-        repo = Repository.open(bundle, name, loader, BatchSettings(batch_wait_ms, batch_rows))
+        repo = Repository.open(bundle, name, loader, BatchSettings(batch_wait_ms, batch_rows),
+                               max_models=max_models)  # fmt: skip
+        limits = listener.ListenerSettings(header_timeout=header_timeout, keep_alive=keep_alive,
+                                           max_connections=max_connections, grace=grace_period,
+                                           reserved_connections=reserved_connections,
+                                           api_key=os.environ.get(API_KEY_ENV) or None)  # fmt: skip
     except (ValueError, TypeError, OSError) as e:
         raise fail(str(e)) from None
+    try:  # the port is taken before anything is announced: a failed bind is the one message
+        sock = listener.bind(host, port)
+    except OSError as e:
+        raise fail(escape(f"cannot listen on {host}:{port}: {e.strerror or e}")) from None
     settings = Settings(max_body_bytes=max_body, max_rows=max_rows, max_samples=max_samples,
                         batch_wait_ms=batch_wait_ms, batch_rows=batch_rows,
                         body_timeout_s=body_timeout)  # fmt: skip
     app = create_app(repo, settings)
     logging.getLogger("bayesify").setLevel(logging.INFO)
-    url = f"http://{host}:{port}/"
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{sock.getsockname()[1]}/"
     for e in repo.entries():
         version = f" version {e.version}" if repo.root is not None else ""
         console.print(f"serving {e.name}{version} ({e.model.predictor.method.name}, "
                       f"{e.model.task}) on {url}")  # fmt: skip
-    limits = listener.ListenerSettings(header_timeout=header_timeout, keep_alive=keep_alive,
-                                       max_connections=max_connections,
-                                       grace=grace_period)  # fmt: skip
-    listener.run(app, host, port, limits, log_level)
+    for model, folders in repo.problems.items():
+        for folder, why in folders.items():
+            console.print(escape(f"not serving {model}/{folder}: {why}"))
+    listener.run(app, sock, limits, log_level)
 
 
 def _loopback(host: str) -> bool:

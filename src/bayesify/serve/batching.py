@@ -75,7 +75,8 @@ class MicroBatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        self._executor.shutdown(wait=True)
+        # waits for the pass running (batching off: every request's) without blocking the loop
+        await asyncio.to_thread(self._executor.shutdown, True)
 
     async def submit(self, key: Hashable, rows: np.ndarray) -> Any:
         """The result of ``run`` for ``rows`` (run together with concurrent submissions)."""

@@ -96,8 +96,8 @@ class _Gate:
             except Exception:  # noqa: BLE001 - logged; the client gets a JSON 500
                 log.exception("unhandled error on %s", scope.get("path"))
                 if not started:
-                    await JSONResponse({"detail": "internal error"}, 500)(scope, receive,
-                                                                          send_counted)  # fmt: skip
+                    await refusal(scope.get("path", ""), 500, "internal error",
+                                  close=False)(scope, receive, send_counted)  # fmt: skip
         except asyncio.CancelledError:
             # the shutdown grace period is over and the server cancels what still runs: the
             # client learns to come back, not that the server failed
@@ -149,13 +149,17 @@ class _Gate:
 
     def _check_key(self, scope: dict) -> Response | None:
         path = scope.get("path", "")
-        if not self.api_key or is_open(path):
-            return None
-        headers = dict(scope.get("headers", []))
-        given = headers.get(b"x-api-key", b"").decode("latin-1")
-        auth = headers.get(b"authorization", b"").decode("latin-1")
-        if auth.lower().startswith("bearer "):
-            given = auth[7:]
-        if secrets.compare_digest(given.encode(), self.api_key.encode()):
+        if not self.api_key or is_open(path) or has_key(scope.get("headers", []), self.api_key):
             return None
         return refusal(path, 401, "missing or wrong API key (X-API-Key or Authorization: Bearer)")
+
+
+def has_key(headers: list[tuple[bytes, bytes]], api_key: str) -> bool:
+    """Whether request ``headers`` (lower-case names) carry ``api_key``, as ``X-API-Key`` or
+    ``Authorization: Bearer`` (compared in constant time)."""
+    found = dict(headers)
+    given = found.get(b"x-api-key", b"").decode("latin-1")
+    auth = found.get(b"authorization", b"").decode("latin-1")
+    if auth.lower().startswith("bearer "):
+        given = auth[7:]
+    return secrets.compare_digest(given.encode(), api_key.encode())

@@ -4,8 +4,13 @@
   ``header_timeout`` seconds of its first byte (or of the connection, for the first request)
   is answered 408 and closed; headers larger than ``max_header_bytes`` are refused (400).
   uvicorn has neither for its httptools protocol; its h11 protocol has the size cap only.
-- **Connections**: at most ``max_connections`` open (uvicorn's ``limit_concurrency``: requests
-  beyond it get 503), idle keep-alive connections closed after ``keep_alive`` seconds.
+- **Connections**: at most ``max_connections`` open, of which ``reserved_connections`` only
+  for connections that have shown the API key (:mod:`.connections`: when no slot is free, the
+  oldest connection still waiting for its headers, of the address holding the most of them,
+  gives way; when admitted connections hold every slot, a new one gets 503); idle keep-alive
+  connections closed after ``keep_alive`` seconds.
+- **Binding**: :func:`bind` takes the address before anything is announced, so a port in use
+  is an ``OSError`` and nothing else.
 - **Shutdown**: on SIGTERM the gate's :class:`~bayesify.serve.gate.Drain` starts (new requests
   get 503 with ``Retry-After``), requests in flight get ``grace`` seconds to finish, and the
   gate answers those still running after it 503 with ``Retry-After``.
@@ -15,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from dataclasses import dataclass
 from typing import Any
 
 import uvicorn
 
-from bayesify.serve.gate import RETRY_AFTER_S, Drain
+from bayesify.serve.connections import ConnectionBook, ConnectionLimits
+from bayesify.serve.gate import RETRY_AFTER_S, Drain, has_key
 
 log = logging.getLogger(__name__)
 _LATE = b"request headers not received in time"
@@ -43,11 +50,40 @@ class ListenerSettings:
     max_connections: int = 256
     max_header_bytes: int = 64 * 2**10
     grace: float = 30.0
+    #: slots only connections that showed the key may take (None: a quarter of the cap)
+    reserved_connections: int | None = None
+    #: the API key that admits a connection (None: whole headers admit it)
+    api_key: str | None = None
+
+    def __post_init__(self) -> None:
+        self.limits  # noqa: B018 - refuses reserved slots beyond the cap now, in one line
+
+    @property
+    def limits(self) -> ConnectionLimits:
+        return ConnectionLimits(self.max_connections, self.reserved_connections)
 
 
-def _protocol(header_timeout: float, max_header_bytes: int) -> type[asyncio.Protocol] | str:
-    """uvicorn's httptools protocol with a header timeout and size cap (h11 where httptools is
-    missing: its size cap, no header timeout)."""
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (port 0: a free one), not listening yet; an
+    ``OSError`` (e.g. the address in use, an unknown host) otherwise."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    sock.set_inheritable(True)
+    return sock
+
+
+def _protocol(header_timeout: float, max_header_bytes: int, book: ConnectionBook,
+              api_key: str | None) -> type[asyncio.Protocol] | str:  # fmt: skip
+    """uvicorn's httptools protocol with a header timeout and size cap, its connections
+    booked in ``book`` (h11 where httptools is missing: its size cap only)."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # pragma: no cover - uvicorn[standard] brings httptools
@@ -58,6 +94,7 @@ def _protocol(header_timeout: float, max_header_bytes: int) -> type[asyncio.Prot
         _header_timer: asyncio.TimerHandle | None = None
         _header_bytes = 0
         _draining = False
+        _refused = False
 
         def _arm(self) -> None:
             if self._header_timer is None:
@@ -82,11 +119,30 @@ def _protocol(header_timeout: float, max_header_bytes: int) -> type[asyncio.Prot
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            if not book.arrive(self, self.client[0] if self.client else None):
+                self._refused = True  # every slot is held by connections with the key
+                transport.write(_GONE)
+                transport.close()
+                return
             self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            book.leave(self)
             super().connection_lost(exc)
+
+        def give_way(self) -> None:
+            """A newer connection takes this one's slot (see :mod:`.connections`)."""
+            waiting = self._header_timer is not None  # for (the rest of) a request's headers
+            self._disarm()
+            if self.transport.is_closing():
+                return
+            if self.cycle is not None and not self.cycle.response_complete:
+                self.cycle.keep_alive = False  # answering a request: close after it
+                return
+            if waiting:
+                self.transport.write(_GONE)
+            self.transport.close()
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
@@ -102,6 +158,8 @@ def _protocol(header_timeout: float, max_header_bytes: int) -> type[asyncio.Prot
 
         def on_headers_complete(self) -> None:
             self._disarm()
+            if api_key is None or has_key(self.headers, api_key):
+                book.admit(self)
             super().on_headers_complete()
 
         def shutdown(self) -> None:
@@ -132,17 +190,24 @@ class _DrainingServer(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def run(app: Any, host: str, port: int, settings: ListenerSettings, log_level: str) -> None:
-    """Serve ``app`` (whose ``app.state.drain`` the gate reads) until SIGTERM or SIGINT."""
+def run(app: Any, sock: socket.socket, settings: ListenerSettings, log_level: str) -> None:
+    """Serve ``app`` (whose ``app.state.drain`` the gate reads) on ``sock`` (from :func:`bind`)
+    until SIGTERM or SIGINT."""
+    book = ConnectionBook(settings.limits)
+    host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=log_level,
-        http=_protocol(settings.header_timeout, settings.max_header_bytes),
+        http=_protocol(
+            settings.header_timeout, settings.max_header_bytes, book, settings.api_key
+        ),  # fmt: skip
         h11_max_incomplete_event_size=settings.max_header_bytes,
-        limit_concurrency=settings.max_connections,
+        # the book caps connections; this caps requests in flight, those of connections
+        # already closed included
+        limit_concurrency=2 * settings.max_connections,
         timeout_keep_alive=settings.keep_alive,
         timeout_graceful_shutdown=settings.grace,
     )
-    _DrainingServer(config, app.state.drain).run()
+    _DrainingServer(config, app.state.drain).run(sockets=[sock])

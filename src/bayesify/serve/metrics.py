@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics import MetricWrapperBase
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5)
 POWERS_OF_TWO = tuple(float(2**k) for k in range(11))
@@ -57,6 +58,22 @@ class MetricFamilies:
     def text(self) -> bytes:
         return generate_latest(self.registry)
 
+    def forget(self, name: str, version: str) -> None:
+        """Drop every series of model ``name`` version ``version`` (it was unloaded)."""
+        labels = dict(zip(MODEL, (name, version), strict=True))
+        for family in vars(self).values():
+            if not isinstance(family, MetricWrapperBase):
+                continue
+            if hasattr(family, "remove_by_labels"):  # prometheus-client >= 0.22
+                family.remove_by_labels(labels)
+                continue
+            names = list(family._labelnames)  # noqa: SLF001 - older clients: their own loop
+            i, j = names.index(MODEL[0]), names.index(MODEL[1])
+            with family._lock:  # noqa: SLF001
+                for values in list(family._metrics):  # noqa: SLF001
+                    if (values[i], values[j]) == (name, version):
+                        family._metrics.pop(values, None)  # noqa: SLF001
+
 
 class ServerMetrics:
     """One model's metrics: requests, errors, latency, batch sizes, deferral, samples used,
@@ -71,9 +88,18 @@ class ServerMetrics:
         self._rate = f.deferral_rate.labels(*self.labels)
         self._samples = f.samples_used.labels(*self.labels)
         self._n_rows = self._n_deferred = 0
+        self.retired = False
+
+    def retire(self) -> None:
+        """The model version was unloaded: its series leave ``/metrics``, and requests that
+        were still being answered add none back."""
+        self.retired = True
+        self.families.forget(*self.labels)
 
     def request(self, endpoint: str, method: str, code: int, seconds: float) -> None:
         """Count one HTTP request answered with status ``code``."""
+        if self.retired:
+            return
         f = self.families
         f.requests.labels(*self.labels, endpoint, method, str(code)).inc()
         if code >= 400:
@@ -92,11 +118,15 @@ class ServerMetrics:
             self._samples.observe(s)
 
     def feedback(self, accepted: int, flagged: int) -> None:
+        if self.retired:
+            return
         for status, n in (("accepted", accepted), ("flagged", flagged)):
             self.families.feedback.labels(*self.labels, status).inc(n)
 
     def set_figures(self, figures: dict[str, Any]) -> None:
         """The monitor's rolling figures and drift rows (``Monitor.figures()``)."""
+        if self.retired:
+            return
         f = self.families
         for part in ("all", "accepted"):
             for name in ROLLING:

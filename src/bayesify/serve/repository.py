@@ -2,13 +2,17 @@
 
 ``bayesify serve DIR`` serves every bundle in a folder: ``DIR/<name>/`` is a bundle (version 1
 of model ``name``) or holds integer version folders, ``DIR/<name>/<version>/``, each a bundle
-(the newest version loaded is the model's default). ``bayesify serve BUNDLE`` is a repository of
-one model, version 1. Each loaded version is an :class:`Entry`: its :class:`ServedModel`, its
-:class:`Monitor` (feedback and rolling figures), its :class:`ServerMetrics` and its own
-micro-batcher (passes of different models never mix); the metrics of all of them are one
-:class:`MetricFamilies`, each sample labelled with its model and version. Models are loaded
-and unloaded while the server runs (:meth:`Repository.load`, :meth:`Repository.unload`): a load
-scans the folder again, so a bundle copied into ``DIR`` after start-up can be loaded.
+(the newest version loaded is the model's default; :mod:`.folders` reads the folder, and lists
+bundles in folders not named as versions, with the reason, without serving them).
+``bayesify serve BUNDLE`` is a repository of one model, version 1. Each loaded version is an
+:class:`Entry`: its :class:`ServedModel`, its :class:`Monitor` (feedback and rolling figures),
+its :class:`ServerMetrics` and its own micro-batcher (passes of different models never mix);
+the metrics of all of them are one :class:`MetricFamilies`, each sample labelled with its model
+and version. Models are loaded and unloaded while the server runs (:meth:`Repository.load`,
+:meth:`Repository.unload`): a load scans the folder again, so a bundle copied into ``DIR``
+after start-up can be loaded. At most ``max_models`` versions are loaded at once
+(:class:`TooManyModels` beyond); an unload drops the model's metric series and waits for its
+passes off the event loop.
 """
 
 from __future__ import annotations
@@ -20,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bayesify.io import CONFIG, WEIGHTS
 from bayesify.serve.batching import MicroBatcher
+from bayesify.serve.folders import is_folder_of_bundles, scan, version_number
 from bayesify.serve.metrics import MetricFamilies, ServerMetrics
 from bayesify.serve.model import ServedModel
 from bayesify.serve.monitor import Monitor, target_range
@@ -39,37 +43,12 @@ class ModelRequired(UnknownModel):
     """A request that named no model where several are served."""
 
 
+class TooManyModels(ValueError):
+    """A load that would hold more model versions than the server's ``max_models``."""
+
+
 #: the key of an HTTP request's scope that holds the :class:`Entry` it was for
 SCOPE_KEY = "bayesify.entry"
-
-
-def is_bundle(path: Path) -> bool:
-    """Whether folder ``path`` looks like a bundle (it has the bundle's config file)."""
-    return (path / CONFIG).is_file() or (path / WEIGHTS).is_file()
-
-
-def discover(root: Path) -> dict[str, dict[int, Path]]:
-    """The bundles in folder ``root``: model name -> {version: bundle folder}. A subfolder that
-    is a bundle is version 1; otherwise its integer-named subfolders that are bundles are its
-    versions. Hidden folders and anything else are ignored."""
-    found: dict[str, dict[int, Path]] = {}
-    for sub in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if is_bundle(sub):
-            found[sub.name] = {1: sub}
-            continue
-        versions = {
-            int(v.name): v
-            for v in sub.iterdir()
-            if v.is_dir() and v.name.isdigit() and int(v.name) > 0 and is_bundle(v)
-        }
-        if versions:
-            found[sub.name] = dict(sorted(versions.items()))
-    return found
-
-
-def is_folder_of_bundles(path: Path) -> bool:
-    """Whether ``path`` is a folder that is no bundle itself but holds bundles."""
-    return path.is_dir() and not is_bundle(path) and bool(discover(path))
 
 
 @dataclass
@@ -121,6 +100,10 @@ class Repository:
     loaded: dict[str, dict[int, Entry]] = field(default_factory=dict)
     #: why a model is not loaded ("unloaded", or the error of its last load)
     reasons: dict[str, str] = field(default_factory=dict)
+    #: model name -> version folder not served (its name is not a version) -> why
+    problems: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: most versions loaded at once
+    max_models: int = 16
     #: the Prometheus families of every version (``/metrics``)
     families: MetricFamilies = field(default_factory=MetricFamilies)
     _lock: asyncio.Lock | None = None
@@ -129,14 +112,15 @@ class Repository:
     # ------------------------------------------------------------------ building
     @classmethod
     def open(cls, path: Path, name: str | None, loader: Loader,
-             batching: BatchSettings | None = None) -> Repository:  # fmt: skip
+             batching: BatchSettings | None = None,
+             max_models: int = 16) -> Repository:  # fmt: skip
         """What ``bayesify serve PATH`` serves: the bundle at ``path`` (named ``name``, else
         by its folder) or, when ``path`` is a folder of bundles, every one of them."""
         if is_folder_of_bundles(path):
             if name is not None:
                 raise ValueError(f"--name names one bundle; the models in {path} are named by "
                                  "their folders")  # fmt: skip
-            return cls.of_folder(path, loader, batching)
+            return cls.of_folder(path, loader, batching, max_models)
         model = loader(str(path), name or path.resolve().name)
         return cls.of_model(model, path=path, loader=loader, batching=batching)
 
@@ -151,11 +135,17 @@ class Repository:
         return repo
 
     @classmethod
-    def of_folder(cls, root: Path, loader: Loader,
-                  batching: BatchSettings | None = None) -> Repository:  # fmt: skip
-        """Every bundle in ``root`` loaded (a ``ValueError`` naming the bundle that fails)."""
-        repo = cls(loader=loader, root=root, sources=discover(root),
-                   batching=batching or BatchSettings())  # fmt: skip
+    def of_folder(cls, root: Path, loader: Loader, batching: BatchSettings | None = None,
+                  max_models: int = 16) -> Repository:  # fmt: skip
+        """Every bundle in ``root`` loaded (a ``ValueError`` naming the bundle that fails, or
+        :class:`TooManyModels` when they are more than ``max_models``)."""
+        found = scan(root)
+        repo = cls(loader=loader, root=root, sources=found.found, problems=found.problems,
+                   batching=batching or BatchSettings(), max_models=max_models)  # fmt: skip
+        count = sum(map(len, repo.sources.values()))
+        if count > max_models:
+            raise TooManyModels(f"{root} holds {count} model versions; at most {max_models} "
+                                "are loaded at once (--max-models)")  # fmt: skip
         for name, versions in repo.sources.items():
             for version, path in versions.items():
                 repo._add(repo._load_entry(name, version, path))
@@ -176,10 +166,15 @@ class Repository:
         return Entry(model, version, path, monitor, metrics, batcher)
 
     def _load_entry(self, name: str, version: int, path: Path) -> Entry:
+        """One version loaded; any failure is a ``ValueError`` naming it in one line."""
         try:
             model = self.loader(str(path), name)
-        except (ValueError, TypeError, OSError) as e:
+        except (ValueError, TypeError, OSError) as e:  # BundleError among them
             raise ValueError(f"model {name!r} version {version} ({path}): {e}") from None
+        except Exception as e:  # noqa: BLE001 - a load never takes the server down
+            log.warning("loading %s failed", path, exc_info=True)
+            why = f"{type(e).__name__}: {e}".splitlines()[0]
+            raise ValueError(f"model {name!r} version {version} ({path}): {why}") from None
         return self._entry(model, version, path)
 
     def _add(self, entry: Entry) -> None:
@@ -222,14 +217,14 @@ class Repository:
             name = next(iter(self.loaded))
         versions = self.loaded.get(name)
         if not versions:
-            if name in self.sources or name in self.reasons:
+            if name in self.sources or name in self.reasons or name in self.problems:
                 what = f"model {name!r} is not loaded ({self.reasons.get(name, 'unloaded')})"
             else:
                 what = f"unknown model {name!r}"
             raise UnknownModel(f"{what}; this server serves {self.describe()}")
         if version is None:
             return versions[max(versions)]
-        v = int(version) if isinstance(version, int) or str(version).isdigit() else None
+        v = version if isinstance(version, int) else version_number(str(version))
         if v is None or v not in versions:
             served = ", ".join(map(str, versions))
             raise UnknownModel(f"unknown version {str(version)!r} of model {name!r}; served "
@@ -253,11 +248,16 @@ class Repository:
     def summaries(self, unloaded: bool = False) -> list[dict[str, Any]]:
         """:meth:`Entry.summary` of every loaded version; with ``unloaded``, also a row per
         version known but not loaded (``state`` ``UNAVAILABLE`` and its ``reason``)."""
-        rows = [e.summary() for e in self.entries()]
+        rows: list[dict[str, Any]] = [e.summary() for e in self.entries()]
         if unloaded:
-            rows += [{**r, "version": int(r["version"]) if "version" in r else None}
-                     for r in self.index(rescan=False) if r["state"] != READY]  # fmt: skip
-        return sorted(rows, key=lambda r: (r["name"], r["version"] or 0))
+            for r in self.index(rescan=False):
+                if r["state"] != READY:  # a folder not named as a version keeps its name
+                    number = version_number(r.get("version", ""))
+                    rows.append({**r, "version": number if number is not None
+                                 else r.get("version")})  # fmt: skip
+        return sorted(rows, key=lambda r: (r["name"], not isinstance(r["version"], int),
+                                           r["version"] if isinstance(r["version"], int)
+                                           else str(r["version"])))  # fmt: skip
 
     def index(self, rescan: bool = True) -> list[dict[str, str]]:
         """Every model version on disk (``rescan``: looked up again now) or loaded, with its
@@ -265,10 +265,14 @@ class Repository:
         if rescan:
             self._rescan()
         rows = []
-        for name in sorted(set(self.sources) | set(self.loaded) | set(self.reasons)):
+        names = set(self.sources) | set(self.loaded) | set(self.reasons) | set(self.problems)
+        for name in sorted(names):
             loaded = self.loaded.get(name, {})
             versions = sorted(set(self.sources.get(name, {})) | set(loaded))
-            if not versions:
+            problems = self.problems.get(name, {})
+            rows += [{"name": name, "version": folder, "state": UNAVAILABLE, "reason": why}
+                     for folder, why in problems.items()]  # fmt: skip
+            if not versions and not problems:
                 rows.append({"name": name, "state": UNAVAILABLE,
                              "reason": self.reasons.get(name, "no bundle")})  # fmt: skip
             for v in versions:
@@ -281,7 +285,8 @@ class Repository:
 
     def _rescan(self) -> None:
         if self.root is not None and self.root.is_dir():
-            self.sources = discover(self.root)
+            found = scan(self.root)
+            self.sources, self.problems = found.found, found.problems
             known = set(self.sources) | set(self.loaded)  # forget models gone from the folder
             self.reasons = {n: r for n, r in self.reasons.items() if n in known}
 
@@ -309,15 +314,24 @@ class Repository:
         async with self._get_lock():
             self._rescan()
             versions = self.sources.get(name)
+            if not versions and name in self.problems:
+                why = "; ".join(self.problems[name].values())
+                raise ValueError(f"model {name!r}: no version folder can be served: {why}")
             if not versions:
                 where = f"in {self.root}" if self.root is not None else "to this server"
                 known = ", ".join(map(repr, self.sources)) or "none"
                 raise UnknownModel(f"no model {name!r} {where}; models there: {known}")
             have = self.loaded.get(name, {})
+            todo = {v: p for v, p in versions.items() if v not in have}
+            count = sum(map(len, self.loaded.values()))
+            if count + len(todo) > self.max_models:
+                raise TooManyModels(
+                    f"loading model {name!r} ({len(todo)} versions) would hold "
+                    f"{count + len(todo)} model versions; at most {self.max_models} are loaded "
+                    "at once (--max-models): unload one first"
+                )
             new = []
-            for version, path in versions.items():
-                if version in have:
-                    continue
+            for version, path in todo.items():
                 try:
                     entry = await asyncio.to_thread(self._load_entry, name, version, path)
                 except ValueError as e:
@@ -342,7 +356,8 @@ class Repository:
                                    f"{self.describe()}")  # fmt: skip
             self.reasons[name] = "unloaded"
             for entry in versions.values():
-                await entry.batcher.stop()
+                await entry.batcher.stop()  # waits for its passes off the event loop
+                entry.metrics.retire()
             log.info("unloaded %s", name)
 
     # ------------------------------------------------------------------ metrics
