@@ -195,7 +195,8 @@ def train(
                                    job.score_keys))  # fmt: skip
         if "pll_norm" in job.score_keys:
             chose = history is not None and history.best_epoch >= 0
-            console.print(_normalised_note("table" in job.metadata, chose), highlight=False)
+            note = _normalised_note("table" in job.metadata, chose)
+            console.print(note, highlight=False, soft_wrap=True)
 
 
 def _refuse_dataset_flags(split: int | None, protocol: str | None, model: str) -> None:
