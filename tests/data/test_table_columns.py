@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from bayesify.app.table_jobs import _split, build_table_training
+from bayesify.app.table_jobs import _split, build_table_training, label_strings
 from bayesify.cli import app
 from bayesify.data.columns import Kind, category_text, column_kind
 from bayesify.data.errors import DataError
@@ -213,6 +213,9 @@ def test_targets_of_every_kind_decide_the_task_and_round_trip_their_labels(tmp_p
     job, notes = build_table_training("deterministic", tmp_path / "t.parquet", "y")
     assert job.preprocessing.class_names == ["0", "7", "14", "21"]
     assert job.preprocessing.label_type == "int" and "4 whole-number values" in notes[0]
+    # a table to calibrate or score names the same classes whichever way it stores them
+    assert label_strings(pd.Series(["7.0", "14"])) == label_strings(pd.Series([7, 14.0]))
+    assert label_strings(pd.Series(["7.0", "14"])) == ["7", "14"]
     frame["y"] = _column("datetime")
     frame.to_parquet(tmp_path / "d.parquet", index=False)
     with pytest.raises(DataError, match=r"target 'y' holds dates or times"):

@@ -119,9 +119,10 @@ def label_type(y: pd.Series) -> str:
 
 
 def label_strings(y: pd.Series) -> list[str]:
-    """Class labels as text: whole numbers without a decimal point (3.0 -> "3")."""
-    if not _is_text(y):
-        values = y.to_numpy(np.float64)
+    """Class labels as text: whole numbers without a decimal point (3.0 and "3.0" -> "3")."""
+    numeric_text = _is_text(y) and column_kind(y) is Kind.NUMBER
+    if not _is_text(y) or numeric_text:
+        values = numbers(y)
         if np.all(values == np.round(values)):
             return [str(v) for v in values.astype(np.int64)]
     return y.astype(str).tolist()
