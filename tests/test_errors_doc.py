@@ -92,6 +92,10 @@ CASES = {
     "train-many-problems": lambda p: _train(p, _frame().assign(
         x=lambda f: f["x"].mask(f.index == 4), c=1, y=lambda f: f["y"].mask(f.index == 0))),
     "train-bad-task": lambda p: decide_task(_frame()["y"], "y", "maybe"),
+    "train-dates": lambda p: _train(p, _frame().assign(
+        when=pd.date_range("2024-01-01", periods=250).strftime("%Y-%m-%d"))),
+    "train-target-too-large": lambda p: _train(p, _frame().assign(
+        y=lambda f: f["y"].where(f.index != 2, 1e39))),
     "table-format": lambda p: table_format("book.xlsx"),
     "serve-name-with-folder": lambda p: _serve_folder(p, name="x"),
     "serve-unknown-model": lambda p: _served().get("nope"),
