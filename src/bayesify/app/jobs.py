@@ -188,7 +188,7 @@ def job_from_bundle(method: Method) -> Job:
     """The test set a loaded bundle was trained for (from its metadata)."""
     data = method.metadata.get("data")
     if data is None:
-        raise ValueError("this bundle records no dataset; evaluate it from Python instead")
+        raise ValueError("this bundle records no dataset; pass --data FILE with labelled rows")
     _check_data(data)
     if data in UCI_DATASETS:
         s = load_uci(data, method.metadata.get("split", 0),
