@@ -90,10 +90,14 @@ def test_limit_trains_on_a_seeded_sample_of_the_training_rows(tmp_path):
     assert not np.array_equal(other.train[1].numpy(), job.train[1].numpy())
 
 
-def test_limit_on_the_command_line_reaches_the_table(tmp_path):
+def test_limit_on_the_command_line_reaches_the_table(tmp_path, monkeypatch):
+    from bayesify.cli.common import console
+
+    monkeypatch.setattr(console, "width", 40)  # a narrow terminal
     result = _train(tmp_path, "--limit", "40", "--no-eval", n=400)
     assert result.exit_code == 0, result.output
-    assert "trained on a seeded sample of 40 of the 320 training rows" in _said(result)
+    note = "--limit 40: trained on a seeded sample of 40 of the 320 training rows (seed 0)"
+    assert note in result.output.splitlines()  # each note one line, however narrow the terminal
     config = json.loads((tmp_path / "m" / "config.json").read_text())
     assert config["metadata"]["limit"] == 40
 

@@ -153,7 +153,7 @@ def train(
                                               dropout=dropout, seed=seed, limit=limit,
                                               options=options)  # fmt: skip
             if main:
-                console.print("\n".join(notes), highlight=False)
+                console.print("\n".join(notes), highlight=False, soft_wrap=True)
         else:
             if target or features or exclude or val or task != "auto":
                 raise ValueError(f"--target, --features, --exclude, --val and --task are for "
