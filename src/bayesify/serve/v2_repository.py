@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 
 from bayesify.serve.repository import Repository, TooManyModels, UnknownModel
-from bayesify.serve.schemas import V2Error
+from bayesify.serve.schemas import V2Error, inline_schema
 
 
 class IndexRequest(BaseModel):
@@ -64,9 +64,7 @@ async def _parse(request: Request, model: type[M]) -> M | JSONResponse:
 
 def _body(model: type[BaseModel]) -> dict[str, Any]:
     """``openapi_extra`` documenting ``model`` as the endpoint's optional JSON body."""
-    schema = model.model_json_schema()
-    schema.pop("$defs", None)
-    content = {"application/json": {"schema": schema}}
+    content = {"application/json": {"schema": inline_schema(model)}}
     return {"requestBody": {"required": False, "content": content}}
 
 
