@@ -29,8 +29,11 @@ def _bench(store, out, *extra: str) -> list[str]:
 
 def _done(store) -> dict[tuple, tuple[float, int]]:
     """(method, split, config_hash) -> (created, attempts) of every done row, read with a plain
-    sqlite3 connection."""
-    conn = sqlite3.connect(store)
+    sqlite3 connection (read-only: it never creates the file, which the run refuses empty)."""
+    try:
+        conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    except sqlite3.OperationalError:  # the run has not made its store yet
+        return {}
     try:
         rows = conn.execute(
             "SELECT method, split, config_hash, created, attempts FROM runs WHERE status='done'"

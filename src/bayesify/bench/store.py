@@ -17,6 +17,7 @@ an empty configuration hash.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -27,6 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from bayesify.bench.store_file import (
+    StoreError,
+    create_store,
+    guarded,
+    store_error,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -53,10 +61,6 @@ _LEGACY = "results"  # the table of the store's first version; its cells are cop
 
 RUNNING, DONE, FAILED = "running", "done", "failed"
 STATUSES = (RUNNING, DONE, FAILED)
-
-
-class StoreError(ValueError):
-    """A results store, or a file of rows to import, that cannot be read: one line saying which."""
 
 
 class RowDoneError(RuntimeError):
@@ -121,12 +125,19 @@ class ResultsStore:
         self.path = str(path)
         try:
             self._open(path, timeout, readonly)
-        except sqlite3.DatabaseError as e:
+            if self.path != ":memory:":
+                self._check()
+        except (sqlite3.DatabaseError, StoreError) as e:
             if hasattr(self, "conn"):
                 self.conn.close()
-            raise StoreError(f"{path} is not a readable results store (sqlite: {e})") from None
+            raise store_error(self.path, e) from None
 
     def _open(self, path: str | Path, timeout: float, readonly: bool) -> None:
+        if self.path != ":memory:" and Path(path).is_file() and Path(path).stat().st_size == 0:
+            raise StoreError(
+                f"{path} is an empty file (0 bytes), not a results store; a run "
+                "creates its store itself: remove the file or give another path"
+            )
         if readonly:
             if not Path(path).is_file():
                 raise FileNotFoundError(f"no results store at {path}")
@@ -134,8 +145,8 @@ class ResultsStore:
             self.conn = sqlite3.connect(uri, uri=True, timeout=timeout, isolation_level=None)
             self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
             return
-        if self.path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if self.path != ":memory:" and not Path(path).exists():
+            create_store(Path(path), _SCHEMA)
         # autocommit mode (isolation_level=None): transactions are the explicit BEGINs below
         self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
         self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
@@ -145,6 +156,13 @@ class ResultsStore:
         with self._transaction():
             self.conn.execute(_SCHEMA)
             self._copy_legacy_cells()
+
+    def _check(self) -> None:
+        """SQLite's ``quick_check`` of every page: a damaged file is refused when opened, not
+        half-way through a run."""
+        found = self.conn.execute("PRAGMA quick_check(1)").fetchone()
+        if found is None or found[0] != "ok":
+            raise sqlite3.DatabaseError(found[0] if found else "quick_check gave no answer")
 
     def close(self) -> None:
         self.conn.close()
@@ -173,6 +191,7 @@ class ResultsStore:
             self.conn.execute(f"DROP TABLE {_LEGACY}")
 
     # ------------------------------------------------------------------ job rows
+    @guarded
     def claim(self, key: RowKey, config: dict[str, Any]) -> bool:
         """Mark ``key`` as running (one more attempt) unless it is done; False if it is done."""
         with self._transaction():
@@ -207,6 +226,7 @@ class ResultsStore:
         """Record that a job raised ``error`` (status ``failed``; it is retried next run)."""
         self._write(key, FAILED, config, metrics=None, error=error, seconds=seconds)
 
+    @guarded
     def _write(self, key: RowKey, status: str, config: dict[str, Any], **values: Any) -> None:
         with self._transaction():
             done = self.conn.execute(f"SELECT status FROM runs WHERE {_WHERE_KEY}",
@@ -225,6 +245,7 @@ class ResultsStore:
                  values["seconds"], time.time(), socket.gethostname(), os.getpid()),
             )  # fmt: skip
 
+    @guarded
     def put_done(
         self,
         key: RowKey,
@@ -259,12 +280,14 @@ class ResultsStore:
             )  # fmt: skip
         return outcome
 
+    @guarded
     def status(self, key: RowKey) -> str | None:
         """``running``, ``done``, ``failed`` or None (never started)."""
         row = self.conn.execute(f"SELECT status FROM runs WHERE {_WHERE_KEY}", key.values())
         found = row.fetchone()
         return None if found is None else found[0]
 
+    @guarded
     def done_keys(self, experiment: str) -> set[RowKey]:
         """The keys of ``experiment``'s finished rows."""
         cur = self.conn.execute(
@@ -274,6 +297,7 @@ class ResultsStore:
         )
         return {RowKey(*r) for r in cur}
 
+    @guarded
     def records(
         self, experiment: str | None = None, *, status: str | None = DONE
     ) -> list[dict[str, Any]]:
@@ -288,29 +312,24 @@ class ResultsStore:
             args.append(status)
         sql = "SELECT * FROM runs" + (" WHERE " + " AND ".join(where) if where else "")
         out = []
-        try:
-            cur = self.conn.execute(sql + " ORDER BY experiment, dataset, method, split, seed",
-                                    args)  # fmt: skip
-            names = [d[0] for d in cur.description]
-            for values in cur:
-                row = dict(zip(names, values, strict=True))
-                where_row = f"{self.path}: row {RowKey.of(row)}"
-                row["config"] = _object(row["config"], f"{where_row}: config")
-                row["metrics"] = _object(row["metrics"] or "{}", f"{where_row}: metrics")
-                out.append(row)
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path} is not a readable results store (sqlite: {e})") from None
+        cur = self.conn.execute(sql + " ORDER BY experiment, dataset, method, split, seed", args)
+        names = [d[0] for d in cur.description]
+        for values in cur:
+            row = dict(zip(names, values, strict=True))
+            where_row = f"{self.path}: row {RowKey.of(row)}"
+            row["config"] = _object(row["config"], f"{where_row}: config")
+            row["metrics"] = _object(row["metrics"] or "{}", f"{where_row}: metrics")
+            out.append(row)
         return out
 
+    @guarded
     def experiments(self) -> list[str]:
         """The experiments that have rows, sorted."""
-        try:
-            cur = self.conn.execute("SELECT DISTINCT experiment FROM runs ORDER BY experiment")
-            return [r[0] for r in cur]
-        except sqlite3.DatabaseError as e:
-            raise StoreError(f"{self.path} is not a readable results store (sqlite: {e})") from None
+        cur = self.conn.execute("SELECT DISTINCT experiment FROM runs ORDER BY experiment")
+        return [r[0] for r in cur]
 
     # ------------------------------------------------------------------ the cell API
+    @guarded
     def add(
         self,
         experiment: str,
@@ -356,4 +375,8 @@ class _Transaction:
         self.conn.execute("BEGIN IMMEDIATE")
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
-        self.conn.execute("ROLLBACK" if exc_type is not None else "COMMIT")
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        elif self.conn.in_transaction:  # an error may have ended it already
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("ROLLBACK")
