@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,3 +43,25 @@ def main(storage: str, ready: str, pause: float) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2], float(sys.argv[3]))
+
+
+@dataclass(frozen=True)
+class SearchJob:
+    """A benchmark job whose work is a grid search on the journal ``storage``."""
+
+    method: str
+    dataset: str
+    split: int
+    seed: int = 0
+    storage: str = ""
+
+
+def search_job(job: SearchJob) -> dict[str, float]:
+    """The job's search (study named by its split): the best value found."""
+    from functools import partial
+
+    from bayesify.bench.search import SearchSettings, run_search
+
+    found = run_search(partial(objective, 0.0), space(),
+                       SearchSettings(storage=job.storage, study=f"job{job.split}"))  # fmt: skip
+    return {"value": found.value}

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bayesify.bench.store import DONE, FAILED, ResultsStore, RowDoneError, RowKey
+from bayesify.bench.store import DONE, FAILED, ResultsStore, RowDoneError, RowKey, StoreError
 
 IDENTITY_FIELDS = ("method", "dataset", "split", "seed")
 JobFn = Callable[[Any], dict[str, Any]]
@@ -81,7 +81,9 @@ class Outcome:
 
 
 def compute(fn: JobFn, job: Any, threads: int | None = None) -> Outcome:
-    """``fn(job)`` timed; an exception (or a result that is not a dict) is a failed outcome.
+    """``fn(job)`` timed; an exception (or a result that is not a dict) is a failed outcome,
+    but a :class:`~bayesify.bench.store.StoreError` (a damaged store or search journal, which
+    every job of the run shares) is raised: it stops the run.
     ``threads``: torch threads for the call (None: leave torch's setting)."""
     if threads is not None:
         import torch
@@ -92,6 +94,8 @@ def compute(fn: JobFn, job: Any, threads: int | None = None) -> Outcome:
         metrics = fn(job)
         if not isinstance(metrics, dict):
             raise TypeError(f"a job function returns a dict of metrics, got {type(metrics)}")
+    except StoreError:
+        raise
     except Exception as e:  # noqa: BLE001 - a failed job is recorded, the run goes on
         return Outcome(None, traceback.format_exc(), f"{type(e).__name__}: {e}",
                        time.perf_counter() - t0)  # fmt: skip
