@@ -36,7 +36,7 @@ from bayesify.bench.jobs import (
     run_job,
     write_outcome,
 )
-from bayesify.bench.store import DONE, FAILED, ResultsStore, RowKey
+from bayesify.bench.store import DONE, FAILED, ResultsStore, RowKey, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -140,6 +140,9 @@ class LocalPool:
                 except BrokenProcessPool as e:  # a worker died (killed, out of memory)
                     _record_lost(path, key, todo[key], e)
                     record(key, FAILED, f"worker process died: {e}")
+                except BaseException:  # a damaged store or journal: the jobs not begun wait
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    raise
 
 
 # --------------------------------------------------------------------------- Dask cluster
@@ -220,13 +223,38 @@ class DaskCluster:
                     key = futures.pop(future)
                     if future.status == "finished":
                         outcome = future.result()
-                    else:  # fn cannot be unpickled there, its workers kept dying, cancelled
+                    elif future.status == "cancelled":  # the scheduler is gone: stop here
+                        raise self._lost(future, len(futures) + 1)
+                    else:  # fn cannot be unpickled there, its workers kept dying
+                        _raise_store_error(future)
                         message = _task_error(future)
                         outcome = Outcome(None, message, message, 0.0)
                     record(key, *write_outcome(db, key, todo[key], outcome))
                     future.release()
         finally:
             client.close()
+
+    def _lost(self, future: Any, in_flight: int) -> ClusterError:
+        """The one line of a run whose scheduler went away (its futures were cancelled)."""
+        try:
+            future.result(timeout=0)
+            reason = "cancelled"
+        except BaseException as e:  # noqa: BLE001 - FutureCancelledError names the reason
+            reason = str(getattr(e, "reason", "") or type(e).__name__)
+        return ClusterError(
+            f"lost the Dask scheduler at {self.address!r} ({reason}); the {in_flight} row(s) in "
+            "flight are left running and the next run reruns them"
+        )
+
+
+def _raise_store_error(future: Any) -> None:
+    """Raise a task's :class:`StoreError` (a damaged store or search journal stops the run)."""
+    try:
+        error = future.exception(timeout=0)
+    except BaseException:  # noqa: BLE001 - no exception to look at
+        return
+    if isinstance(error, StoreError):
+        raise error
 
 
 def engine(workers: int = 1, cluster: str = "", **local: Any) -> Engine:
