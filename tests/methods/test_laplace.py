@@ -75,10 +75,11 @@ class TestLaplaceAllLayersDiagRegressionSampled(MethodConformance):
         return m, x[200:220]
 
 
+@pytest.mark.filterwarnings("ignore::bayesify.methods.spread.NegligibleSpreadWarning")
 def test_probit_is_the_closed_form_and_draws_nothing():
     x, y = classification_data()
     net = _trained(mlp(5, 3, (16,), norm="batch"), (x, y), "classification")
-    la = bayesify.Laplace.from_pretrained(net, (x, y), task="classification")
+    la = bayesify.Laplace.from_pretrained(net, (x, y), task="classification", link="probit")
     pred = la.predict(x[:7], samples=5, seed=0)
     assert pred.num_samples == 5 and float(pred.samples.std(0).max()) == 0.0
     mean, cov = la.glm(x[:7])
@@ -298,3 +299,37 @@ def test_weight_draws_handed_in_give_joint_samples():
     expected = torch.einsum("nd,tcd->tnc", feats.double(), w.double()) + b.double()[:, None]
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(forward, out, rtol=0, atol=0)
+
+
+def test_last_layer_regression_spreads_in_the_gap_and_far_away():
+    # trained on x in [-3, -1] ∪ [1, 3]: the last layer's epistemic std at the gap's centre and
+    # at ±5 is at least 3 x the in-data one (measured 7 x on both), with δ and σ² by marglik
+    from test_swag import FAR, IN_DATA, gap_data
+
+    torch.manual_seed(0)
+    det = bayesify.Deterministic(mlp(1, 1, (50,), norm=None))
+    det.fit(gap_data(200, 0), val=gap_data(100, 1), epochs=200, batch_size=32, lr=1e-2,
+            progress=False)  # fmt: skip
+    la = bayesify.Laplace.from_pretrained(det.net, gap_data(200, 0), val=gap_data(100, 1))
+    inside, gap, far = (float(la.predict(x, 500, seed=1).epistemic_variance.sqrt().mean())
+                        for x in (IN_DATA, torch.zeros(1, 1), FAR))  # fmt: skip
+    assert gap >= 3 * inside and far >= 3 * inside, (inside, gap, far)
+    assert far >= math.sqrt(la.noise_variance)  # beyond the data the weights dominate
+
+
+def test_default_classification_draws_logits_whose_mutual_information_flags_ood():
+    # the default link draws logits from the GLM Gaussian: samples differ, the mutual
+    # information is positive and larger on inputs 6 x the training scale than on training-
+    # like ones (its mean over 200 rows at least 2 x); the probit link gives 0 (round-off)
+    x, y = classification_data(400)
+    net = _trained(mlp(5, 3, (16,), norm=None), (x[:200], y[:200]), "classification")
+    la = bayesify.Laplace.from_pretrained(net, (x[:200], y[:200]), task="classification")
+    assert la.config.link is None and not la.config.probit
+    ood = 6 * torch.randn(200, 5, generator=torch.Generator().manual_seed(3))
+    mi_in = la.predict(x[200:], 100, seed=0).mutual_information
+    mi_ood = la.predict(ood, 100, seed=0).mutual_information
+    assert float(mi_in.min()) > 0 and float(mi_ood.mean()) >= 2 * float(mi_in.mean())
+    probit = bayesify.Laplace.from_pretrained(net, (x[:200], y[:200]), task="classification",
+                                              link="probit")  # fmt: skip
+    with pytest.warns(bayesify.methods.spread.NegligibleSpreadWarning, match="link='mc'"):
+        assert float(probit.predict(ood, 8, seed=0).mutual_information.abs().max()) < 1e-12

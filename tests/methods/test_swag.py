@@ -231,3 +231,62 @@ def test_paper_preset():
     method = bayesify.SWAG(mlp(5, hidden=(4,), norm=None), preset="paper")
     assert method.config.rank == 20 and method.config.scale == 0.5
     assert method.config.schedule == "constant"
+
+
+def gap_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """y = sin x + N(0, 0.1²) on x in [-3, -1] ∪ [1, 3]: a gap at 0, nothing beyond ±3."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, 1, generator=g) * 2 + 1
+    x = torch.where(torch.arange(n)[:, None] % 2 == 0, x, -x)
+    return x, torch.sin(x[:, 0]) + 0.1 * torch.randn(n, generator=g)
+
+
+IN_DATA, FAR = torch.tensor([[-2.0], [-1.5], [1.5], [2.0]]), torch.tensor([[-5.0], [5.0]])
+
+
+def _swag_on_gap_data(**options):
+    torch.manual_seed(0)
+    method = bayesify.SWAG(mlp(1, 1, (50,), norm=None), **options)
+    method.fit(gap_data(200, 0), val=gap_data(100, 1), epochs=200, batch_size=32, lr=1e-2,
+               progress=False)  # fmt: skip
+    epistemic = [float(method.predict(x, 200, seed=1).epistemic_variance.sqrt().mean())
+                 for x in (IN_DATA, FAR)]  # fmt: skip
+    return method, epistemic[0], epistemic[1], math.sqrt(method.noise_variance)
+
+
+@pytest.mark.filterwarnings("ignore::bayesify.methods.spread.NegligibleSpreadWarning")
+def test_default_rate_spreads_far_from_the_data_and_the_old_rate_did_not():
+    # the default collects with fit's optimiser at its rate (Adam, 0.01): 2.5 x the in-data
+    # epistemic std at x = ±5 (measured 3.1 x) and there at least 0.6 x the noise std
+    # (measured 0.9 x); the old default, SGD at 0.01 after Adam training, reached 0.45 x
+    method, inside, far, noise = _swag_on_gap_data()
+    assert method.collected_with == (1e-2, "adam")
+    assert far >= 2.5 * inside and far >= 0.6 * noise, (inside, far, noise)
+    old, inside, far, noise = _swag_on_gap_data(swag_lr=0.01, swag_optimizer="sgd")
+    assert old.collected_with == (0.01, "sgd")
+    assert far < 0.6 * noise, (inside, far, noise)
+
+
+def test_a_collapsed_gaussian_warns_in_one_line_naming_what_to_change():
+    x, y = regression_data(160)
+    with pytest.warns(bayesify.methods.spread.NegligibleSpreadWarning) as caught:
+        method = bayesify.SWAG.from_pretrained(mlp(5, hidden=(8,), norm=None), (x[:120], y[:120]),
+                                               val=(x[120:], y[120:]), lr=1e-6, epochs=3,
+                                               batch_size=20)  # fmt: skip
+    message = str(caught[0].message)
+    assert "\n" not in message and message.startswith("SWAG: the weight-driven spread")
+    assert "raise swag_lr toward the training rate (collected with sgd at 1e-06)" in message
+    assert method.epistemic_share < 0.01
+    with pytest.warns(bayesify.methods.spread.NegligibleSpreadWarning, match="SWAG"):
+        method.predict(x[120:], samples=8, seed=0)
+
+
+def test_the_deterministic_network_never_warns():
+    import warnings
+
+    x, y = regression_data(100)
+    method = bayesify.Deterministic(mlp(5, hidden=(8,), norm=None))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        method.fit((x[:80], y[:80]), val=(x[80:], y[80:]), epochs=1, progress=False)
+        method.predict(x[80:], samples=4)

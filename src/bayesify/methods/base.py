@@ -45,6 +45,7 @@ from bayesify.methods.inputs import (
 from bayesify.methods.likelihood import gaussian_nll, regression_means, split_heteroscedastic
 from bayesify.methods.presets import apply_preset
 from bayesify.methods.pretrained import FromPretrained
+from bayesify.methods.spread import check_spread
 from bayesify.methods.training import Trainable
 from bayesify.models.architecture import architecture_spec, net_class_name
 from bayesify.nn import (
@@ -85,6 +86,9 @@ class Method(FromPretrained, Trainable):
 
     name: ClassVar[str] = "method"
     Config: ClassVar[type[MethodConfig]] = MethodConfig
+    #: what to change when the weight-driven spread is negligible (None: never warned about;
+    #: :mod:`.spread`)
+    spread_hint: ClassVar[str | None] = None
 
     def __init__(
         self,
@@ -356,6 +360,7 @@ class Method(FromPretrained, Trainable):
             x, samples, generator=generator, seed=seed, max_rows=max_rows, max_bytes=max_bytes
         )
         pred = self.to_predictive(out)
+        check_spread(pred, type(self).__name__, self.spread_hint)
         return pred if prep is None else prep.outputs(pred)
 
     def to_predictive(self, out: Tensor) -> Predictive:

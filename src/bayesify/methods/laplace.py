@@ -8,9 +8,10 @@ the generalised Gauss-Newton matrix of the training log-likelihood.
   layer the linearised (GLM) and the sampled predictives are the same Gaussian over outputs
   (the layer is linear in its weights), ``N(W φ + b, J Σ Jᵀ)`` for features φ, so both are
   drawn in output space: C normals per sample and row from the row's own key (rows are
-  independent draws; the samples of a row do not depend on chunking); ``link="probit"`` (the
-  classification default) draws nothing and gives every sample the probit-scaled logits, whose
-  softmax is the probit approximation.
+  independent draws; the samples of a row do not depend on chunking). Classification draws
+  the logits so by default (``link="mc"``), so the samples disagree and carry the mutual
+  information; ``link="probit"`` (laplace-torch's default) draws nothing and gives every sample
+  the probit-scaled logits, whose softmax is the probit approximation (mutual information 0).
 * ``subset="all"``: every ``nn.Linear`` and ``nn.Conv2d`` (hessian kfac or diag; batch norm in
   eval mode, its scale and shift kept at their MAP values). ``predictive="glm"`` draws
   ``f(x) + J(x) Δ_t`` by forward-mode differentiation (``torch.func.jvp``), ``"sampled"`` runs
@@ -39,6 +40,7 @@ from bayesify.methods.laplace_curvature import (
     layer_shape,
     posterior_layers,
 )
+from bayesify.methods.laplace_layers import all_layer_deltas, all_layer_forward
 from bayesify.methods.laplace_prior import Evidence, fit_evidence, log_marglik, prior_grid
 from bayesify.nn import check_sample_bytes, chunk_plan, sampling
 from bayesify.nn.laplace_posterior import BLOCKS, LaplaceBlock, LaplaceLinear
@@ -60,8 +62,8 @@ from bayesify.train import Data, as_loader
 class LaplaceConfig(MethodConfig):
     """``subset``: last-layer | all; ``hessian``: full | kfac | diag (full: last layer only);
     ``prior_fit``: marglik | grid; ``prior_precision``: a fixed δ instead (skips the fit);
-    ``predictive``: glm | sampled; ``link``: probit | mc (classification; default probit for
-    the last layer, mc for all layers)."""
+    ``predictive``: glm | sampled; ``link``: mc | probit (classification; default mc: drawn
+    logits, which carry the mutual information; probit: last layer, glm)."""
 
     subset: LaplaceSubset = LaplaceSubset.LAST_LAYER
     hessian: HessianStructure = HessianStructure.KFAC
@@ -93,7 +95,7 @@ class LaplaceConfig(MethodConfig):
             return False
         if self.predictive is not LaplacePredictive.GLM:
             return False
-        return self.link in (None, Link.PROBIT)
+        return self.link is Link.PROBIT
 
 
 class Laplace(Method):
@@ -128,6 +130,13 @@ class Laplace(Method):
             if not self.blocks:
                 raise ValueError("subset='all' needs nn.Linear or nn.Conv2d layers; found none")
 
+    @property
+    def spread_hint(self) -> str:  # type: ignore[override]
+        if self.config.probit:
+            return "use link='mc' (the probit link gives every sample the same probabilities)"
+        return (f"set a lower prior_precision (now {self.prior_precision:.3g}) or "
+                "subset='all'")  # fmt: skip
+
     # ------------------------------------------------------------------ fitting
     def _from_pretrained(
         self,
@@ -148,6 +157,8 @@ class Laplace(Method):
         train = self._checked_data(train, "training inputs")
         self.fit_posterior(train, batch_size=batch_size, val=val, seed=seed)
         self._fit_noise_on(val, seed)
+        if val is not None:
+            self.check_spread_on(val, seed=seed)
 
     def fit(self, train: Data, val: Data | None = None, **kwargs: Any) -> Laplace:
         """Train the network (the MAP, as :meth:`Method.fit`), then fit the posterior on
@@ -360,38 +371,11 @@ class Laplace(Method):
                     for t in range(samples)]  # fmt: skip
         return torch.stack(outs)
 
-    def _param_names(self) -> dict[int, str]:
-        return {id(m): name for name, m in self.net.named_modules()}
-
     def _all_layer_deltas(self, samples: int, generator: torch.Generator | None) -> dict:
-        """Per weight tensor name, T draws of ``θ − θ*`` ``[T, *shape]`` (network dtype)."""
-        names, out = self._param_names(), {}
-        for layer, block in self.blocks:
-            dw, db = block.deltas(samples, generator)
-            prefix = names[id(layer)]
-            w = layer.weight
-            out[f"{prefix}.weight"] = dw.reshape(samples, *w.shape).to(w)
-            if layer.bias is not None:
-                out[f"{prefix}.bias"] = db.to(layer.bias)
-        return out
+        return all_layer_deltas(self.net, self.blocks, samples, generator)
 
     def _all_layer_forward(self, x: Tensor, deltas: dict[str, Tensor]) -> Tensor:
-        """``[G, n, ...]`` outputs for the G draws in ``deltas``: the linearised network
-        (GLM, forward-mode) or the network at the drawn weights (sampled)."""
-        from torch.func import functional_call, jvp, vmap
-
-        state = {k: v.detach() for k, v in self.net.state_dict().items()}
-        params = {k: state[k] for k in deltas}
-
-        def f(p: dict[str, Tensor]) -> Tensor:
-            return functional_call(self.net, {**state, **p}, (x,))
-
-        with eval_mode(self.net), torch.no_grad():
-            if self.config.predictive is LaplacePredictive.SAMPLED:
-                return vmap(lambda d: f({k: params[k] + d[k] for k in d}))(deltas)
-            mean = f(params)
-            lin = vmap(lambda d: jvp(f, (params,), (d,))[1])(deltas)
-            return mean.unsqueeze(0) + lin
+        return all_layer_forward(self.net, x, deltas, self.config.predictive)
 
     # ------------------------------------------------------------------ bundles
     def extra_state(self) -> dict[str, Any]:

@@ -44,6 +44,7 @@ _SWAG_CONFIG: dict[str, Any] = {
     "scale": 0.5,
     "schedule": "constant",
     "swag_lr": 0.01,
+    "swag_optimizer": "sgd",
     "swag_epochs": 140,
     "swag_momentum": 0.9,
     "swag_weight_decay": 5e-4,

@@ -3,7 +3,10 @@
 ``SWAG.from_pretrained(net, train, epochs=..., lr=..., schedule="constant"|"cyclic")`` runs SGD
 from the trained weights (of a copy), collects the moments of its trajectory and the last
 ``rank`` deviation columns (:mod:`.swag_moments`), and predicts with weights drawn from the
-Gaussian they define. ``fit`` trains the network first, then collects the same way.
+Gaussian they define. ``fit`` trains the network first, then collects the same way, by
+default with the optimiser and at the (constant) rate it trained with: Maddox et al. collect at
+a high constant rate comparable to the training rate, so the iterates keep exploring the basin
+(a rate far below it collapses the Gaussian to a point; docs/fidelity.md).
 MultiSWAG (``members`` = M > 1, or :class:`MultiSWAG`) runs M trajectories from the same
 trained weights, or from M trained networks (``MultiSWAG.from_pretrained([net1, net2, ...],
 train)``: trajectory m from network m), trajectory m with its own data order and dropout masks
@@ -11,12 +14,12 @@ train)``: trajectory m from network m), trajectory m with its own data order and
 rounded up to a multiple of M).
 
 Prediction: the T weight samples run as stacked groups, ``functional_call`` under ``vmap``
-(:mod:`bayesify.nn.stacked`, as ensembles run their members), in ranges of groups whose weights
-fit in :data:`WEIGHT_BYTES` (every draw is rebuilt from its own seed, so ranges and chunks give
-the same samples as one pass). Batch norm: each sample's statistics are those of the training
-rows the bundle keeps (``bn_rows``), recomputed under that sample's weights (``batch_norm=
-"recompute"``, T·bn_rows extra rows per call) or those of its member's SWA mean (``"swa"``,
-computed once).
+(:mod:`bayesify.nn.stacked`, as ensembles run their members; :class:`~.swag_net.SwagNet`),
+in ranges of groups whose weights fit in :data:`~.swag_net.WEIGHT_BYTES` (every draw is
+rebuilt from its own seed, so ranges and chunks give the same samples as one pass). Batch
+norm: each sample's statistics are those of the training rows the bundle keeps (``bn_rows``),
+recomputed under that sample's weights (``batch_norm="recompute"``, T·bn_rows extra rows per
+call) or those of its member's SWA mean (``"swa"``, computed once).
 """
 
 from __future__ import annotations
@@ -38,33 +41,30 @@ from bayesify.methods.swag_moments import (
     Moments,
     Trajectory,
     collect,
-    draw_weights,
+    collecting_rate,
     flat_parameters,
     parameter_layout,
     unflatten,
 )
+from bayesify.methods.swag_net import WEIGHT_BYTES, SwagDraw, SwagNet
 from bayesify.nn import chunk_plan, forward_in_chunks, generator_device, sampling
-from bayesify.nn.stacked import batchnorm_layers, batchnorm_statistics, stacked_call
-from bayesify.nn.stochastic import SamplingPlan, StochasticModule
-from bayesify.options import SwagBatchNorm, SwagSchedule
+from bayesify.nn.stacked import batchnorm_layers
+from bayesify.options import OptimizerName, SwagBatchNorm, SwagSchedule
 from bayesify.train import Data, as_dataset, as_loader, loader_batch_size
 
 log = logging.getLogger(__name__)
-
-#: bytes of drawn weights one stacked forward holds (groups beyond run in further ranges)
-WEIGHT_BYTES = 2**27
-#: rows (groups × ``bn_rows``) of one stacked pass that recomputes batch-norm statistics
-STATISTICS_ROWS = 2048
 
 
 @dataclass(frozen=True)
 class SWAGConfig(MethodConfig):
     """``rank``: K, the deviation columns kept; ``members``: SWAG trajectories mixed with
     equal weights (MultiSWAG when > 1); ``scale``: the draw's covariance factor (1/2 in Maddox
-    et al.); ``schedule``: constant | cyclic; ``swag_epochs``: epochs of SGD while collecting;
-    ``swag_lr``: its (cyclic: largest) rate; ``swag_lr_min``: the cyclic schedule's smallest
-    rate; ``swag_momentum``: SGD momentum; ``swag_weight_decay``: SGD weight decay;
-    ``collect_every``: SGD steps between snapshots (0: one per epoch); ``batch_norm``: recompute
+    et al.); ``schedule``: constant | cyclic; ``swag_epochs``: epochs while collecting;
+    ``swag_lr``: the collecting (cyclic: largest) rate (None: the rate ``fit`` trained with,
+    else 0.01); ``swag_optimizer``: sgd | adam | adamw while collecting (None: ``fit``'s
+    optimiser, else sgd); ``swag_lr_min``: the cyclic schedule's smallest rate;
+    ``swag_momentum``: SGD momentum; ``swag_weight_decay``: weight decay;
+    ``collect_every``: steps between snapshots (0: one per epoch); ``batch_norm``: recompute
     | swa; ``bn_rows``: training rows kept to recompute batch-norm statistics."""
 
     rank: int = 20
@@ -72,7 +72,8 @@ class SWAGConfig(MethodConfig):
     scale: float = 0.5
     schedule: SwagSchedule = SwagSchedule.CONSTANT
     swag_epochs: int = 20
-    swag_lr: float = 0.01
+    swag_lr: float | None = None
+    swag_optimizer: OptimizerName | None = None
     swag_lr_min: float = 0.001
     swag_momentum: float = 0.9
     swag_weight_decay: float = 0.0
@@ -84,122 +85,9 @@ class SWAGConfig(MethodConfig):
         super().__post_init__()
         self._require(("rank", "members", "swag_epochs", "bn_rows"), lambda v: v >= 1, ">= 1")
         self._require(("collect_every",), lambda v: v >= 0, ">= 0")
-        self._require(("scale", "swag_lr"), lambda v: v > 0, "> 0")
+        self._require(("scale", "swag_lr"), lambda v: v is None or v > 0, "> 0")
         self._require(("swag_lr_min", "swag_weight_decay"), lambda v: v >= 0, ">= 0")
         self._require(("swag_momentum",), lambda v: 0 <= v < 1, "in [0, 1)")
-
-
-@dataclass(frozen=True, eq=False)
-class SwagDraw:
-    """One sampling block's draws: a seed ``[T]`` and a member ``[T]`` per sample group."""
-
-    seeds: Tensor
-    members: Tensor
-
-
-class SwagNet(StochasticModule):
-    """The trained network (``base``, holding member 0's SWA mean) and SWAG's posterior as
-    buffers: ``mean``/``sq_mean [M, P]``, ``deviations [M, K, P]``, ``counts [M]`` and the
-    training rows ``bn_inputs [R, ...]`` batch norm is recomputed on. Outside sampling it is
-    ``base``; inside, group g of its rows runs with the weights its :class:`SwagDraw` gives."""
-
-    def __init__(self, base: nn.Module, config: SWAGConfig) -> None:
-        super().__init__()
-        self.base = base
-        self.scale = config.scale
-        self.batch_norm = config.batch_norm
-        for name in ("mean", "sq_mean", "deviations", "bn_inputs"):
-            self.register_buffer(name, torch.zeros(0))  # sized when collected or loaded
-        self.register_buffer("counts", torch.zeros(0, dtype=torch.long))
-        self._draw: SwagDraw | None = None
-        self._range = (0, 0)
-        self._weights: tuple[dict[str, Tensor], dict[str, Tensor], int | None] | None = None
-        self._swa_key: tuple[int, ...] | None = None
-        self._swa_stats: dict[str, Tensor] = {}
-
-    @property
-    def collected(self) -> bool:
-        return self.mean.dim() == 2 and len(self.mean) > 0
-
-    def begin_sampling(self, plan: SamplingPlan) -> None:
-        super().begin_sampling(plan)
-        draw = plan.draw_for(self)
-        if not isinstance(draw, SwagDraw):
-            raise RuntimeError("SwagNet needs a SwagDraw in the sampling block (SWAG gives one)")
-        if not self.collected:
-            raise RuntimeError("SWAG has collected no moments: call fit() or from_pretrained()")
-        self._draw, self._range, self._weights = draw, (0, plan.samples), None
-
-    def select_groups(self, start: int, stop: int) -> None:
-        super().select_groups(start, stop)
-        self._range, self._weights = (start, stop), None
-
-    def end_sampling(self) -> None:
-        super().end_sampling()
-        self._draw, self._weights = None, None
-
-    def group_bytes(self) -> int:
-        """A seed and a member index per group (the weights are rebuilt range by range)."""
-        return 16
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.stochastic or self._draw is None:
-            return self.base(x)
-        if self._weights is None:
-            self._weights = self.group_weights(*self._range)
-        params, buffers, buffer_dim = self._weights
-        g = self.groups
-        xs = x.reshape(g, len(x) // g, *x.shape[1:])  # [G, n, ...]
-        out = stacked_call(self.base, params, buffers, xs, x_dim=0, buffer_dim=buffer_dim)
-        return out.reshape(len(x), *out.shape[2:])
-
-    def group_weights(
-        self, start: int, stop: int
-    ) -> tuple[dict[str, Tensor], dict[str, Tensor], int | None]:
-        """Parameters ``{name: [G, ...]}`` of groups ``start .. stop-1``, the buffers to run
-        them with and their stacking axis (0: per group, None: shared)."""
-        assert self._draw is not None
-        seeds, members = self._draw.seeds[start:stop], self._draw.members[start:stop]
-        theta = self.draw(seeds, members)
-        params = unflatten(theta, parameter_layout(self.base))
-        buffers = dict(self.base.named_buffers())
-        if not batchnorm_layers(self.base) or len(self.bn_inputs) == 0:
-            return params, buffers, None
-        if self.batch_norm is SwagBatchNorm.SWA:
-            stats = {k: v[members.to(v.device)] for k, v in self.swa_statistics().items()}
-        else:
-            stats = self.statistics(params)
-        g = len(seeds)
-        stacked = {k: v.expand(g, *v.shape) for k, v in buffers.items()}
-        return params, {**stacked, **stats}, 0
-
-    def draw(self, seeds: Tensor, members: Tensor) -> Tensor:
-        """Flat weights ``[G, P]`` for the groups with ``seeds`` and ``members``."""
-        return draw_weights(self.mean, self.sq_mean, self.deviations, self.counts, seeds,
-                            members.to(self.mean.device), self.scale)  # fmt: skip
-
-    def statistics(self, params: dict[str, Tensor]) -> dict[str, Tensor]:
-        """Batch-norm running statistics ``[G, C]`` per weight setting ``params [G, ...]`` on
-        ``bn_inputs``, in ranges of at most :data:`STATISTICS_ROWS` rows per pass."""
-        g = len(next(iter(params.values())))
-        per = max(1, STATISTICS_ROWS // len(self.bn_inputs))
-        buffers = dict(self.base.named_buffers())
-        parts = [
-            batchnorm_statistics(
-                self.base, {k: v[a : a + per] for k, v in params.items()}, buffers, self.bn_inputs
-            )  # fmt: skip
-            for a in range(0, g, per)
-        ]
-        return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
-
-    def swa_statistics(self) -> dict[str, Tensor]:
-        """Each member's SWA-mean statistics ``[M, C]`` (computed once per posterior)."""
-        key = (self.mean.data_ptr(), self.mean._version, self.bn_inputs.data_ptr(),
-               self.bn_inputs._version)  # fmt: skip
-        if key != self._swa_key:
-            self._swa_stats = self.statistics(unflatten(self.mean, parameter_layout(self.base)))
-            self._swa_key = key
-        return self._swa_stats
 
 
 class SWAG(Method):
@@ -212,8 +100,13 @@ class SWAG(Method):
 
     def _prepare(self, net: nn.Module) -> None:
         spec = getattr(net, "bayesify_spec", None)
-        self.net = SwagNet(net, self.config)
+        self.net = SwagNet(net, self.config.scale, self.config.batch_norm)
         self.net.bayesify_spec = spec
+
+    @property
+    def spread_hint(self) -> str:  # type: ignore[override]
+        lr, opt = getattr(self, "collected_with", (self.config.swag_lr, "sgd"))
+        return f"raise swag_lr toward the training rate (collected with {opt} at {lr})"
 
     @property
     def members(self) -> int:
@@ -283,6 +176,8 @@ class SWAG(Method):
             batch_size = 128
         self.collect(train, batch_size=batch_size, seed=seed, progress=progress)
         self._fit_noise_on(val, seed)
+        if val is not None:
+            self.check_spread_on(val, seed=seed)
 
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
         self.collect(train, batch_size=batch_size, seed=seed)
@@ -295,10 +190,12 @@ class SWAG(Method):
         cfg, base = self.config, self.net.base
         loader_bs = loader_batch_size(train) if hasattr(train, "batch_sampler") else None
         bs = loader_bs or batch_size or 128
-        trajectory = Trajectory(
-            cfg.swag_epochs, cfg.swag_lr, cfg.swag_lr_min, cfg.schedule,
-            cfg.swag_momentum, cfg.swag_weight_decay, cfg.collect_every,
-        )  # fmt: skip
+        trained = getattr(self, "_trained_with", None)  # (rate, optimiser) of fit, if it ran
+        lr, opt = collecting_rate(cfg.swag_lr, cfg.swag_optimizer, trained)
+        self.collected_with = (lr, opt.value)
+        trajectory = Trajectory(cfg.swag_epochs, lr, cfg.swag_lr_min, cfg.schedule,
+                                cfg.swag_momentum, cfg.swag_weight_decay, cfg.collect_every,
+                                opt)  # fmt: skip
         start = copy.deepcopy(base.state_dict())
         starts = self._trajectory_starts(start)
         runs: list[Moments] = []
@@ -315,7 +212,7 @@ class SWAG(Method):
                     f"swag_epochs (now {cfg.swag_epochs}) or lower collect_every"
                 )
             runs.append(moments)
-            log.info("SWAG member %d: %d snapshots", m, moments.count)
+            log.info("SWAG member %d: %d snapshots (%s at %g)", m, moments.count, opt.value, lr)
         base.load_state_dict(starts[0])
         self._keep(runs, train, seed)
 

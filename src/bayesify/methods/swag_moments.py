@@ -23,11 +23,30 @@ import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
-from bayesify.options import SwagSchedule
+from bayesify.options import OptimizerName, SwagSchedule, parse_option
 from bayesify.train import make_optimizer, train_loop
 
 #: the smallest diagonal variance a draw uses (float rounding can make θ̄² − θ̄² negative)
 MIN_VARIANCE = 1e-30
+#: the collecting rate and optimiser when neither is given nor known from ``fit`` (SGD at 0.01)
+FALLBACK_RATE = (0.01, OptimizerName.SGD)
+
+
+def collecting_rate(
+    swag_lr: float | None,
+    swag_optimizer: OptimizerName | None,
+    trained: tuple[float, str] | None,
+) -> tuple[float, OptimizerName]:
+    """The constant rate and optimiser SWAG collects with: the given ones, else the rate and
+    optimiser the network was ``trained`` with by ``fit`` (Maddox et al. 2019 collect at a
+    constant rate comparable to the training rate, so the iterates keep exploring the basin),
+    else :data:`FALLBACK_RATE`."""
+    t_lr, t_opt = FALLBACK_RATE
+    if trained is not None:
+        t_lr, t_opt = trained[0], parse_option(OptimizerName, trained[1], option="optimizer")
+    opt = t_opt if swag_optimizer is None else swag_optimizer
+    lr = t_lr if opt is t_opt else FALLBACK_RATE[0]  # a rate is on its own optimiser's scale
+    return (lr if swag_lr is None else swag_lr), opt
 
 
 def parameter_layout(net: nn.Module) -> list[tuple[str, torch.Size]]:
@@ -92,9 +111,9 @@ def learning_rate(schedule: SwagSchedule, step: int, cycle: int, lr: float, lr_m
 
 @dataclass(frozen=True)
 class Trajectory:
-    """How one SWAG trajectory runs: ``epochs`` of SGD (momentum, weight decay) over
-    ``loader``, the rate by ``schedule``, a snapshot every ``collect_every`` steps (0: one per
-    epoch, at its end)."""
+    """How one SWAG trajectory runs: ``epochs`` of ``optimizer`` (SGD: with ``momentum``;
+    weight decay) over ``loader``, the rate by ``schedule``, a snapshot every ``collect_every``
+    steps (0: one per epoch, at its end)."""
 
     epochs: int
     lr: float
@@ -103,6 +122,7 @@ class Trajectory:
     momentum: float
     weight_decay: float
     collect_every: int
+    optimizer: OptimizerName = OptimizerName.SGD
 
 
 def collect(
@@ -121,7 +141,8 @@ def collect(
     tr = trajectory
     cycle = tr.collect_every or max(len(loader), 1)
     moments = Moments(rank)
-    optimizer = make_optimizer(param_groups(tr.lr, tr.weight_decay), "sgd", tr.lr, tr.momentum)
+    optimizer = make_optimizer(param_groups(tr.lr, tr.weight_decay), tr.optimizer, tr.lr,
+                               tr.momentum)  # fmt: skip
     step = 0
 
     def set_rate() -> None:

@@ -16,6 +16,7 @@ import torch
 from bayesify.methods.inputs import regression_targets
 from bayesify.methods.likelihood import regression_means, split_heteroscedastic
 from bayesify.methods.presets import with_recipe
+from bayesify.methods.spread import check_spread
 from bayesify.metrics import fit_constant_std
 from bayesify.options import Task
 from bayesify.posthoc.noise import fit_noise_variance
@@ -80,13 +81,26 @@ class Trainable:
         loop = LoopOptions(epochs, batch_size, lr, weight_decay, optimizer, patience, seed,
                             progress)  # fmt: skip
         dev = self.device
+        self._trained_with = (lr, str(optimizer))  # what SWAG collects with by default
         with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else []):
             self.history = strategy.run(partial(self._train_replica, train, val, loop), self.net)
             self.net.eval()
             self._after_fit(train, replica_batch, seed)
         if val is not None and self.config.task is Task.REGRESSION:
             self.fit_noise(val, seed=seed)
+        if val is not None:
+            self.check_spread_on(val, seed=seed)
         return self
+
+    def check_spread_on(self, val: Data, *, seed: int = 0) -> float:
+        """The epistemic share of the predictive on ``val``'s inputs (kept as
+        ``epistemic_share``); warns where it is negligible (:mod:`.spread`)."""
+        if getattr(self, "spread_hint", None) is None:
+            return float("nan")
+        x, _ = self._tensors(val)
+        pred = self.to_predictive(self.sample(x, self.config.noise_samples, seed=seed))
+        self.epistemic_share = check_spread(pred, type(self).__name__, self.spread_hint, 4)
+        return self.epistemic_share
 
     def _train_replica(
         self, train: Data, val: Data | None, loop: LoopOptions, replica: Replica

@@ -10,7 +10,10 @@ validation) and the normalised scores against it, and a 10-bin uncertainty–err
 
 The grid's meaning per method (:data:`GRID_NAMES`): the prior σ of Bayes by Backprop, the prior
 std of IBNN's node noise, StochasticNorm's initial scale σ, MCBN's training batch size, SWAG's
-SGD rate while it collects (after the net is trained as the others are); the deep
+collecting rate as a multiple of the training rate (after the net is trained as the others
+are, SWAG continues with the same optimiser, Adam, at that constant rate: Maddox et al. 2019
+collect at a rate comparable to the training rate; their UCI runs use the training rate
+itself, their CIFAR runs 0.1–0.5 of it); the deep
 ensemble (Lakshminarayanan et al. 2017: 5 members, each a heteroscedastic net trained by its NLL
 from its own initialisation) has no grid, nor has Laplace (last layer or all layers, KFAC, around
 the trained net; its prior precision by the marginal likelihood).
@@ -40,7 +43,7 @@ GRID_NAMES = {
     "mcbn": "batch_size",
     "laplace": None,  # last-layer KFAC Laplace of the trained net, δ (and σ²) by marglik
     "laplace-all": None,  # all-layer KFAC Laplace (GLM predictive), δ (and σ²) by marglik
-    "swag": "swag_lr",
+    "swag": "swag_lr_ratio",  # the collecting rate over the training rate
 }
 UE_BINS = 10  # bins of the uncertainty–error curve
 
@@ -97,8 +100,8 @@ def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
         if job.method.startswith("laplace"):  # fit() trains the MAP, then fits the posterior
             subset = "all" if job.method == "laplace-all" else "last-layer"
             return bayesify.Laplace(net, subset=subset, hessian="kfac", **common)
-        if job.method == "swag":  # 20 epochs of SGD after training, one snapshot per epoch
-            return bayesify.SWAG(net, swag_lr=value, swag_epochs=20, **common)
+        if job.method == "swag":  # 20 epochs after training (its optimiser), a snapshot each
+            return bayesify.SWAG(net, swag_lr=value * job.lr, swag_epochs=20, **common)
         return bayesify.MCBN(net, bank_size=128, **common)
 
 

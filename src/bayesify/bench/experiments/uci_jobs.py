@@ -43,7 +43,7 @@ GRIDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "mcbn": ((32.0, 128.0), (32.0, 64.0, 128.0, 256.0, 512.0)),
     "laplace": ((), ()),  # the prior precision by the marginal likelihood: no grid
     "laplace-all": ((), ()),
-    "swag": ((1e-4, 1e-3), (1e-4, 3e-4, 1e-3, 1e-2)),
+    "swag": ((0.3, 1.0), (0.1, 0.3, 1.0, 3.0)),  # collecting rate / training rate
 }
 #: likelihoods a method runs when none are given: Lakshminarayanan's ensemble is heteroscedastic
 DEFAULT_LIKELIHOODS = {"ensemble": ("heteroscedastic",)}
