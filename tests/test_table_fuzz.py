@@ -1,0 +1,380 @@
+"""Tables made by a machine through the whole command line: ``train`` -> ``predict`` ->
+``calibrate`` -> ``predict --on-error skip`` -> ``evaluate``.
+
+Hypothesis draws the shape of a table (row count, column kinds and names, target kind, CSV or
+Parquet, method) and a seed for its values; every command must either succeed with finite
+outputs of the right shape, or exit 2 with one line of error text (no traceback). A bundle
+``train`` reports as saved must predict every row of its own training file.
+
+The number of tables is ``BAYESIFY_FUZZ_EXAMPLES`` (default 6, a few seconds of CI); the run
+is derandomized unless ``BAYESIFY_FUZZ_SEED`` picks another seed, so CI sees the same tables
+every time. ``BAYESIFY_FUZZ_TALLY=FILE`` appends one JSON line per table (kinds, target, steps'
+outcomes) for the page ``benchmarks/table_fuzz.md``; with ``BAYESIFY_FUZZ_COLLECT=1`` a failing
+table is recorded there instead of stopping the run. The longer run is
+``BAYESIFY_FUZZ_EXAMPLES=2000 nice python -m pytest -q tests/test_table_fuzz.py -x``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from bayesify.cli import app
+
+EXAMPLES = int(os.environ.get("BAYESIFY_FUZZ_EXAMPLES", "6"))
+SEED = os.environ.get("BAYESIFY_FUZZ_SEED")
+TALLY = os.environ.get("BAYESIFY_FUZZ_TALLY")
+#: with a tally: record a failing table there and go on (the long run finds every failure)
+COLLECT = TALLY is not None and os.environ.get("BAYESIFY_FUZZ_COLLECT") == "1"
+T = "4"  # Monte Carlo samples of every command
+
+runner = CliRunner()
+
+#: feature column kinds a table trains with (or whose refusal depends on the rows drawn)
+KINDS = [
+    "float", "int", "Int64", "Float64", "bool", "category", "text", "digit_text", "mixed",
+    "constant", "near_constant", "part_constant", "tiny", "id_int", "id_text", "float32",
+    "uint8", "negative_zero", "unicode_text",
+]  # fmt: skip
+#: feature column kinds every table holding one is refused for
+REFUSED = ["int_missing", "datetime", "iso_text", "numbers_and_a_word", "extreme", "inf_nan",
+           "many_text"]  # fmt: skip
+#: target kinds
+TARGETS = ["float", "float_large", "float_int", "int_labels", "text_labels", "bool_labels",
+           "two_labels_rare", "digit_text"]  # fmt: skip
+NAMES = [
+    "x", "a b", " a", "a ", "Ä©cènt", "温度", "🌡 temp", "1", "0.5", "-3", "nan", "None",
+    "True", "row", "index", "Unnamed: 0", "a,b", 'q"uote', "tab\there", "x.1", "#", "",
+    "very long " * 8, "ß", "naïve", "𝑥",
+]  # fmt: skip
+
+
+def _column(kind: str, n: int, rng: np.random.Generator) -> pd.Series | np.ndarray | list:
+    """``n`` values of one kind of column."""
+    if kind == "float":
+        return rng.normal(rng.uniform(-100, 100), 10 ** rng.uniform(-3, 3), n)
+    if kind == "float32":
+        return rng.normal(size=n).astype(np.float32)
+    if kind == "uint8":
+        return rng.integers(0, 255, n).astype(np.uint8)
+    if kind == "int":
+        return rng.integers(-1000, 1000, n)
+    if kind == "int_missing":
+        v = rng.integers(0, 10, n).astype(float)
+        v[rng.random(n) < 0.2] = np.nan
+        return v
+    if kind == "Int64":
+        v = pd.array(rng.integers(-5, 5, n), dtype="Int64")
+        if rng.random() < 0.5:
+            v[rng.random(n) < 0.1] = pd.NA
+        return pd.Series(v)
+    if kind == "Float64":
+        return pd.Series(pd.array(rng.normal(size=n), dtype="Float64"))
+    if kind == "bool":
+        return rng.random(n) < rng.uniform(0.05, 0.95)
+    if kind == "category":
+        return pd.Series(pd.Categorical(rng.choice(["lo", "mid", "hi"], n)))
+    if kind == "text":
+        return rng.choice(["red", "green", "blue", "Red ", "rød"], n)
+    if kind == "unicode_text":
+        return rng.choice(["été", "雪", "🙂", "a\u0301", "", " "], n)
+    if kind == "many_text":
+        return rng.choice([f"v{i}" for i in range(80)], n)
+    if kind == "digit_text":
+        return rng.integers(0, 30, n).astype(str)
+    if kind == "datetime":
+        return pd.Series(
+            pd.to_datetime("2020-01-01") + pd.to_timedelta(rng.integers(0, 999, n), "D")
+        )
+    if kind == "iso_text":
+        days = pd.to_datetime("2020-01-01") + pd.to_timedelta(rng.integers(0, 999, n), "D")
+        return days.strftime("%Y-%m-%d").to_numpy(object)
+    if kind == "mixed":
+        return np.array([int(v) if v < 5 else f"k{v}" for v in rng.integers(0, 10, n)], object)
+    if kind == "numbers_and_a_word":
+        v = rng.normal(size=n).astype(object)
+        v[rng.integers(n)] = "abc"
+        return v
+    if kind == "constant":
+        return np.full(n, 3.5)
+    if kind == "near_constant":
+        v = np.zeros(n)
+        v[rng.integers(n)] = 1.0
+        return v
+    if kind == "part_constant":
+        v = rng.normal(size=n)
+        v[: n // 2 + rng.integers(0, n // 2 + 1)] = 7.0
+        return v
+    if kind == "extreme":
+        v = rng.normal(size=n)
+        v[rng.integers(n)] = rng.choice([1e30, -1e30, 3e38, 1e300])
+        return v
+    if kind == "tiny":
+        return rng.normal(size=n) * 1e-30
+    if kind == "inf_nan":
+        v = rng.normal(size=n)
+        v[rng.integers(n)] = rng.choice([np.inf, -np.inf, np.nan])
+        return v
+    if kind == "negative_zero":
+        return rng.choice([0.0, -0.0, 1.0], n)
+    if kind == "id_int":
+        return np.arange(n) + int(rng.integers(0, 10**6))
+    if kind == "id_text":
+        return np.array([f"id-{i:05d}" for i in rng.permutation(n)], object)
+    raise AssertionError(kind)
+
+
+def _target(kind: str, n: int, rng: np.random.Generator, x: np.ndarray) -> np.ndarray:
+    """``n`` target values of one kind, partly explained by the numbers ``x`` ([n])."""
+    signal = x + rng.normal(size=n)
+    if kind == "float":
+        return signal * 3 + 10
+    if kind == "float_large":
+        return signal * 1e15
+    if kind == "float_int":
+        return np.round(signal * 20).astype(int)  # many whole numbers: regression or classes
+    cut = np.digitize(signal, np.quantile(signal, [1 / 3, 2 / 3]))
+    if kind == "int_labels":
+        return np.array([3, 7, 11])[cut]
+    if kind == "text_labels":
+        return np.array(["cat", "dog", "🐟"])[cut]
+    if kind == "bool_labels":
+        return signal > np.median(signal)
+    if kind == "two_labels_rare":
+        v = np.full(n, "common", object)
+        v[rng.integers(n)] = "rare"
+        return v
+    if kind == "digit_text":
+        return np.array(["0", "1", "2"])[cut]
+    raise AssertionError(kind)
+
+
+@st.composite
+def tables(draw):
+    """A table plan: rows, columns (kind, name), target (kind, name), format, method, seed."""
+    n = draw(st.sampled_from([8, 9, 12, 20, 40, 100, 300]))
+    kinds = draw(st.lists(st.sampled_from(KINDS * 4 + REFUSED), min_size=1, max_size=5))
+    names = draw(st.lists(st.sampled_from(NAMES), min_size=len(kinds) + 1,
+                          max_size=len(kinds) + 1, unique=True))  # fmt: skip
+    return {
+        "n": n,
+        "columns": list(zip(names[:-1], kinds, strict=True)),
+        "target": (names[-1], draw(st.sampled_from(TARGETS))),
+        "format": draw(st.sampled_from(["csv", "parquet"])),
+        "method": draw(st.sampled_from(["mcbn", "mc-dropout"])),
+        "batch_size": draw(st.sampled_from([8, 4, 32])),
+        "conformal": draw(st.booleans()),
+        "on_error": draw(st.sampled_from(["skip", "skip", "fail"])),
+        "outputs": draw(st.sampled_from(["csv", "csv", "parquet"])),
+        "seed": draw(st.integers(0, 2**32 - 1)),
+    }
+
+
+def _frame(plan: dict) -> pd.DataFrame:
+    rng = np.random.default_rng(plan["seed"])
+    n = plan["n"]
+    data = {name: _column(kind, n, rng) for name, kind in plan["columns"]}
+    target, kind = plan["target"]
+    data[target] = _target(kind, n, rng, rng.normal(size=n))
+    return pd.DataFrame(data)
+
+
+def _write(df: pd.DataFrame, path: Path) -> None:
+    if path.suffix == ".csv":
+        df.to_csv(path, index=False)
+        return
+    out = df.copy()
+    for name in out.columns:  # a Parquet column has one type: mixed objects are text there
+        col = out[name]
+        if col.dtype == object and pd.api.types.infer_dtype(col, skipna=True).startswith("mixed"):
+            out[name] = col.astype(str)
+    out.to_parquet(path, index=False)
+
+
+def _bad_rows(df: pd.DataFrame, target: str, rng: np.random.Generator) -> pd.DataFrame:
+    """A copy of ``df`` with a few rows a bundle must refuse (or skip) appended: missing values,
+    a word among numbers, an unknown category, a value far outside the training range."""
+    bad = df.sample(min(4, len(df)), random_state=int(rng.integers(2**31))).copy()
+    features = [c for c in df.columns if c != target]
+    for i, label in enumerate(bad.index):
+        col = features[i % len(features)]
+        value = [None, "not-a-number", "never-seen", 1e30][i % 4]
+        bad[col] = bad[col].astype(object)
+        bad.loc[label, col] = value
+    out = pd.concat([df.astype(object), bad.astype(object)], ignore_index=True)
+    return out
+
+
+def _invoke(step: str, *args) -> tuple[int, str]:
+    """Run one command in this process; fail the test unless it succeeded or exited 2 with one
+    line of error text. Returns the exit code and the output."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = runner.invoke(app, [str(a) for a in args])
+    out = result.output
+    said = f"{step}: bayesify {' '.join(map(str, args))}\n{out}"
+    assert "Traceback" not in out, said
+    if result.exit_code == 0:
+        assert result.exception is None, said
+    else:
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit), (
+            f"{said}\n{result.exception!r}"
+        )
+        lines = [line for line in out.splitlines() if line.strip()]
+        errors = [i for i, line in enumerate(lines) if line.startswith("error:")]
+        assert len(errors) == 1 and errors[0] == len(lines) - 1, f"not one error line: {said}"
+    noisy = [f"{w.category.__name__}: {w.message}" for w in caught
+             if issubclass(w.category, RuntimeWarning | UserWarning)]  # fmt: skip
+    assert not noisy, f"{said}\nwarnings: {noisy}"
+    return result.exit_code, out
+
+
+def _finite(frame: pd.DataFrame, what: str) -> None:
+    numbers = frame.select_dtypes("number")
+    assert np.isfinite(numbers.to_numpy(float)).all(), f"{what}: non-finite values\n{frame}"
+
+
+def _error(out: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith("error:"))[7:]
+
+
+def _tally(record: dict) -> None:
+    if TALLY:
+        with open(TALLY, "a") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+def _run(plan: dict, record: dict) -> None:
+    df = _frame(plan)
+    target = plan["target"][0]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        data = root / f"table.{plan['format']}"
+        _write(df, data)
+        bundle = root / "bundle"
+        code, out = _invoke("train", "train", "--data", data, "--target", target, "--method",
+                            plan["method"], "--epochs", 1, "--hidden", 8, "--batch-size",
+                            plan["batch_size"], "--samples", T, "--out", bundle)  # fmt: skip
+        record["steps"]["train"] = "ok" if code == 0 else _error(out)
+        if code != 0:
+            return
+        assert "saved" in out and (bundle / "config.json").exists(), out
+
+        # its own training rows: every one predicted, finite
+        pred = root / "pred.csv"
+        code, out = _invoke("predict", "predict", bundle, data, "--out", pred, "--samples", T,
+                            "--seed", 0)  # fmt: skip
+        assert code == 0, f"a saved bundle cannot predict its own training rows:\n{out}"
+        got = pd.read_csv(pred)
+        assert len(got) == len(df), (len(got), len(df))
+        _finite(got.drop(columns=["prediction_set"], errors="ignore"), "predict")
+        record["steps"]["predict"] = "ok"
+
+        # the training rows with some bad ones appended, written as the table was
+        rng = np.random.default_rng(plan["seed"] + 1)
+        dirty = root / f"dirty.{plan['format']}"
+        _write(_bad_rows(df, target, rng), dirty)
+
+        calibrate = ["calibrate", bundle, "--data", dirty, "--target", target,
+                     "--coverage", "0.8", "--samples", T, "--decision", "single",
+                     "--on-error", plan["on_error"], "--no-progress",
+                     "--test-limit", 0]  # fmt: skip
+        if plan["conformal"]:
+            calibrate.append("--conformal")
+        code, out = _invoke("calibrate", *calibrate)
+        record["steps"]["calibrate"] = "ok" if code == 0 else _error(out)
+
+        pred = root / f"dirty_pred.{plan['outputs']}"
+        code, out = _invoke("predict skip", "predict", bundle, dirty, "--out", pred, "--samples",
+                            T, "--seed", 0, "--on-error", "skip")  # fmt: skip
+        assert code == 0, f"the training rows among bad ones were not predicted:\n{out}"
+        got = pd.read_parquet(pred) if pred.suffix == ".parquet" else pd.read_csv(pred)
+        skipped_path = root / "dirty_pred.skipped.csv"
+        skipped = len(pd.read_csv(skipped_path)) if skipped_path.exists() else 0
+        assert len(got) + skipped == len(df) + min(4, len(df)) and len(got) >= len(df), (
+            len(got), skipped, len(df), out)  # fmt: skip
+        _finite(got.drop(columns=["prediction_set"], errors="ignore"), "predict --on-error skip")
+        record["steps"]["predict_skip"] = f"{skipped} skipped"
+
+        evaluate = [
+            "evaluate",
+            bundle,
+            "--data",
+            dirty,
+            "--target",
+            target,
+            "--samples",
+            T,
+            "--levels",
+            "0.9",
+            "--on-error",
+            plan["on_error"],
+            "--no-progress",
+        ]
+        scores_path = root / f"scores.{'json' if plan['outputs'] == 'csv' else 'csv'}"
+        if plan["outputs"] == "parquet":  # scores as CSV and the calibration figure
+            evaluate += ["--out", scores_path]
+        else:
+            evaluate += ["--format", "json"]
+        code, out = _invoke("evaluate", *evaluate)
+        record["steps"]["evaluate"] = "ok" if code == 0 else _error(out)
+        if code == 0 and scores_path.suffix == ".csv":
+            assert scores_path.with_suffix(".png").stat().st_size > 0, out
+            _finite(pd.read_csv(scores_path), "evaluate --out scores.csv")
+        elif code == 0:
+            scores = json.loads(out[out.index("{") :])["scores"]
+            bad = {k: v for k, v in scores.items()
+                   if isinstance(v, float) and not math.isfinite(v)}  # fmt: skip
+            assert not bad, f"evaluate: non-finite scores {bad}\n{out}"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+_settings = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=SEED is None,
+    database=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@_settings
+@given(tables())
+def test_every_command_succeeds_or_refuses_in_one_line(plan):
+    record = {"plan": plan, "steps": {}}
+    started = time.perf_counter()
+    try:
+        _run(plan, record)
+    except AssertionError as e:
+        record["failure"] = str(e)[:4000]
+        if not COLLECT:
+            raise
+    finally:
+        _tally(record | {"seconds": round(time.perf_counter() - started, 2)})
+
+
+if SEED is not None:
+    test_every_command_succeeds_or_refuses_in_one_line = seed(int(SEED))(
+        test_every_command_succeeds_or_refuses_in_one_line
+    )
