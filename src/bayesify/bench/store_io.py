@@ -17,8 +17,11 @@ recomputation that reproduces it); otherwise the recovered row is kept and the i
 conflict.
 
 Every row is checked before anything is written: its key, that its configuration hash is its
-configuration's, and that its metrics hold what a finished row of its experiment holds (the
-caller's ``required`` names); a file or row that fails is one :class:`StoreError` line naming it.
+configuration's, that every number in its metrics is finite and within ±1e100 (a non-finite
+metric is exported as null; a larger one is a damaged or hand-edited row, and would overflow the
+summaries of every later report), and that its metrics hold what a finished row of its
+experiment holds (the caller's ``required`` names); a file or row that fails is one
+:class:`StoreError` line naming it (a ``.jsonl`` file's line number) and nothing is imported.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from bayesify.bench.store import ResultsStore, RowKey, StoreError
 
 KEY_FIELDS = ("experiment", "method", "dataset", "split", "seed", "config_hash")
 RECOVERED = "recovered_from"  # metrics key of a row recovered from a flat table (no plot data)
+#: the largest metric magnitude imported: sums of squares over many rows stay finite
+METRIC_LIMIT = 1e100
 
 
 @dataclass
@@ -106,10 +111,32 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     for n, line in enumerate(lines, 1):
         if line.strip():
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except (ValueError, RecursionError) as e:
                 raise StoreError(f"{path}:{n}: not a JSON row ({e})") from None
+            if isinstance(row, dict) and isinstance(row.get("metrics"), dict):
+                check_metrics(row["metrics"], f"{path}:{n}")
+            rows.append(row)
     return rows
+
+
+def check_metrics(metrics: dict[str, Any], where: str) -> None:
+    """Every number in ``metrics`` (also inside lists) finite and within ±:data:`METRIC_LIMIT`;
+    else a :class:`StoreError` naming ``where`` and the field (nothing is imported)."""
+
+    def bad(value: Any) -> bool:
+        if isinstance(value, list):
+            return any(bad(v) for v in value)
+        if isinstance(value, dict):
+            return any(bad(v) for v in value.values())
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return number and not (math.isfinite(value) and abs(value) <= METRIC_LIMIT)
+
+    for name, value in metrics.items():
+        if bad(value):
+            shown = value if not isinstance(value, list | dict) else "a list holding a number"
+            raise StoreError(f"{where}: metric {name!r} is {shown}, not a finite number within "
+                             f"±{METRIC_LIMIT:g}; nothing of the file was imported")  # fmt: skip
 
 
 def checked_key(
@@ -134,6 +161,7 @@ def checked_key(
             f"{where}: config_hash {row['config_hash']} is not the hash of its config "
             f"({config_hash(row['config'])})"
         )
+    check_metrics(row["metrics"], where)
     needed = (required or {}).get(row["experiment"], ())
     bad = [k for k in needed if not _number_or_null(row["metrics"].get(k, "absent"))]
     if bad:

@@ -24,7 +24,8 @@ def summarise(
             if n == 0:
                 continue
             mean = sum(vals) / n
-            sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / (n - 1)) if n > 1 else 0.0
+            squares = sum((v - mean) * (v - mean) for v in vals)  # overflows to inf
+            sd = math.sqrt(squares / (n - 1)) if n > 1 else 0.0
             stats[k] = (mean, sd / math.sqrt(n), n)
         out[key] = stats
     return out
