@@ -159,6 +159,9 @@ CASES = {
     "load-shape-mismatch": lambda p: bayesify.load(_edited_bundle(p, lambda c: c["model"]["kwargs"][
         "layers"][0]["kwargs"].update(in_features=30000, out_features=30000))),
     "load-int-weights": lambda p: bayesify.load(_int_bundle(p)),
+    "load-buffer-shape": lambda p: bayesify.load(_bn_bundle_with_wide_mean(p)),
+    "load-too-many-layers": lambda p: bayesify.load(_edited_bundle(p, lambda c: c["model"][
+        "kwargs"].update(layers=[{"name": str(i), "type": "ReLU"} for i in range(1001)]))),
     "import-missing-metrics": lambda p: _import_bogus(p),
     "store-damaged": lambda p: _damaged_store(p),
     "fit-complex": lambda p: _plain_method().fit(
@@ -257,9 +260,61 @@ def _cluster_run(tmp_path, without_distributed: bool = False):
                  cluster=f"tcp://127.0.0.1:{free_port()}")  # fmt: skip
 
 
+def _scheduler_lost(tmp_path):
+    """A ``--cluster`` run whose client's futures are cancelled as when the scheduler dies."""
+    import contextlib
+    from types import SimpleNamespace
+    from unittest import mock
+
+    from bayesify.bench import engines
+    from bayesify.bench.runner import run_jobs
+
+    class Lost:
+        status = "cancelled"
+
+        def result(self, timeout=None):
+            raise type("FutureCancelledError", (Exception,),
+                       {"reason": "scheduler-connection-lost"})()  # fmt: skip
+
+    client = SimpleNamespace(as_current=contextlib.nullcontext, close=lambda: None,
+                             submit=lambda *a, **k: Lost())  # fmt: skip
+    fake = SimpleNamespace(as_completed=lambda futures: list(futures))
+    with mock.patch.object(engines, "_distributed", lambda: fake), \
+            mock.patch.object(engines.DaskCluster, "connect", lambda self: client):  # fmt: skip
+        run_jobs("e", [_ToyJob("m", "d", s) for s in range(2)], vars, tmp_path / "r.db",
+                 progress=False, cluster="tcp://127.0.0.1:8786")  # fmt: skip
+
+
+def _bench_faults(tmp_path, case):
+    """A results store, a search journal or a file of rows damaged as ``case`` says."""
+    import json
+    from functools import partial
+
+    from bayesify.bench.runner import config_hash, run_jobs
+    from bayesify.bench.search import Dimension, SearchSettings, run_search
+    from bayesify.bench.store_io import import_rows, read_rows
+
+    if case == "store-empty":
+        (tmp_path / "results.db").write_bytes(b"")
+        run_jobs("e", [_ToyJob("m", "d", 0)], vars, tmp_path / "results.db", progress=False)
+    elif case == "search-journal-damaged":
+        (tmp_path / "uci.search.journal").write_text('{"op_code": 0}\n{"op_code": \n{}\n')
+        run_search(partial(lambda p, r: (float(p["a"]), None)), [Dimension("a", (1, 2))],
+                   SearchSettings(storage=str(tmp_path / "uci.search.journal")))  # fmt: skip
+    else:
+        row = {"experiment": "e", "method": "m", "dataset": "d", "split": 0, "seed": 0,
+               "config_hash": config_hash({}), "config": {}, "metrics": {"ll": 1e308}}  # fmt: skip
+        (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+        import_rows(tmp_path / "r.db", read_rows(tmp_path / "rows.jsonl"))
+
+
 CASES.update({
     "cluster-needs-distributed": lambda p: _cluster_run(p, without_distributed=True),
     "cluster-unreachable": lambda p: _cluster_run(p),
+    "cluster-scheduler-lost": _scheduler_lost,
+    "store-empty": lambda p: _bench_faults(p, "store-empty"),
+    "search-journal-damaged": lambda p: _bench_faults(p, "search-journal-damaged"),
+    "import-metric-out-of-range": lambda p: _bench_faults(p, "import-metric-out-of-range"),
 })  # fmt: skip
 
 
@@ -314,6 +369,16 @@ def _int_bundle(tmp_path):
 
     weights = _plain_method().save(tmp_path / "b") / "weights.safetensors"
     save_file({k: v.to(torch.int64) for k, v in load_file(weights).items()}, weights)
+    return tmp_path / "b"
+
+
+def _bn_bundle_with_wide_mean(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    m = bayesify.Deterministic(nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3), nn.Linear(3, 1)))
+    m.noise_variance = 1.0
+    weights = m.save(tmp_path / "b") / "weights.safetensors"
+    save_file({**load_file(weights), "1.running_mean": torch.zeros(5)}, weights)
     return tmp_path / "b"
 
 

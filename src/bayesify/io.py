@@ -18,11 +18,9 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
@@ -36,10 +34,6 @@ FORMAT_VERSION = 1
 WEIGHTS_KEY = "weights"  # config.json's name of a weights file other than WEIGHTS (mid-save)
 _PICKLE_SUFFIXES = {".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin"}
 _HASHED = re.compile(r"weights-[0-9a-f]{16}\.safetensors")
-#: safetensors dtype codes -> torch names, for messages
-_DTYPES = {"F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16",
-           "I64": "int64", "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8",
-           "BOOL": "bool", "C64": "complex64"}  # fmt: skip
 
 
 class BundleError(ValueError):
@@ -184,42 +178,3 @@ def read_bundle(path: str | Path) -> tuple[dict[str, Tensor], dict[str, Any]]:
     """Read a bundle folder written by :func:`write_bundle`; refuses pickle files."""
     cfg, weights = read_config(path)
     return read_weights(weights), cfg
-
-
-def check_fits(
-    path: str | Path, net: torch.nn.Module, specs: Mapping[str, tuple[str, tuple[int, ...]]]
-) -> None:
-    """Refuse, before any tensor is read or any real network allocated, weights that do not
-    fit ``net`` (built on the meta device): missing or extra names, parameters of another
-    shape, or whole numbers where the network holds floating point weights."""
-    state = net.state_dict(keep_vars=True)
-    missing = [k for k in state if k not in specs]
-    unexpected = [k for k in specs if k not in state]
-    if missing or unexpected:
-        raise BundleError(
-            f"bundle {path} does not fit the network: missing {missing[:5]}, "
-            f"unexpected {unexpected[:5]}"
-        )
-    params = {k for k, _ in net.named_parameters()}
-    for k, value in state.items():
-        code, shape = specs[k]
-        if value.dtype.is_floating_point and not (code.startswith("F") or code == "BF16"):
-            wanted = str(value.dtype).removeprefix("torch.")
-            raise BundleError(
-                f"bundle {path}: tensor {k!r} is {_DTYPES.get(code, code)} in the weights file; "
-                f"the network's weights are floating point ({wanted})"
-            )
-        if k in params and shape != tuple(value.shape):
-            raise BundleError(
-                f"bundle {path}: tensor {k!r} has shape {list(shape)} in the weights file; the "
-                f"network its config.json describes needs {list(value.shape)}"
-            )
-
-
-def resize_like(module: torch.nn.Module, state: dict[str, Tensor]) -> None:
-    """Give buffers whose size depends on data (e.g. statistics banks) the saved shapes."""
-    for name, buf in list(module.named_buffers()):
-        if name in state and state[name].shape != buf.shape:
-            owner_name, _, attr = name.rpartition(".")
-            owner = module.get_submodule(owner_name) if owner_name else module
-            setattr(owner, attr, torch.empty_like(state[name], device=buf.device, dtype=buf.dtype))

@@ -14,16 +14,17 @@ import torch
 from torch import nn
 
 from bayesify.data.preprocessing import Preprocessing
-from bayesify.io import (
-    BundleError,
-    check_fits,
-    read_config,
-    read_weights,
-    resize_like,
-    tensor_specs,
-)
+from bayesify.io import BundleError, read_config, read_weights, tensor_specs
 from bayesify.methods.base import Method, MethodConfig
 from bayesify.methods.bayes_by_backprop import BayesByBackprop
+from bayesify.methods.bundle_checks import (
+    BundleLimits,
+    check_bundle,
+    check_members,
+    check_spec,
+    counted_build,
+    resize_like,
+)
 from bayesify.methods.continual import VCL
 from bayesify.methods.deterministic import Deterministic
 from bayesify.methods.distilled import Distilled
@@ -90,11 +91,14 @@ def load(path: str | Path, net: nn.Module | str | None = None, device: str | Non
     function that returns one.
 
     Nothing is allocated before the weights file's header (tensor names, shapes, dtypes) is
-    checked against the network the config describes, built first on the meta device; a
-    malformed ``config.json`` is one :class:`BundleError`.
+    checked against every tensor of the network the config describes, buffers included, built
+    first on the meta device, and the build's layers, parameters and buffer numbers are within
+    the limits of :class:`~bayesify.methods.bundle_checks.BundleLimits`; a malformed
+    ``config.json`` is one :class:`BundleError`.
     """
     if device is not None:
         check_device(device)  # before any work: CUDA asked for where there is none
+    limits = BundleLimits.from_env()
     cfg, weights = read_config(path)
     specs = tensor_specs(weights)
     if isinstance(net, str):
@@ -102,10 +106,10 @@ def load(path: str | Path, net: nn.Module | str | None = None, device: str | Non
     with _config_errors(path):
         if net is None:
             with torch.device("meta"), _quiet():  # shapes and dtypes without a byte of memory
-                check_fits(path, _method(path, cfg, None).net, specs)
-        method = _method(path, cfg, net)
+                check_bundle(path, _method(path, cfg, None, limits).net, specs, limits)
+        method = _method(path, cfg, net, limits)
         if net is not None:
-            check_fits(path, method.net, specs)
+            check_bundle(path, method.net, specs, limits)
     tensors = read_weights(weights)
     resize_like(method.net, tensors)
     method.net.load_state_dict(tensors)
@@ -146,8 +150,11 @@ def _config_errors(path: str | Path) -> Iterator[None]:
         raise BundleError(f"bundle {path}: config.json is malformed ({reason})") from None
 
 
-def _method(path: str | Path, cfg: dict[str, Any], net: nn.Module | None) -> Method:
-    """The method the config describes around ``net`` (None: the network it records)."""
+def _method(
+    path: str | Path, cfg: dict[str, Any], net: nn.Module | None, limits: BundleLimits
+) -> Method:
+    """The method the config describes around ``net`` (None: the network it records), its
+    layers counted as they are built."""
     cls = get_method(cfg["method"])
     if net is None:
         if not cfg.get("model"):
@@ -158,9 +165,13 @@ def _method(path: str | Path, cfg: dict[str, Any], net: nn.Module | None) -> Met
                 "package.module:factory (on PYTHONPATH) or bayesify.load(path, "
                 'net="package.module:factory"), or pass net=YourNet()'
             )
-        net = build_model(cfg["model"])
+        check_spec(path, cfg["model"], limits)
+        with counted_build(path, limits):
+            net = build_model(cfg["model"])
+    check_members(path, cfg["config"], net, limits)
     config = cls.Config.from_dict(resolve_method_names(cls.Config, cfg["config"]))
-    return cls(net, config, inplace=True)  # a network built here: no copy needed
+    with counted_build(path, limits):
+        return cls(net, config, inplace=True)  # a network built here: no copy needed
 
 
 def _restore(method: Method, cfg: dict[str, Any]) -> None:
