@@ -288,7 +288,6 @@ def _scheduler_lost(tmp_path):
 def _bench_faults(tmp_path, case):
     """A results store, a search journal or a file of rows damaged as ``case`` says."""
     import json
-    from functools import partial
 
     from bayesify.bench.runner import config_hash, run_jobs
     from bayesify.bench.search import Dimension, SearchSettings, run_search
@@ -299,7 +298,7 @@ def _bench_faults(tmp_path, case):
         run_jobs("e", [_ToyJob("m", "d", 0)], vars, tmp_path / "results.db", progress=False)
     elif case == "search-journal-damaged":
         (tmp_path / "uci.search.journal").write_text('{"op_code": 0}\n{"op_code": \n{}\n')
-        run_search(partial(lambda p, r: (float(p["a"]), None)), [Dimension("a", (1, 2))],
+        run_search(lambda p, r: (float(p["a"]), None), [Dimension("a", (1, 2))],
                    SearchSettings(storage=str(tmp_path / "uci.search.journal")))  # fmt: skip
     else:
         row = {"experiment": "e", "method": "m", "dataset": "d", "split": 0, "seed": 0,

@@ -10,7 +10,10 @@ and writes it when the result arrives, so the workers need no access to the stor
 row is written once. A worker lost mid-job (killed, its machine gone) has its job rerun by the
 scheduler on another worker; only one result comes back. A job whose workers die repeatedly
 (Dask's ``distributed.scheduler.allowed-failures``, 3 by default) is recorded as failed and
-rerun by the next run.
+rerun by the next run. A lost scheduler ends the run with one :class:`ClusterError` line naming
+its address; the rows in flight stay ``running`` and the next run reruns them. A
+:class:`~bayesify.bench.store.StoreError` a job raises (a damaged search journal) stops either
+engine, its rows left to run.
 """
 
 from __future__ import annotations
