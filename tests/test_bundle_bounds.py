@@ -203,8 +203,10 @@ def test_bayesify_predict_and_calibrate_say_one_line(tmp_path):
     bundle = _widened(_laplace(tmp_path / "b"))
     rows = tmp_path / "rows.csv"
     rows.write_text("x0,x1,x2,x3,x4,y\n" + "1,2,3,4,5,6\n" * 4)
-    runs = [["predict", str(bundle), str(rows), "--out", str(tmp_path / "p.csv")],
-            ["calibrate", str(bundle), "--data", str(rows), "--target", "y"]]  # fmt: skip
+    runs = [
+        ["predict", str(bundle), str(rows), "--out", str(tmp_path / "p.csv")],
+        ["calibrate", str(bundle), "--data", str(rows), "--target", "y", "--coverage", "0.8"],
+    ]
     for args in runs:
         said = _one_line(CliRunner().invoke(app, args))
         assert "'2.posterior.q_in' has shape [8, 8]" in said, said
