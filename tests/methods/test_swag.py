@@ -267,7 +267,7 @@ def test_default_rate_spreads_far_from_the_data_and_the_old_rate_did_not():
     assert far < 0.6 * noise, (inside, far, noise)
 
 
-def test_a_collapsed_gaussian_warns_in_one_line_naming_what_to_change():
+def test_a_collapsed_gaussian_warns_in_one_line_naming_what_to_change(tmp_path):
     x, y = regression_data(160)
     with pytest.warns(bayesify.methods.spread.NegligibleSpreadWarning) as caught:
         method = bayesify.SWAG.from_pretrained(mlp(5, hidden=(8,), norm=None), (x[:120], y[:120]),
@@ -277,8 +277,8 @@ def test_a_collapsed_gaussian_warns_in_one_line_naming_what_to_change():
     assert "\n" not in message and message.startswith("SWAG: the weight-driven spread")
     assert "raise swag_lr toward the training rate (collected with sgd at 1e-06)" in message
     assert method.epistemic_share < 0.01
-    with pytest.warns(bayesify.methods.spread.NegligibleSpreadWarning, match="SWAG"):
-        method.predict(x[120:], samples=8, seed=0)
+    with pytest.warns(bayesify.methods.spread.NegligibleSpreadWarning, match="sgd at 1e-06"):
+        bayesify.load(method.save(tmp_path / "b")).predict(x[120:], samples=8, seed=0)
 
 
 def test_the_deterministic_network_never_warns():

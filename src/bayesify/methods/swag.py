@@ -105,8 +105,16 @@ class SWAG(Method):
 
     @property
     def spread_hint(self) -> str:  # type: ignore[override]
-        lr, opt = getattr(self, "collected_with", (self.config.swag_lr, "sgd"))
+        lr, opt = getattr(self, "collected_with", (self.config.swag_lr or "?", "sgd"))
         return f"raise swag_lr toward the training rate (collected with {opt} at {lr})"
+
+    def extra_state(self) -> dict[str, Any]:
+        lr, opt = getattr(self, "collected_with", (None, None))
+        return {} if lr is None else {"collected_lr": lr, "collected_optimizer": opt}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        if state.get("collected_lr") is not None:
+            self.collected_with = (float(state["collected_lr"]), str(state["collected_optimizer"]))
 
     @property
     def members(self) -> int:
