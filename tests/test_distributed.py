@@ -98,14 +98,56 @@ def _raised_in_replica(index: int, error: Exception) -> ProcessRaisedException:
 
 def test_an_error_inside_a_spawned_replica_reaches_the_caller_as_one_line() -> None:
     from bayesify.data.errors import DataError
-    from bayesify.train.distributed import _replica_error
+    from bayesify.train.distributed import ReplicasDiffer, _replica_error
 
     err = _replica_error(_raised_in_replica(1, DataError("12 training rows are too few")))
     assert type(err) is ValueError
     assert str(err) == "training replica 1: 12 training rows are too few"
+    differ = _raised_in_replica(1, ReplicasDiffer("replica 1 differs from replica 0 in epochs"))
+    assert type(_replica_error(differ)) is ValueError
     err = _replica_error(_raised_in_replica(0, KeyError("weight")))
     assert type(err) is RuntimeError and str(err) == "training replica 0: KeyError: 'weight'"
     killed = ProcessExitedException("process 1 terminated", 1, 4242, -9, "SIGKILL")
     assert str(_replica_error(killed)) == (
         "training replica 1 ended with signal SIGKILL before it finished"
     )
+
+
+def test_a_replica_that_fails_out_of_step_leaves_torchrun_group_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fit that stops between collectives (an error on one node only) leaves the group there
+    and then, so the peers fail on the closed connection instead of waiting for the timeout; a
+    later fit in that process is refused in one line instead of meeting a group out of step.
+    The refusal raised by every replica (rows that differ) keeps the group."""
+    import torch.distributed as dist
+
+    from bayesify.bench.process import free_port
+    from bayesify.train import distributed
+
+    env = {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+           "MASTER_PORT": str(free_port()), "TORCHELASTIC_USE_AGENT_STORE": "False"}  # fmt: skip
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(distributed, "_group_state", {"broken": False})
+    monkeypatch.setattr(distributed.atexit, "register", lambda f: f)
+    strategy, net = distributed.DDP(nproc=1, timeout_s=30), nn.Linear(2, 1)
+
+    def differ(replica: object) -> None:
+        raise distributed.ReplicasDiffer("replica 1 differs")
+
+    def fail(replica: object) -> None:
+        raise FloatingPointError("training loss became nan")
+
+    try:
+        with pytest.raises(distributed.ReplicasDiffer):
+            strategy.run(differ, net)
+        assert dist.is_initialized()  # every replica raised at the same check: kept
+        with pytest.raises(FloatingPointError):
+            strategy.run(fail, net)
+        assert not dist.is_initialized()
+        with pytest.raises(RuntimeError, match="left torchrun's group after a failed fit"):
+            strategy.run(fail, net)
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

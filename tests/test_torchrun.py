@@ -68,7 +68,9 @@ def _two_nodes(
     """Two torchrun launchers meeting on one free loopback port, both run to the end, and what
     ``meanwhile()`` returns (run in this process while they start and train)."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1"}
+    # faulthandler: an abort or a hang (SIGABRT below) prints every thread's Python stack
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": "1",
+           "PYTHONFAULTHANDLER": "1"}  # fmt: skip
     for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"):
         env.pop(k, None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
@@ -90,7 +92,15 @@ def _two_nodes(
     try:
         result = meanwhile()
         for p in procs:
-            stdout, stderr = p.communicate(timeout=240)
+            try:
+                stdout, stderr = p.communicate(timeout=240)
+            except subprocess.TimeoutExpired:
+                stacks = []
+                for q in procs:  # where each process waits, then the failure
+                    if q.poll() is None:
+                        os.killpg(q.pid, signal.SIGABRT)
+                    stacks.append(q.communicate(timeout=60)[1][-6000:])
+                pytest.fail("the torchrun nodes hung; their stacks:\n" + "\n---\n".join(stacks))
             done.append(subprocess.CompletedProcess(cmd, p.returncode, stdout, stderr))
     finally:
         for p in procs:
@@ -166,8 +176,9 @@ def test_two_torchrun_nodes_train_what_one_process_trains(tmp_path: Path) -> Non
     out = tmp_path / "out"
     out.mkdir()
     runs, refs = _two_nodes(table, out, lambda: {n: _one_process(n, table) for n in NORM})
-    for run in runs:
+    for run in runs:  # both nodes end cleanly: no abort of a thread left running at exit
         assert run.returncode == 0, run.stderr[-3000:]
+        assert "terminate called" not in run.stderr, run.stderr[-3000:]
     # only rank 0 prints; the other node's worker prints nothing
     printed = sorted((" ".join(run.stdout.split()) for run in runs), key=len)
     assert printed[0] == "", printed[0]

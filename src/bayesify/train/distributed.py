@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import gc
 import logging
 import os
 import tempfile
@@ -154,21 +155,34 @@ class DDP(Strategy):
         world, rank = int(os.environ["WORLD_SIZE"]), int(os.environ["RANK"])
         if world != self.nproc:
             log.info("torchrun's WORLD_SIZE=%d replaces nproc=%d", world, self.nproc)
+        if _group_state["broken"]:
+            raise RuntimeError("this process left torchrun's group after a failed fit; start "
+                               "every node again to train once more")  # fmt: skip
         if not dist.is_initialized():
             # joined once and kept: a second group in the same process would meet in torchrun's
             # store under the first one's keys
             dist.init_process_group(self._backend(device), init_method="env://",
                                     timeout=timedelta(seconds=self.timeout_s))  # fmt: skip
             atexit.register(_leave_group)
-        trained = train_replica(_DDPReplica(self, rank, world))
-        for t in trained.net.state_dict().values():
-            dist.broadcast(t, src=0)
+        try:
+            trained = train_replica(_DDPReplica(self, rank, world))
+            for t in trained.net.state_dict().values():
+                dist.broadcast(t, src=0)
+        except ReplicasDiffer:
+            raise  # raised by every replica at the same check: the group is still in step
+        except BaseException:
+            # this replica stops between collectives its peers are waiting in: leave the group
+            # now, so they fail at once on the closed connection instead of at the timeout
+            _group_state["broken"] = True
+            _leave_group()
+            raise
         return trained.history
 
 
 #: a replica's error type (the last line of its traceback) -> the one the caller sees
 _ERROR_TYPES: dict[str, type[Exception]] = {
     "ValueError": ValueError,
+    "ReplicasDiffer": ValueError,
     "DataError": ValueError,
     "TypeError": TypeError,
     "OSError": OSError,
@@ -192,9 +206,32 @@ def _replica_error(e: ProcessException) -> Exception:
     return kind(f"{who}: {message}")
 
 
+class ReplicasDiffer(ValueError):
+    """Replicas would train on other rows or options (raised by every replica at once)."""
+
+
+#: "broken": this process left torchrun's group after a fit that stopped out of step
+_group_state = {"broken": False}
+
+
 def _leave_group() -> None:
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    """Leave torchrun's group (at exit, or at once after a failed fit) while the interpreter is
+    whole: DDP wrappers that a reference cycle kept are collected first, so the gloo group and
+    its worker threads are freed and joined here and not in interpreter teardown (a thread
+    there that reaches for the GIL aborts the process: "terminate called without an active
+    exception"); on a group still in step every rank first meets at a barrier, so none closes
+    its connections while a peer still reads the last collective's bytes."""
+    if not dist.is_initialized():
+        return
+    gc.collect()
+    if not _group_state["broken"]:
+        try:
+            dist.barrier()  # bounded by the group's timeout
+        except Exception as e:  # a peer already gone: nothing left to wait for
+            log.warning("leaving torchrun's group without its peers: %s",
+                        str(e).splitlines()[0] if str(e) else type(e).__name__)  # fmt: skip
+    dist.destroy_process_group()
+    gc.collect()
 
 
 class _DDPReplica(Replica):
@@ -260,7 +297,7 @@ class _DDPReplica(Replica):
             close = torch.isclose(other, first, rtol=1e-9, atol=0) | (other.isnan() & first.isnan())
             if not close.all():
                 names = ", ".join(k for k, ok in zip(mine, close.tolist(), strict=True) if not ok)
-                raise ValueError(
+                raise ReplicasDiffer(
                     f"replica {r} differs from replica 0 in {names}: every node must run the same "
                     "command on the same data"
                 )
