@@ -36,7 +36,7 @@ from bayesify.bench.experiments.uci_jobs import (
     teye_jobs,
 )
 from bayesify.bench.options import check_choices, command_line, option
-from bayesify.bench.search import SearchSettings
+from bayesify.bench.search import SearchJob, SearchSettings
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS, uci_n_splits
 from bayesify.methods.likelihood import Likelihood
 from bayesify.options import NoiseProtocol
@@ -44,6 +44,9 @@ from bayesify.options import NoiseProtocol
 log = logging.getLogger(__name__)
 
 PRESETS = ("quick", "paper")
+#: MC dropout exactly as Gal's 2018 code runs it (:mod:`gal2018_protocol`): its own rows and page
+GAL2018 = "gal2018"
+GAL2018_PAGE = "benchmarks/uci_gal2018.md"
 #: metrics exported with fewer digits: the uncertainty–error bins are only plotted
 EXPORT_DIGITS = {"ue_std": 6, "ue_rmse": 6}
 
@@ -53,7 +56,9 @@ class UCIBenchOptions:
     """Options of ``bayesify bench uci``."""
 
     command: ClassVar[str] = "uci"
-    protocol: str = option("gal", "gal (Gal's 90/10 splits) or teye (Teye et al.'s 80/20).")
+    protocol: str = option(
+        "gal", "gal (Gal's 90/10 splits), teye (Teye et al.'s 80/20) or gal2018 (Gal's 2018 code)."
+    )
     preset: str = option("quick", "quick (minutes) or paper (the papers' grids and epochs).")
     methods: tuple[str, ...] = option(
         ("all",),
@@ -82,7 +87,10 @@ class UCIBenchOptions:
         (), "Finished rows imported into --store first: exports (.jsonl), stores, or rows.csv."
     )
     export: str = option("", "JSON Lines file rewritten with --store's finished rows.")
-    out: str = option("benchmarks/uci.md", "The markdown page; CSV and figures beside it.")
+    out: str = option(
+        "benchmarks/uci.md",
+        f"The markdown page; CSV and figures beside it (gal2018: {GAL2018_PAGE}).",
+    )
     workers: int = option(0, "Parallel worker processes (0: one per CPU core).")
     sampler: str = option(
         "grid", "Hyper-parameter search: grid (the paper's full grid) or tpe (a trial budget)."
@@ -98,7 +106,7 @@ class UCIBenchOptions:
     preamble: str = option("", "A markdown file put under the page's title (e.g. the runs).")
 
     def __post_init__(self) -> None:
-        check_choices("protocol", (self.protocol,), PROTOCOLS)
+        check_choices("protocol", (self.protocol,), (*PROTOCOLS, GAL2018))
         check_choices("preset", (self.preset,), PRESETS)
         check_choices("noise protocol", (self.noise_protocol,), [p.value for p in NoiseProtocol])
         SearchSettings(self.sampler, self.trials, self.prune, workers=self.trial_workers)
@@ -132,6 +140,8 @@ class UCIBenchOptions:
             )
 
     def valid_methods(self) -> tuple[str, ...]:
+        if self.protocol == GAL2018:
+            return ("mc-dropout",)
         return GAL_METHODS if self.protocol == "gal" else TEYE_METHODS
 
     def method_list(self) -> tuple[str, ...]:
@@ -157,10 +167,17 @@ class UCIBenchOptions:
 
     def jobs(self) -> list[tuple[str, Any]]:
         """(experiment, job) of every row this command describes, with the search settings."""
-        return [(e, replace(j, **self.search_fields())) for e, j in self._jobs()]
+        return [
+            (e, replace(j, **self.search_fields()) if isinstance(j, SearchJob) else j)
+            for e, j in self._jobs()
+        ]
 
     def _jobs(self) -> list[tuple[str, Any]]:
         methods, datasets = self.method_list(), self.dataset_list()
+        if self.protocol == GAL2018:
+            from bayesify.bench.experiments.gal2018_protocol import gal2018_jobs
+
+            return gal2018_jobs(datasets, self.split_count(), self.epochs)
         if self.protocol == "teye":
             return teye_jobs(
                 methods, datasets, self.split_count(), self.preset, epochs=self.epochs,
@@ -174,9 +191,10 @@ class UCIBenchOptions:
 
 def score_function(experiment: str) -> Any:
     """The module-level function that scores a job of ``experiment``."""
-    from bayesify.bench.experiments import gal_uci, uci_gal_methods, uci_jobs
+    from bayesify.bench.experiments import gal2018_protocol, gal_uci, uci_gal_methods, uci_jobs
 
     return {
+        gal2018_protocol.EXPERIMENT: gal2018_protocol.score_job,
         uci_jobs.GAL_EXPERIMENT: gal_uci.score_job,
         uci_jobs.METHODS_EXPERIMENT: uci_gal_methods.score_method_job,
         uci_jobs.TEYE_EXPERIMENT: uci_jobs.score_teye_job,
@@ -227,6 +245,12 @@ def run(opts: UCIBenchOptions) -> str:
             _export(opts)
     _export(opts)
     note = "; ".join(str(s) for s in summaries) or "report only"
+    if opts.protocol == GAL2018:
+        from bayesify.bench.experiments.gal2018_page import write_gal2018_page
+
+        out = GAL2018_PAGE if opts.out == "benchmarks/uci.md" else opts.out
+        return write_gal2018_page(out, (opts.store, *opts.read), command_line(opts),
+                                  f"{note}, {time.time() - t0:.0f} s wall")  # fmt: skip
     return write_page(
         opts.out,
         stores=(opts.store, *opts.read),
