@@ -10,10 +10,12 @@ Two ways to run it:
   node (``--nnodes=2 --nproc-per-node=1 --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT``):
   each process finds ``RANK``/``WORLD_SIZE``/``MASTER_ADDR`` set and joins torchrun's group of
   ``WORLD_SIZE`` replicas (``nproc`` is then ignored; ``LOCAL_RANK`` picks the GPU). The group
-  is joined once per process and kept for later fits (left at exit). Every process runs the
-  whole of ``fit`` and ends with the same fitted method (replica 0's weights, MCBN bank and τ),
-  so code after ``fit`` may run everywhere; only :func:`is_main_process` (rank 0) should write
-  files or print.
+  is joined once per process and kept for later fits; it is left at exit, once every rank has
+  reached the exit barrier (bounded by ``timeout_s``), or at once when a fit fails on some
+  ranks only, so their peers fail on the closed connection, not at the timeout. Every process
+  runs the whole of ``fit`` and ends with the same fitted method (replica 0's weights, MCBN bank
+  and τ), so code after ``fit`` may run everywhere; only :func:`is_main_process` (rank 0) should
+  write files or print.
 
 Semantics, explicitly (both ways):
 
