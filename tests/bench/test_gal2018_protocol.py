@@ -196,3 +196,26 @@ def test_training_fits_a_line_and_the_decay_shrinks_weights(fake_root):
     assert float(mse[1]) < 0.2
     norms = model.penalty()
     assert float(norms[0]) < 0.5 * float(norms[1])
+
+
+def test_page_pairs_our_splits_with_gals_same_splits():
+    """The page's yacht line: Gal's mean over the same splits and ours − Gal's per split, mean
+    ± sample std / √n, by numpy."""
+    from bayesify.bench.experiments.gal2018_page import table
+    from bayesify.bench.experiments.gal_2018 import load_gal_2018
+    from bayesify.data import DataError
+
+    try:
+        gal = load_gal_2018("yacht")
+    except DataError as e:
+        pytest.skip(f"Gal's 2018 UCI results not found: {e}")
+    splits = [0, 3, 7]
+    ours = {s: {"ll": -1.0 - 0.1 * s, "rmse": 0.5 + 0.01 * s, "seconds": 10.0,
+                "config": {"epochs": 4000}} for s in splits}  # fmt: skip
+    (line,) = table({"yacht": ours})[2:]
+    d = np.array([ours[s]["ll"] - gal.ll[s] for s in splits])
+    se = d.std(ddof=1) / math.sqrt(3)
+    assert f"{d.mean():+.3f} ± {se:.3f} | {d.mean() / se:+.2f}" in line
+    g_ll = np.array([gal.ll[s] for s in splits])
+    assert f"{g_ll.mean():.3f} ± {g_ll.std(ddof=1) / math.sqrt(3):.3f}" in line
+    assert line.startswith("| yacht | 3 | 4000 |")

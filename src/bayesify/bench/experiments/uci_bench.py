@@ -2,18 +2,19 @@
 resumable results store -> benchmarks/uci.md with the published figures beside ours, a CSV of
 every row and uncertainty–error plots.
 
-Protocols: ``gal`` (the standard 90/10 splits, 20 per dataset and 5 for protein; MC dropout,
-deep ensemble, Bayes by Backprop, IBNN, StochasticNorm and MCBN, homoscedastic and
-heteroscedastic; hyper-parameters chosen by validation log-likelihood on the last 20% of each
-training split) and ``teye`` (5 seeded 80/20 splits; MCBN with CUBN, MC dropout with CUDO;
-Teye's search by validation RMSE and τ protocol). One store row per (method, dataset, split,
-likelihood, configuration); run the same command again after an interruption and finished rows
-are kept. ``--report-only`` rewrites the page from the stores (``--store`` and ``--read``) without
-training. ``--seed-from`` imports finished rows into the store first (the committed export
-``benchmarks/uci/store.jsonl``, another store, or a page's ``rows.csv``), so a run on a new
-machine resumes where the last stopped; ``--export`` rewrites that file from the store.
-Presets: ``quick`` (small datasets, 3 splits, small grids) and ``paper`` (all datasets and
-splits, the papers' grids and epochs).
+Protocols: ``gal`` (the standard 90/10 splits, 20 per dataset and 5 for protein; MC dropout, deep
+ensemble, Bayes by Backprop, IBNN, StochasticNorm and MCBN, homoscedastic and heteroscedastic;
+hyper-parameters chosen by validation log-likelihood on the last 20% of each training split),
+``teye`` (5 seeded 80/20 splits; MCBN with CUBN, MC dropout with CUDO; Teye's search by validation
+RMSE and τ protocol) and ``gal2018`` (MC dropout exactly as Gal's 2018 code runs it,
+:mod:`gal2018_protocol`; its page is ``benchmarks/uci_gal2018.md``). One store row per (method,
+dataset, split, likelihood, configuration); run the same command again after an interruption and
+finished rows are kept. ``--report-only`` rewrites the page from the stores (``--store`` and
+``--read``) without training. ``--seed-from`` imports finished rows into the store first (the
+committed export ``benchmarks/uci/store.jsonl``, another store, or a page's ``rows.csv``), so a run
+on a new machine resumes where the last stopped; ``--export`` rewrites that file from the store.
+Presets: ``quick`` (small datasets, 3 splits, small grids) and ``paper`` (all datasets and splits,
+the papers' grids and epochs).
 
     bayesify bench uci --protocol gal --methods ensemble --datasets all --splits 0
 """
@@ -249,8 +250,9 @@ def run(opts: UCIBenchOptions) -> str:
         from bayesify.bench.experiments.gal2018_page import write_gal2018_page
 
         out = GAL2018_PAGE if opts.out == "benchmarks/uci.md" else opts.out
+        preamble = Path(opts.preamble).read_text() if opts.preamble else ""
         return write_gal2018_page(out, (opts.store, *opts.read), command_line(opts),
-                                  f"{note}, {time.time() - t0:.0f} s wall")  # fmt: skip
+                                  f"{note}, {time.time() - t0:.0f} s wall", preamble)  # fmt: skip
     return write_page(
         opts.out,
         stores=(opts.store, *opts.read),
