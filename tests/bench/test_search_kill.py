@@ -58,7 +58,10 @@ def _kill_at(proc: subprocess.Popen, storage: Path, lines: int, extra: float) ->
 def _finished(storage: Path) -> list[dict]:
     """The configurations with a finished (complete) trial in the journal."""
     optuna = optuna_module()
-    study = optuna.load_study(study_name="kill", storage=_storage(optuna, str(storage)))
+    try:
+        study = optuna.load_study(study_name="kill", storage=_storage(optuna, str(storage)))
+    except KeyError:  # killed before it made the study
+        return []
     S = optuna.trial.TrialState
     return [t.params for t in study.get_trials(deepcopy=False, states=(S.COMPLETE,))]
 
