@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -47,14 +47,15 @@ runner = CliRunner()
 KINDS = [
     "float", "int", "Int64", "Float64", "bool", "category", "text", "digit_text", "mixed",
     "constant", "near_constant", "part_constant", "tiny", "id_int", "id_text", "float32",
-    "uint8", "negative_zero", "unicode_text",
+    "uint8", "negative_zero", "unicode_text", "offset", "big", "two_values",
 ]  # fmt: skip
 #: feature column kinds every table holding one is refused for
 REFUSED = ["int_missing", "datetime", "iso_text", "numbers_and_a_word", "extreme", "inf_nan",
            "many_text"]  # fmt: skip
 #: target kinds
 TARGETS = ["float", "float_large", "float_int", "int_labels", "text_labels", "bool_labels",
-           "two_labels_rare", "digit_text"]  # fmt: skip
+           "two_labels_rare", "digit_text", "float_tiny", "float_huge", "float_constant",
+           "float_offset", "float_outlier", "one_row_class", "many_labels"]  # fmt: skip
 NAMES = [
     "x", "a b", " a", "a ", "Ä©cènt", "温度", "🌡 temp", "1", "0.5", "-3", "nan", "None",
     "True", "row", "index", "Unnamed: 0", "a,b", 'q"uote', "tab\there", "x.1", "#", "",
@@ -128,6 +129,12 @@ def _column(kind: str, n: int, rng: np.random.Generator) -> pd.Series | np.ndarr
         v = rng.normal(size=n)
         v[rng.integers(n)] = rng.choice([np.inf, -np.inf, np.nan])
         return v
+    if kind == "offset":  # a large offset, small spread: float32 keeps few digits of it
+        return 1e9 + rng.normal(size=n) * 1e-3
+    if kind == "big":
+        return rng.normal(size=n) * 1e20
+    if kind == "two_values":
+        return rng.choice([-1e-7, 1e7], n)
     if kind == "negative_zero":
         return rng.choice([0.0, -0.0, 1.0], n)
     if kind == "id_int":
@@ -144,6 +151,18 @@ def _target(kind: str, n: int, rng: np.random.Generator, x: np.ndarray) -> np.nd
         return signal * 3 + 10
     if kind == "float_large":
         return signal * 1e15
+    if kind == "float_tiny":
+        return signal * 1e-25
+    if kind == "float_huge":
+        return signal * 1e17
+    if kind == "float_constant":
+        return np.full(n, 2.5)
+    if kind == "float_offset":
+        return 1e9 + signal * 1e-3
+    if kind == "float_outlier":
+        v = signal.copy()
+        v[rng.integers(n)] = 1e12
+        return v
     if kind == "float_int":
         return np.round(signal * 20).astype(int)  # many whole numbers: regression or classes
     cut = np.digitize(signal, np.quantile(signal, [1 / 3, 2 / 3]))
@@ -159,6 +178,12 @@ def _target(kind: str, n: int, rng: np.random.Generator, x: np.ndarray) -> np.nd
         return v
     if kind == "digit_text":
         return np.array(["0", "1", "2"])[cut]
+    if kind == "one_row_class":
+        v = np.array(["a", "b"])[cut % 2].astype(object)
+        v[rng.integers(n)] = "c"
+        return v
+    if kind == "many_labels":
+        return rng.integers(0, max(2, n // 2), n)
     raise AssertionError(kind)
 
 
@@ -361,6 +386,11 @@ _settings = settings(
 
 @_settings
 @given(tables())
+@example(  # a target too small for float32 variances (refused since)
+    {"n": 40, "columns": [["x", "float"], ["c", "text"]], "target": ["y", "float_tiny"],
+     "format": "csv", "method": "mcbn", "batch_size": 8, "conformal": True, "on_error": "skip",
+     "outputs": "parquet", "seed": 3}
+)  # fmt: skip
 def test_every_command_succeeds_or_refuses_in_one_line(plan):
     record = {"plan": plan, "steps": {}}
     started = time.perf_counter()
@@ -378,3 +408,24 @@ if SEED is not None:
     test_every_command_succeeds_or_refuses_in_one_line = seed(int(SEED))(
         test_every_command_succeeds_or_refuses_in_one_line
     )
+
+
+def test_a_target_too_small_for_float32_variances_is_refused_in_one_line(tmp_path):
+    """Found by the run above: a regression target on the scale of 1e-25 trained, was saved,
+    and then crashed scoring the validation rows (its variances underflow float32 to 0)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=40)
+    for scale, refused in ((1e-25, True), (1e-9, False)):
+        path = tmp_path / f"t{scale:g}.csv"
+        pd.DataFrame({"x": x, "y": (x + rng.normal(size=40)) * scale}).to_csv(path, index=False)
+        bundle = tmp_path / f"b{scale:g}"
+        code, out = _invoke("train", "train", "--data", path, "--target", "y", "--epochs", 1,
+                            "--hidden", 8, "--batch-size", 8, "--samples", T,
+                            "--out", bundle)  # fmt: skip
+        if refused:
+            assert code == 2 and "target 'y' varies by only" in _error(out), out
+            assert not bundle.exists()
+        else:
+            assert code == 0, out
+            _invoke("predict", "predict", bundle, path, "--out", tmp_path / "p.csv", "--samples", T)
+            _finite(pd.read_csv(tmp_path / "p.csv"), "predict")

@@ -33,6 +33,10 @@ MAX_CATEGORIES = 50
 #: the largest regression target magnitude taken: predictive variances are in the target's
 #: units squared and must stay within float32 (1e18² = 1e36 < 3.4e38, with room for the noise)
 TARGET_MAX = 1e18
+#: the smallest spread (standard deviation) of a varying regression target taken: below it the
+#: predictive variances, in the target's units squared, underflow float32 to zero (1e-12² =
+#: 1e-24, with room for a noise variance many orders smaller than the target's)
+TARGET_MIN_SPREAD = 1e-12
 #: name parts that mark a row id (``house_id``, ``sample id``, ``Index``, ``rowKey``, ...)
 ID_WORDS = {"id", "ids", "key", "index", "idx", "uuid", "guid", "pk", "rowid", "identifier"}
 
@@ -175,7 +179,8 @@ def _numeric_dtype(col: pd.Series) -> bool:
 
 
 def check_target_numbers(y: np.ndarray, target: str, problems: list[str]) -> None:
-    """Regression targets ``y [N]`` (float64): finite and within :data:`TARGET_MAX`."""
+    """Regression targets ``y [N]`` (float64): finite, within :data:`TARGET_MAX`, and varying
+    by no less than :data:`TARGET_MIN_SPREAD` (or not at all)."""
     inf = np.isinf(y)
     if inf.any():
         problems.append(f"target {target!r} has infinite values in {_rows(inf)}")
@@ -184,6 +189,13 @@ def check_target_numbers(y: np.ndarray, target: str, problems: list[str]) -> Non
         problems.append(f"target {target!r} has values beyond ±{TARGET_MAX:g} in {_rows(big)}: "
                         "predictive variances, in its units squared, would pass the float32 "
                         "range; rescale the column (e.g. to thousands or millions)")  # fmt: skip
+    finite = y[np.isfinite(y)]
+    spread = float(finite.std()) if len(finite) else 0.0
+    if 0 < spread < TARGET_MIN_SPREAD:
+        problems.append(f"target {target!r} varies by only {spread:.3g} (its standard "
+                        "deviation): predictive variances, in its units squared, would fall "
+                        "below the float32 range; rescale the column (e.g. multiply it by "
+                        "1e6 or 1e9)")  # fmt: skip
 
 
 def number_bounds(
