@@ -8,8 +8,14 @@ CI runs a few examples per operation (``BAYESIFY_FUZZ_EXAMPLES``, default 20: ab
 set it higher for a longer run, e.g. ``BAYESIFY_FUZZ_EXAMPLES=1000 pytest
 tests/serve/test_openapi_fuzz_inputs.py``.
 
-What the longer run found (1,000 examples per operation, 4,000 requests or so, with the
-checks of the request fields in place): no 5xx, no undocumented status or body.
+What the longer run found (``BAYESIFY_FUZZ_EXAMPLES=1000``, seed 2, about 4,000 requests in
+26 minutes on the shared 2-core machine, after the request-field checks went in): no 5xx and
+no undocumented status, content type or body. The server's counts: ``/v1/predict`` 499
+answered, 478 refused (422), 23 for another model (404); ``/v1/feedback`` 848 refused and 152
+for another model (no generated id was ever served); v2 ``/infer`` 360 answered, 222 refused,
+193 for another model, and its per-version route alike. Before those checks (found while
+writing them, not by this run) such bodies were answered, not refused: ``true`` as 1.0 in
+number columns, unknown row fields and v2 parameters ignored, ``"samples": true`` as 1.
 """
 
 from __future__ import annotations
