@@ -219,3 +219,29 @@ def test_page_pairs_our_splits_with_gals_same_splits():
     g_ll = np.array([gal.ll[s] for s in splits])
     assert f"{g_ll.mean():.3f} ± {g_ll.std(ddof=1) / math.sqrt(3):.3f}" in line
     assert line.startswith("| yacht | 3 | 4000 |")
+
+
+def test_page_compares_each_grid_points_validation_ll_with_gals(fake_root):
+    """Gal's validation file read in his order, 6 points per split; ours − his by hand; his
+    choice is the first maximum."""
+    from bayesify.bench.experiments.gal2018_page import gal_validation, validation_lines
+
+    folder, _, _ = fake_root
+    grid = [(p, t) for p in RATES for t in TAUS]
+    theirs = [-3.0, -2.0, -1.5, -1.5, -2.5, -4.0]  # his pick: (0.01, 4.0), the first -1.5
+    lines = [
+        f"Dropout_Rate: {p!r} Tau: {t!r} :: {v!r}" for (p, t), v in zip(grid, theirs, strict=True)
+    ]
+    (folder / "results" / "validation_ll_100_xepochs_1_hidden_layers.txt").write_text(
+        "\n".join(lines) + "\n"
+    )
+    assert gal_validation("yacht") == [[(p, t, v) for (p, t), v in zip(grid, theirs, strict=True)]]
+    ours = [-2.9, -2.2, -1.4, -1.6, -2.5, -3.0]
+    config = {"dropout_rates": list(RATES), "tau_values": list(TAUS)}
+    rows = {"yacht": {0: {"val_lls": ours, "dropout": 0.01, "tau": 4.0, "config": config}}}
+    diffs = np.subtract(ours, theirs)
+    (line,) = validation_lines(rows)
+    assert f"mean {diffs.mean():+.3f}, mean absolute {np.abs(diffs).mean():.3f}" in line
+    assert line.endswith("his on 1 of 1 splits")
+    rows["yacht"][0]["dropout"] = 0.1
+    assert validation_lines(rows)[0].endswith("his on 0 of 1 splits")

@@ -5,6 +5,7 @@ on the same splits, and the per-split paired difference (:func:`gal_2018.paired_
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,8 @@ from bayesify.bench.experiments.gal_2018 import Paired, load_gal_2018, paired_di
 from bayesify.bench.experiments.uci_rows import mean_se, pm
 from bayesify.data.errors import DataError
 from bayesify.data.uci import UCI_DATASETS
+
+_VAL = re.compile(r"^Dropout_Rate: (\S+) Tau: (\S+) :: (\S+)$")
 
 
 def load_rows(stores: Sequence[str | Path]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -39,6 +42,8 @@ def load_rows(stores: Sequence[str | Path]) -> dict[str, dict[int, dict[str, Any
 def _paired(p: Paired, higher_is_better: bool) -> str:
     if p.n == 0:
         return "–"
+    if math.isnan(p.se):
+        return f"{p.mean:+.3f} | – | – (one split)"
     verdict = "yes" if p.within_one_se(higher_is_better) else "no"
     z = "–" if math.isnan(p.z) else f"{p.z:+.2f}"
     return f"{p.mean:+.3f} ± {p.se:.3f} | {z} | {verdict}"
@@ -75,6 +80,54 @@ def table(rows: dict[str, dict[int, dict[str, Any]]], root: Any = None) -> list[
             f"| {_paired(p_rm, False)} | {sum(secs) / len(secs):.0f} |"
         )
     return lines
+
+
+def gal_validation(dataset: str, root: Any = None) -> list[list[tuple[float, float, float]]]:
+    """Gal 2018's validation log-likelihoods (``validation_ll_*``): per split, the (p, τ, LL) of
+    each grid point in his order ([] without the file)."""
+    from bayesify.bench.experiments.gal_2018 import STEM, results_dir
+
+    path = results_dir(dataset, root) / f"validation_ll_{STEM}.txt"
+    if not path.is_file():
+        return []
+    points = []
+    for line in path.read_text().splitlines():
+        m = _VAL.match(line.strip())
+        if m:
+            points.append(tuple(float(v) for v in m.groups()))
+    rates = {p for p, _, _ in points}
+    taus = {t for _, t, _ in points}
+    size = len(rates) * len(taus)
+    return [points[i : i + size] for i in range(0, len(points) - size + 1, size)]
+
+
+def validation_lines(rows: dict[str, dict[int, dict[str, Any]]], root: Any = None) -> list[str]:
+    """Per dataset, our validation LL of every grid point against Gal's on the same split and
+    point (the grid's training part is the same rows as his): mean and mean absolute difference,
+    and on how many splits we chose his (p, τ)."""
+    out = []
+    for d, rs in rows.items():
+        gal = gal_validation(d, root)
+        diffs, same = [], 0
+        for s, r in sorted(rs.items()):
+            if s >= len(gal):
+                continue
+            theirs = gal[s]
+            grid = [(p, t) for p in r["config"]["dropout_rates"] for t in r["config"]["tau_values"]]
+            if [(p, t) for p, t, _ in theirs] != grid:
+                continue
+            diffs += [a - b for a, (_, _, b) in zip(r["val_lls"], theirs, strict=True)]
+            best = max(range(len(theirs)), key=lambda i: (theirs[i][2], -i))
+            same += (theirs[best][0], theirs[best][1]) == (r["dropout"], r["tau"])
+        if diffs:
+            n = len(diffs) // max(1, len(rs))
+            out.append(
+                f"- {d}: {len(diffs)} (split, p, τ) points ({n} per split): ours − Gal's mean "
+                f"{sum(diffs) / len(diffs):+.3f}, "
+                f"mean absolute {sum(map(abs, diffs)) / len(diffs):.3f}"
+                f"; our chosen (p, τ) is his on {same} of {len(rs)} splits"
+            )
+    return out
 
 
 def chosen(rows: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
@@ -121,6 +174,13 @@ def write_gal2018_page(out: str | Path, stores: Sequence[str | Path], command: s
             "of Gal's or better (LL: higher, RMSE: lower).",
             "",
             *table(rows, root),
+            "",
+            "Validation log-likelihood of every grid point against Gal's "
+            "(`results/validation_ll_*`: "
+            "the same split, the same training and validation rows, each point trained once by "
+            "him and once here), a check of the training itself before the retrain:",
+            "",
+            *validation_lines(rows, root),
             "",
             "Chosen (dropout rate, τ) per split:",
             "",
