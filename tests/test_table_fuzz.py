@@ -429,3 +429,20 @@ def test_a_target_too_small_for_float32_variances_is_refused_in_one_line(tmp_pat
             assert code == 0, out
             _invoke("predict", "predict", bundle, path, "--out", tmp_path / "p.csv", "--samples", T)
             _finite(pd.read_csv(tmp_path / "p.csv"), "predict")
+
+
+def test_classes_of_one_row_each_are_refused_naming_the_split(tmp_path):
+    """Found by the run above: 9 distinct whole numbers are 9 classes of one row each; the split
+    by class left no validation row, and train failed with the network's own words
+    ('validation inputs must be a non-empty batch')."""
+    path = tmp_path / "t.csv"
+    pd.DataFrame({"x": np.arange(9.0) ** 2, "y": [-62, -12, -63, -3, 74, 1, 29, 23, 13]}).to_csv(
+        path, index=False
+    )
+    code, out = _invoke("train", "train", "--data", path, "--target", "y", "--epochs", 1,
+                        "--hidden", 8, "--out", tmp_path / "b")  # fmt: skip
+    assert code == 2 and "no validation rows: each of the 9 classes of target 'y'" in out, out
+    code, out = _invoke("train", "train", "--data", path, "--target", "y", "--epochs", 1,
+                        "--hidden", 8, "--batch-size", 4, "--task", "regression", "--samples", T,
+                        "--out", tmp_path / "b")  # fmt: skip
+    assert code == 0, out

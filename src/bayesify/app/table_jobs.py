@@ -305,6 +305,11 @@ def build_table_training(
         y_all = numbers(y_col)
     if val is None:
         mask = _split(len(frame), y_all if class_names else None, val_fraction, seed)
+        if class_names and not mask.any():  # one row per class: the split by class keeps all
+            raise DataError(f"{path}: no validation rows: each of the {len(class_names)} "
+                            f"classes of target {target!r} has one row, so the split by class "
+                            "leaves none to validate on; pass a --val table, or --task "
+                            "regression if the target is a quantity")  # fmt: skip
     else:
         mask = np.zeros(len(frame), dtype=bool)
     train = _limited(~mask, limit, seed)
