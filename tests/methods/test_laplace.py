@@ -107,8 +107,8 @@ def test_kfac_marglik_prior_is_the_maximiser_and_grid_needs_val():
     on_grid = (math.log10(grid.prior_precision) + 4) / 0.4
     assert abs(on_grid - round(on_grid)) < 1e-9
 
-    def val_nll(m):
-        return float(-m.predict(x[120:], 4, seed=0).log_prob(y[120:]).mean())
+    def val_nll(m):  # the draws the grid scored δ with (noise_samples, seed 0)
+        return float(-m.predict(x[120:], 50, seed=0).log_prob(y[120:]).mean())
 
     nll = val_nll(grid)
     for k in (round(on_grid) - 1, round(on_grid) + 1):
