@@ -6,12 +6,12 @@ Parquet, method) and a seed for its values; every command must either succeed wi
 outputs of the right shape, or exit 2 with one line of error text (no traceback). A bundle
 ``train`` reports as saved must predict every row of its own training file.
 
-The number of tables is ``BAYESIFY_FUZZ_EXAMPLES`` (default 6, a few seconds of CI); the run
+The number of tables is ``BAYESIFY_FUZZ_EXAMPLES`` (default 4, under a minute of CI); the run
 is derandomized unless ``BAYESIFY_FUZZ_SEED`` picks another seed, so CI sees the same tables
 every time. ``BAYESIFY_FUZZ_TALLY=FILE`` appends one JSON line per table (kinds, target, steps'
 outcomes) for the page ``benchmarks/table_fuzz.md``; with ``BAYESIFY_FUZZ_COLLECT=1`` a failing
 table is recorded there instead of stopping the run. The longer run is
-``BAYESIFY_FUZZ_EXAMPLES=2000 nice python -m pytest -q tests/test_table_fuzz.py -x``.
+the shards of ``benchmarks/table_fuzz.md``.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typer.testing import CliRunner
 
 from bayesify.cli import app
 
-EXAMPLES = int(os.environ.get("BAYESIFY_FUZZ_EXAMPLES", "6"))
+EXAMPLES = int(os.environ.get("BAYESIFY_FUZZ_EXAMPLES", "4"))
 SEED = os.environ.get("BAYESIFY_FUZZ_SEED")
 TALLY = os.environ.get("BAYESIFY_FUZZ_TALLY")
 #: with a tally: record a failing table there and go on (the long run finds every failure)
