@@ -125,3 +125,21 @@ def test_a_target_beyond_float32_is_refused_on_the_command_line(tmp_path):
     assert result.exit_code == 2
     assert "target 'y' has values beyond ±1e+18 in 2 row(s) (first: row 3, 8)" in result.output
     assert len(result.output.strip().splitlines()) == 1 and not (tmp_path / "m").exists()
+
+
+def test_a_failing_closing_evaluation_is_one_line_naming_the_saved_bundle(tmp_path, monkeypatch):
+    from bayesify.app.jobs import Job
+
+    def broken(self, samples):
+        raise ValueError("log_prob needs noise_variance > 0")
+
+    monkeypatch.setattr(Job, "evaluate", broken)
+    result = _train(tmp_path)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    said = _said(result)
+    assert "Traceback" not in said
+    assert said.count("error:") == 1
+    last = said.split("error:")[-1]
+    assert "closing evaluation failed: log_prob needs noise_variance > 0" in last
+    assert (tmp_path / "m" / "config.json").exists()

@@ -189,7 +189,12 @@ def train(
         console.print(line + (", stopped early" if history.stopped_early else ""))
     console.print(f"saved {job.method.name} bundle to {out}/")
     if evaluate:
-        scores = job.evaluate(samples)
+        try:
+            scores = job.evaluate(samples)
+        except (ValueError, TypeError, RuntimeError) as e:
+            raise fail(
+                f"the bundle is saved in {out}/, but its closing evaluation failed: {e}"
+            ) from None
         where = "validation rows" if "table" in job.metadata else "test set"
         console.print(scores_table(f"{where}, T = {samples}", {job.method.name: scores},
                                    job.score_keys))  # fmt: skip
