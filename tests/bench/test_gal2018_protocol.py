@@ -83,7 +83,7 @@ def test_stacked_loss_is_each_configurations_mse_plus_its_decay():
         net = model.unstacked(s).eval()
         assert [type(m).__name__ for m in net] == ["Dropout", "Linear", "ReLU", "Dropout", "Linear"]
         assert all(m.p == rates[s] for m in net if isinstance(m, torch.nn.Dropout))
-        out = net(x).squeeze(-1)
+        out = net(x).detach().squeeze(-1)
         w2 = sum(
             float((m.weight.detach().double() ** 2).sum())
             for m in net
