@@ -73,3 +73,36 @@ def test_readme_examples_run(tmp_path, monkeypatch):
         pred = namespace[name].predict(namespace["x"], samples=8, seed=0)
         assert pred.mean.shape == (5,) and bool((pred.std > 0).all())
     assert (tmp_path / "my-dropout-model" / "config.json").is_file()
+
+
+def test_method_descriptions_are_whole_sentences():
+    """`bayesify methods` and docs/options.md give each method's first sentence whole: never
+    cut at a wrapped line or at "e.g.", and no field meaning ends inside parentheses."""
+    from bayesify.cli import app
+    from bayesify.methods import METHODS, method_summary
+
+    class Wrapped:
+        """MC dropout: wraps any network, e.g. ``MCDropout.from_pretrained(net,
+        dropout=0.1)`` for a network trained without dropout. Second sentence."""
+
+    assert method_summary(Wrapped) == (
+        "MC dropout: wraps any network, e.g. `MCDropout.from_pretrained(net, dropout=0.1)` for a "
+        "network trained without dropout."
+    )
+    result = CliRunner().invoke(app, ["methods"])
+    assert result.exit_code == 0, result.output
+    said: dict[str, str] = {}
+    for line in result.output.splitlines():
+        if line.count("│") >= 3:  # a table row, or the wrapped rest of the row above
+            name, text = (cell.strip() for cell in line.split("│")[1:3])
+            key = name or list(said)[-1]
+            said[key] = f"{said.get(key, '')} {text}".strip()
+    for name, cls in METHODS.items():
+        assert said[name] == method_summary(cls).replace("`", "")
+        assert said[name].endswith((".", ")")), f"{name}: {said[name]!r}"
+    text = options_reference()
+    assert "(e.g |" not in text and "<class '" not in text
+    for line in text.splitlines():
+        if line.startswith("| `"):
+            meaning = line.rstrip(" |").rsplit(" | ", 1)[-1]
+            assert meaning.count("(") == meaning.count(")"), line

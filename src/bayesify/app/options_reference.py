@@ -15,7 +15,7 @@ import sys
 from enum import Enum
 
 from bayesify.atomic import write_text
-from bayesify.methods import METHODS
+from bayesify.methods import METHODS, method_summary
 from bayesify.methods.base import MethodConfig
 
 HEADER = """# Method options
@@ -27,18 +27,22 @@ docs/options.md` (a test checks it is up to date). Give options in Python as key
 """
 
 
+#: a full stop that ends a clause, not the one of "e.g." or "i.e."
+_FULL_STOP = r"(?<!\be\.g)(?<!\bi\.e)\."
+
+
 def _docstring_meanings(cls: type) -> dict[str, str]:
     """Meanings from a Config docstring: ````name``: meaning`` / ````name`` meaning`` items
     separated by ``;``, else the clause that mentions ````name````."""
     doc = " ".join((inspect.getdoc(cls) or "").split())
     out: dict[str, str] = {}
-    for item in re.split(r"[;.]\s+(?=``)", doc):
+    for item in re.split(rf"(?:;|{_FULL_STOP})\s+(?=``)", doc):
         m = re.match(r"``(\w+)``:?\s+(.*)", item.strip())
         if m:
             out.setdefault(m.group(1), m.group(2).strip().rstrip(";."))
     for f in dataclasses.fields(cls):
         if f.name not in out:
-            clauses = re.split(r"[;,]\s+(?![^(]*\))|\.\s+", doc)  # not inside parentheses
+            clauses = re.split(rf"[;,]\s+(?![^(]*\))|{_FULL_STOP}\s+", doc)  # not inside (...)
             clause = next((c for c in clauses if f"``{f.name}``" in c), None)
             if clause:
                 out[f.name] = clause.strip().rstrip(".")
@@ -85,6 +89,8 @@ def _default(field: dataclasses.Field) -> str:
         return "(required)"
     if isinstance(value, Enum):
         value = value.value
+    if isinstance(value, type):  # a method class: its name, as --option and bundles give it
+        return f"`{getattr(value, 'name', value.__name__)!r}`"
     return f"`{value!r}`"
 
 
@@ -109,7 +115,7 @@ def options_reference() -> str:
     common = {f.name for f in dataclasses.fields(MethodConfig)}
     lines = [HEADER, "## Every method", "", *_table(MethodConfig, set()), ""]
     for name, cls in sorted(METHODS.items()):
-        summary = " ".join((cls.__doc__ or "").split(". ")[0].split()).replace("``", "`")
+        summary = method_summary(cls)
         lines += [f"## `{name}` ({cls.__name__})", "", summary.rstrip(".") + ".", ""]
         own = [f for f in dataclasses.fields(cls.Config) if f.name not in common]
         lines += _table(cls.Config, common) if own else ["No options of its own."]

@@ -255,13 +255,12 @@ def _continue(
 
 
 def list_methods() -> None:
-    """A table of the registered methods: name and the first line of the class docstring."""
-    from bayesify.methods import METHODS
+    """A table of the registered methods: name and the first sentence of the class docstring."""
+    from bayesify.methods import METHODS, method_summary
 
     table = Table(title="methods (use the name with --method)")
     table.add_column("name", no_wrap=True)
     table.add_column("what it is")
     for name, cls in sorted(METHODS.items()):
-        summary = (cls.__doc__ or "").strip().splitlines()[0]
-        table.add_row(name, summary.replace("``", ""))
+        table.add_row(name, method_summary(cls).replace("`", ""))
     console.print(table)

@@ -16,6 +16,7 @@ from bayesify.methods.registry import (
     METHODS,
     get_method,
     load,
+    method_summary,
     register_method,
     resolve_method_names,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "MethodConfig",
     "get_method",
     "load",
+    "method_summary",
     "register_method",
     "resolve_max_rows",
     "resolve_method_names",

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
+import re
 import warnings
 from collections.abc import Iterator
 from dataclasses import fields
@@ -62,6 +64,15 @@ def register_method(cls: type[Method]) -> type[Method]:
     """Add a method class under its ``name``."""
     METHODS[cls.name] = cls
     return cls
+
+
+def method_summary(cls: type) -> str:
+    """The first sentence of ``cls``'s docstring, on one line, without reST markup: a sentence
+    ends at a full stop followed by a capital letter or the end of the first paragraph, so
+    "e.g. ``x``" or a sentence wrapped over several lines is kept whole."""
+    paragraph = " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split())
+    sentence = re.split(r"(?<=\.)\s+(?=[A-Z])", paragraph, maxsplit=1)[0]
+    return sentence.replace("``", "`")
 
 
 def get_method(name: str) -> type[Method]:
