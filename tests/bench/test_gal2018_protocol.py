@@ -90,7 +90,7 @@ def test_stacked_loss_is_each_configurations_mse_plus_its_decay():
             if isinstance(m, torch.nn.Linear)
         )
         want = float(((out - y) ** 2).mean()) + lam[s] * w2
-        assert float(got[s]) == pytest.approx(want, rel=1e-5)
+        assert float(got[s].detach()) == pytest.approx(want, rel=1e-5)
 
 
 def test_training_masks_are_inverted_dropout_at_each_rate():
