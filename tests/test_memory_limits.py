@@ -1,6 +1,7 @@
 """What one prediction call may hold: the samples limit (``max_bytes``) refuses with the figure
 before allocating, and a long chunked pass does not grow the process (peak RSS measured in a
-fresh subprocess with ``getrusage``, so the test process's own history does not count).
+fresh subprocess from its own ``VmHWM``, so the test process's own history does not count:
+``ru_maxrss`` would carry the parent's peak over the exec).
 
 The subprocesses run under an address-space limit, so a regression fails with a memory error
 instead of taking the machine's memory.
@@ -33,7 +34,10 @@ import bayesify
 from bayesify.models import mlp
 
 def peak_mb():
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    # this process's own high-water mark: ru_maxrss also holds the parent's peak, which the
+    # kernel carries over the exec that started this interpreter
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:")) / 1024
 
 torch.manual_seed(0)
 """
