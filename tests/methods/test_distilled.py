@@ -240,7 +240,9 @@ def test_adaptive_rounds_draw_without_running_the_network_again():
     hook.remove()
     want = student.sample(x[rows], 8, generator=torch.Generator().manual_seed(0))
     assert not calls
-    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    # the same draws; the network's outputs may differ in the last float32 bit, since one
+    # pass over 100 rows and one over 3 rows may sum in another order (threads, BLAS blocks)
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
     pred = student.predict(x[:10], samples="adaptive", tol=0.01, start=4, max_samples=16, seed=0)
     assert len(pred) == 10
 
