@@ -391,6 +391,11 @@ _settings = settings(
      "format": "csv", "method": "mcbn", "batch_size": 8, "conformal": True, "on_error": "skip",
      "outputs": "parquet", "seed": 3}
 )  # fmt: skip
+@example(  # 8 conformal rows at level 0.9: an infinite interval made every row "not finite"
+    {"n": 8, "columns": [["x.1", "float32"]], "target": ["#", "float"], "format": "csv",
+     "method": "mcbn", "batch_size": 4, "conformal": True, "on_error": "skip", "outputs": "csv",
+     "seed": 134241}
+)  # fmt: skip
 def test_every_command_succeeds_or_refuses_in_one_line(plan):
     record = {"plan": plan, "steps": {}}
     started = time.perf_counter()

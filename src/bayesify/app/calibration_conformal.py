@@ -117,6 +117,7 @@ def calibrate_conformal_bundle(
         check_classes(pred, y, where)
         generator = torch.Generator().manual_seed(seed)
         fitted[policy] = Conformal.fit(pred, y, generator=generator, **options)
+        fitted[policy].check_rows_for(level)  # before the bundle is rewritten
     calibrations = ConformalByPolicy(fitted)
     method.metadata[CONFORMAL_KEY] = calibrations.to_dict()
     figures = None

@@ -204,6 +204,17 @@ class Conformal:
         k = math.ceil((self.n + 1) * level - 1e-9)
         return math.inf if k > self.n else float(self.scores[k - 1])
 
+    def check_rows_for(self, level: float) -> None:
+        """Refuse, in one line, a ``level`` whose q̂ is infinite for these n rows (the interval
+        would be the whole line or the set every class): ⌈(n+1)·level⌉ > n."""
+        if math.isinf(self.threshold(level)):
+            need = math.ceil(level / (1 - level) - 1e-9)
+            raise ValueError(
+                f"the conformal calibration holds {self.n} row(s), too few for level {level:g} "
+                f"(it needs at least {need}): calibrate on more rows or ask for a level up to "
+                f"{self.n / (self.n + 1):.3g}"
+            )
+
     def interval(self, pred: Predictive, level: float = 0.9) -> tuple[Tensor, Tensor]:
         """Conformal interval ``μ ± q̂ σ`` at ``level``: ``(lower [N], upper [N])``."""
         self._require(pred, _REGRESSION)

@@ -68,6 +68,7 @@ def _regression(
         "aleatoric_variance": _np(pred.aleatoric_variance),
     }
     if conformal is not None:
+        conformal.check_rows_for(level)
         lower, upper = conformal.interval(pred, level)
     else:  # root finding over [K, T, rows] at a time: blocks bound memory and time
         parts = [pred[a : a + INTERVAL_ROWS].interval(level)
