@@ -139,3 +139,31 @@ def test_mapie_split_conformal_intervals_and_sets_cover():
     sets.fit(X[:60], labels[:60]).conformalize(X[60:105], labels[60:105])
     _, members = sets.predict_set(X[105:])  # [N, C, 1] bool
     assert members[np.arange(45), labels[105:], 0].mean() >= 0.8
+
+
+def test_columns_are_read_by_the_kinds_bayesify_train_uses():
+    """Digits stored as text are numbers and true/false columns one-hot, as in a table bundle
+    (data.columns.column_kind), not every object column one-hot."""
+    from bayesify.app.table_jobs import build_table_training
+
+    rng = np.random.default_rng(0)
+    n = 120
+    frame = pd.DataFrame(
+        {
+            "digits": rng.integers(0, 50, n).astype(str),
+            "flag": rng.random(n) < 0.5,
+            "city": rng.choice(["a", "b"], n),
+        }
+    )
+    y = frame["digits"].astype(float).to_numpy() + frame["flag"] + rng.normal(0, 0.1, n)
+    reg = BayesianRegressor("mc-dropout", epochs=2, random_state=0).fit(frame, y)
+    cats = reg.method_.preprocessing.categories
+    assert set(cats) == {"flag", "city"} and cats["flag"] == ["False", "True"]
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.csv"
+        frame.assign(y=y).to_csv(path, index=False)
+        job, _ = build_table_training("mc-dropout", path, "y", seed=0)
+    assert set(job.preprocessing.categories) == set(cats)

@@ -9,16 +9,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from bayesify.data.columns import Kind, column_kind
 from bayesify.data.preprocessing import RANGE_MARGIN, Preprocessing, describe_row_errors
 
 
-def _is_text(col: pd.Series) -> bool:
-    return bool(
-        pd.api.types.is_object_dtype(col)
-        or pd.api.types.is_string_dtype(col)
-        or isinstance(col.dtype, pd.CategoricalDtype)
-        or pd.api.types.is_bool_dtype(col)
-    )
+def _one_hot(col: pd.Series) -> bool:
+    """Whether ``bayesify train`` one-hot encodes ``col`` (true/false, text, categories; digits
+    stored as text are numbers), by the same column kinds (:func:`column_kind`)."""
+    return column_kind(col) in (Kind.BOOL, Kind.CATEGORY)
 
 
 def as_frame(X: Any) -> pd.DataFrame:
@@ -40,7 +38,7 @@ def fit_preprocessing(
     categories = {
         f: sorted(frame[f].dropna().astype(str).unique().tolist())
         for f in features
-        if _is_text(frame[f])
+        if _one_hot(frame[f])
     }
     bare = Preprocessing(features=features, categories=categories)
     x, bad = bare.encode(frame)
