@@ -11,6 +11,9 @@ tables) are in :mod:`bayesify.cli.common`.
 from __future__ import annotations
 
 import logging
+from typing import Annotated
+
+import typer
 
 from bayesify.cli.bench import bench_app
 from bayesify.cli.lazy import LazyTyper
@@ -60,6 +63,26 @@ app.lazy_command("distill", "bayesify.cli.distill:distill",
                  "aleatoric variance), and save it as a bundle that predict, calibrate and "
                  "serve use like any other.")  # fmt: skip
 app.add_typer(bench_app, name="bench")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:  # the installed distribution's version (pyproject.toml), read without PyTorch
+        from importlib.metadata import version
+
+        typer.echo(f"bayesify {version('bayesify')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True,
+                     help="Show the installed version and exit."),
+    ] = False,
+) -> None:  # fmt: skip
+    pass  # no docstring: the group's help is LazyTyper(help=...)
+
 
 __all__ = ["app", "main"]
 
