@@ -103,6 +103,15 @@ def serve(
             show_default="the bundle's",
         ),
     ] = None,
+    drift_level: Annotated[
+        float,
+        typer.Option(
+            help="False-alarm probability of one model's drift check on unshifted traffic "
+            "(Bonferroni over its figures; docs/deploy.md).",
+            min=1e-6,
+            max=0.5,
+        ),
+    ] = 0.01,
     threads: Threads = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
@@ -143,7 +152,7 @@ def serve(
                                     defer_max_samples=defer_max_samples)  # fmt: skip
 
         repo = Repository.open(bundle, name, loader, BatchSettings(batch_wait_ms, batch_rows),
-                               max_models=max_models)  # fmt: skip
+                               max_models=max_models, drift_level=drift_level)  # fmt: skip
         limits = listener.ListenerSettings(header_timeout=header_timeout, keep_alive=keep_alive,
                                            max_connections=max_connections, grace=grace_period,
                                            reserved_connections=reserved_connections,

@@ -10,7 +10,9 @@ person), the rest are accepted. The threshold is fitted on validation data for e
 
 The policy keeps the validation figures it was fitted on (coverage; error, NLL and, for
 classification, ECE on all and on the accepted rows), so a server can compare what it serves with
-them. It is stored as JSON in ``method.metadata["deferral"]`` (:meth:`to_dict`).
+them, and under ``moments`` what a drift test needs of them: per part (``all``, ``accepted``) the
+row count ``n`` and ``[mean, variance]`` of the per-row error terms (0/1, squared or absolute
+error) and per-row NLL. It is stored as JSON in ``method.metadata["deferral"]`` (:meth:`to_dict`).
 
 How a row's score is estimated is part of the policy. :meth:`DeferralPolicy.fit` thresholds the
 score of one draw of T samples (``decision`` None: the served predictive's score, which flips
@@ -129,6 +131,14 @@ def _targets(pred: Predictive, y: Any) -> Tensor:
 
 def _json_float(v: float) -> float | None:
     return v if math.isfinite(v) else None
+
+
+def _moments(terms: Tensor) -> list[float | None]:
+    """``[mean, variance]`` (ddof 1) of per-row terms: what a drift test needs of a baseline."""
+    t = terms.detach().double().cpu()
+    mean = float(t.mean()) if len(t) else math.nan
+    var = float(t.var()) if len(t) > 1 else math.nan
+    return [_json_float(mean), _json_float(var)]
 
 
 @dataclass
@@ -327,18 +337,26 @@ class DeferralPolicy:
             "error_all": _error(loss, metric),
             "error_accepted": _error(loss[keep], metric),
         }
+        moments: dict[str, Any] = {}
         for part, mask in (("all", torch.ones_like(keep)), ("accepted", keep)):
+            moments[part] = {"n": int(mask.sum()), "error": _moments(loss[mask])}
             if not mask.any():
                 out[f"nll_{part}"] = float("nan")
                 continue
             sub = pred[mask.to(pred.samples.device)]
             ys = y[mask]
+            row_nll = None
             if self.task is Task.CLASSIFICATION:
-                out[f"nll_{part}"] = float(metrics.nll(sub.mean, ys))
+                row_nll = metrics.nll(sub.mean, ys, reduction="none")
                 out[f"ece_{part}"] = float(metrics.expected_calibration_error(sub.mean, ys))
             elif (sub.noise_variance > 0).all():
-                out[f"nll_{part}"] = -float(sub.log_prob(ys.to(sub.samples.dtype)).mean())
-        return {k: (_json_float(v) if isinstance(v, float) else v) for k, v in out.items()}
+                row_nll = -sub.log_prob(ys.to(sub.samples.dtype))
+            if row_nll is not None:
+                out[f"nll_{part}"] = float(row_nll.double().mean())
+                moments[part]["nll"] = _moments(row_nll)
+        out = {k: (_json_float(v) if isinstance(v, float) else v) for k, v in out.items()}
+        out["moments"] = moments
+        return out
 
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from bayesify.serve.drift import WindowPart, drift_rows
+from bayesify.serve.drift import LEVEL, WindowPart, drift_rows
 from bayesify.serve.figures import (
     Mixture,
     RegressionScore,
@@ -119,6 +119,7 @@ class Monitor:
         min_count: int = 200,
         max_feedback_rows: int = 100,
         tolerance: float = 0.25,
+        drift_level: float = LEVEL,
         max_pending: int = 100_000,
         max_pending_values: int = 4_000_000,
         latency_window: int = 2000,
@@ -134,6 +135,7 @@ class Monitor:
         typed = class_labels is not None and any(not isinstance(c, str) for c in class_labels)
         self._label_index = {c: i for i, c in enumerate(class_labels)} if typed else None
         self.window, self.min_count, self.tolerance = window, min_count, tolerance
+        self.drift_level = drift_level
         self.max_feedback_rows = max_feedback_rows
         self._max_pending, self._max_values = max_pending, max_pending_values
         self._pending: OrderedDict[str, _Served] = OrderedDict()
@@ -150,8 +152,9 @@ class Monitor:
         parts = self._parts([])
         self._window: dict[str, Any] = self._window_figures(parts)
         self._drift: list[dict[str, Any]] = drift_rows(
-            self._window, parts, self.validation, task, self.error_metric, min_count, tolerance
-        )
+            self._window, parts, self.validation, task, self.error_metric, min_count, tolerance,
+            drift_level,
+        )  # fmt: skip
         self.served = self.deferred = self.accepted = self.flagged = 0
 
     # ------------------------------------------------------------------ recording
@@ -331,7 +334,7 @@ class Monitor:
         parts = self._parts(scored)
         figures = self._window_figures(parts)
         drift = drift_rows(figures, parts, self.validation, self.task, self.error_metric,
-                           self.min_count, self.tolerance)  # fmt: skip
+                           self.min_count, self.tolerance, self.drift_level)  # fmt: skip
         with self._lock:
             self._window, self._drift = figures, drift
         for row in drift:

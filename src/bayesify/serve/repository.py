@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bayesify.serve.batching import MicroBatcher
+from bayesify.serve.drift import LEVEL
 from bayesify.serve.folders import is_folder_of_bundles, scan, version_number
 from bayesify.serve.metrics import MetricFamilies, ServerMetrics
 from bayesify.serve.model import ServedModel
@@ -104,6 +105,8 @@ class Repository:
     problems: dict[str, dict[str, str]] = field(default_factory=dict)
     #: most versions loaded at once
     max_models: int = 16
+    #: false-alarm probability of a model's drift check (:mod:`.drift`)
+    drift_level: float = LEVEL
     #: the Prometheus families of every version (``/metrics``)
     families: MetricFamilies = field(default_factory=MetricFamilies)
     _lock: asyncio.Lock | None = None
@@ -112,36 +115,39 @@ class Repository:
     # ------------------------------------------------------------------ building
     @classmethod
     def open(cls, path: Path, name: str | None, loader: Loader,
-             batching: BatchSettings | None = None,
-             max_models: int = 16) -> Repository:  # fmt: skip
+             batching: BatchSettings | None = None, max_models: int = 16,
+             drift_level: float = LEVEL) -> Repository:  # fmt: skip
         """What ``bayesify serve PATH`` serves: the bundle at ``path`` (named ``name``, else
         by its folder) or, when ``path`` is a folder of bundles, every one of them."""
         if is_folder_of_bundles(path):
             if name is not None:
                 raise ValueError(f"--name names one bundle; the models in {path} are named by "
                                  "their folders")  # fmt: skip
-            return cls.of_folder(path, loader, batching, max_models)
+            return cls.of_folder(path, loader, batching, max_models, drift_level)
         model = loader(str(path), name or path.resolve().name)
-        return cls.of_model(model, path=path, loader=loader, batching=batching)
+        return cls.of_model(model, path=path, loader=loader, batching=batching,
+                            drift_level=drift_level)  # fmt: skip
 
     @classmethod
     def of_model(cls, model: ServedModel, *, path: Path | None = None, loader: Loader | None = None,
-                 batching: BatchSettings | None = None) -> Repository:  # fmt: skip
+                 batching: BatchSettings | None = None,
+                 drift_level: float = LEVEL) -> Repository:  # fmt: skip
         """A repository of one model already loaded, version 1 (``path``: its bundle, loaded
         again by ``loader`` after an unload)."""
         repo = cls(loader=loader or _no_loader, sources={model.name: {1: path}} if path else {},
-                   batching=batching or BatchSettings())  # fmt: skip
+                   batching=batching or BatchSettings(), drift_level=drift_level)  # fmt: skip
         repo._add(repo._entry(model, 1, path or Path(model.name)))
         return repo
 
     @classmethod
     def of_folder(cls, root: Path, loader: Loader, batching: BatchSettings | None = None,
-                  max_models: int = 16) -> Repository:  # fmt: skip
+                  max_models: int = 16, drift_level: float = LEVEL) -> Repository:  # fmt: skip
         """Every bundle in ``root`` loaded (a ``ValueError`` naming the bundle that fails, or
         :class:`TooManyModels` when they are more than ``max_models``)."""
         found = scan(root)
         repo = cls(loader=loader, root=root, sources=found.found, problems=found.problems,
-                   batching=batching or BatchSettings(), max_models=max_models)  # fmt: skip
+                   batching=batching or BatchSettings(), max_models=max_models,
+                   drift_level=drift_level)  # fmt: skip
         count = sum(map(len, repo.sources.values()))
         if count > max_models:
             raise TooManyModels(f"{root} holds {count} model versions; at most {max_models} "
@@ -157,7 +163,7 @@ class Repository:
         policy = model.policy
         monitor = Monitor(model.task, model.class_names, policy.validation if policy else None,
                           name=model.name, version=str(version),
-                          class_labels=model.predictor.class_labels,
+                          class_labels=model.predictor.class_labels, drift_level=self.drift_level,
                           target_range=target_range(model.predictor.method.metadata))  # fmt: skip
         metrics.set_figures(monitor.figures())
         batcher = MicroBatcher(model.run, max_wait_ms=self.batching.max_wait_ms,
