@@ -4,11 +4,14 @@ statistics, checked against batch norm computed by hand."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from torch import nn
 
 from bayesify.nn import MCBatchNorm, repeat_samples, sampling, select_groups
+from bayesify.nn.bank_draw import BankRowDraw
 from bayesify.nn.mc_batchnorm import GroupStatistics, Statistics, StatisticsPlan
 from bayesify.nn.stochastic import SamplingPlan, StochasticModule
 
@@ -41,6 +44,33 @@ def test_bank_rows_handed_in_the_plan_choose_each_groups_statistics() -> None:
         torch.testing.assert_close(out[t], ref)
     torch.testing.assert_close(alone, out[2])
     assert not hasattr(layer, "rows") and not hasattr(layer, "effective_batch_size")
+
+
+def test_per_row_bank_draws_choose_each_rows_statistics() -> None:
+    """A plan with per-row draws: (group t, row i) uses bank row ``rows[t, i]``, also when the
+    rows come in two chunks or a range of groups runs alone."""
+    layer = _banked_layer()
+    x = torch.randn(5, 3)
+    draw = BankRowDraw(layer.bank_size, key=99)
+    rows = draw.rows(0, 4, 0, 5)
+    plan = StatisticsPlan(Statistics.BANK, row_draw=draw)
+    with torch.no_grad(), sampling(layer, 4, draws={layer: plan}):
+        out = layer(repeat_samples(x, 4)).view(4, 5, 3)
+        select_groups(layer, 1, 3)
+        head = layer(repeat_samples(x[:2], 2)).view(2, 2, 3)
+        tail = layer(repeat_samples(x[2:], 2)).view(2, 3, 3)
+    for t, i in itertools.product(range(4), range(5)):
+        r = rows[t, i]
+        ref = _by_hand(layer, x[i], layer.bank_mean[r], layer.bank_var[r])
+        torch.testing.assert_close(out[t, i], ref)
+    torch.testing.assert_close(torch.cat([head, tail], 1), out[1:3])
+    with (
+        pytest.raises(ValueError, match="bank"),
+        sampling(
+            layer, 2, draws={layer: StatisticsPlan(row_draw=BankRowDraw(layer.bank_size + 1, 0))}
+        ),
+    ):
+        pass
 
 
 def test_given_statistics_are_used_as_handed() -> None:

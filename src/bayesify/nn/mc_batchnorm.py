@@ -18,6 +18,10 @@ sampling block as its entry of the block's :class:`~bayesify.nn.stochastic.Sampl
 way the per-group statistics ``[T, C]`` are chosen once per sampling block (in
 ``begin_sampling``); ``select_groups(start, stop)`` uses rows ``start .. stop-1`` of them, so a
 range of groups run alone is normalised exactly as in the full pass.
+
+A bank plan with ``row_draw`` (a :class:`~bayesify.nn.bank_draw.BankRowDraw`) instead gives every
+(sample group, data row) its own bank row: the layer counts the data rows it has seen since the
+groups were selected, as the row-noise layers do, so chunking and ranges of groups replay it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from bayesify.nn.bank_draw import BankRowDraw
 from bayesify.nn.stochastic import SamplingPlan, StochasticModule, generator_device
 from bayesify.options import Statistics, parse_option
 
@@ -39,13 +44,15 @@ from bayesify.options import Statistics, parse_option
 @dataclass(frozen=True, eq=False)
 class StatisticsPlan:
     """How :class:`MCBatchNorm` layers choose their per-group statistics in one sampling block:
-    bank rows ``rows [T]`` (``BANK``; the same rows for every layer, as in Teye et al.'s
-    Algorithm 1), or draws from the Gaussian model with effective batch size
-    ``effective_batch_size`` (``GAUSSIAN``; each layer draws from the block's generator)."""
+    bank rows ``rows [T]`` shared by every data row, or ``row_draw``, bank rows per data row
+    (``BANK``; the same rows for every layer, as in Teye et al.'s Algorithm 1), or draws from
+    the Gaussian model with effective batch size ``effective_batch_size`` (``GAUSSIAN``; each
+    layer draws from the block's generator)."""
 
     statistics: Statistics = Statistics.BANK
     rows: Tensor | None = None
     effective_batch_size: float | None = None
+    row_draw: BankRowDraw | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(
@@ -95,6 +102,9 @@ class MCBatchNorm(StochasticModule):
         self._recorded: list[tuple[Tensor, Tensor]] | None = None
         self._block_draw: tuple[Tensor, Tensor] | None = None  # ([T, C] mean, [T, C] var)
         self._draw: tuple[Tensor, Tensor] | None = None  # the groups now in use ([G, C] each)
+        self._row_draw: BankRowDraw | None = None  # per-row bank rows of this block
+        self._range = (0, 0)  # groups now in use (per-row draws)
+        self._offset = 0  # data rows seen since the groups were selected (per-row draws)
 
     @classmethod
     def from_batchnorm(cls, bn: _BatchNorm) -> MCBatchNorm:
@@ -193,6 +203,16 @@ class MCBatchNorm(StochasticModule):
         :class:`StatisticsPlan` or :class:`GroupStatistics`)."""
         super().begin_sampling(plan)
         draw = plan.draw_for(self)
+        if isinstance(draw, StatisticsPlan) and draw.row_draw is not None:
+            if draw.statistics is not Statistics.BANK or draw.rows is not None:
+                raise ValueError("per-row bank draws go with the bank model and no shared rows")
+            if draw.row_draw.bank_size != self.bank_size:
+                raise ValueError(
+                    f"per-row draws over {draw.row_draw.bank_size} bank rows; this layer's bank "
+                    f"has {self.bank_size}"
+                )
+            self._row_draw, self._range, self._offset = draw.row_draw, (0, plan.samples), 0
+            return
         if isinstance(draw, GroupStatistics):
             if len(draw.mean) != plan.samples or len(draw.var) != plan.samples:
                 raise ValueError(
@@ -210,15 +230,19 @@ class MCBatchNorm(StochasticModule):
 
     def select_groups(self, start: int, stop: int) -> None:
         """Normalise the next passes with the statistics of groups ``start .. stop-1``."""
-        if self._block_draw is None:
+        if self._block_draw is None and self._row_draw is None:
             raise RuntimeError("select_groups needs an active sampling block")
         super().select_groups(start, stop)
+        if self._row_draw is not None:
+            self._range, self._offset = (start, stop), 0
+            return
         mean, var = self._block_draw
         self._draw = (mean[start:stop], var[start:stop])
 
     def end_sampling(self) -> None:
         super().end_sampling()
-        self._block_draw = self._draw = None
+        self._block_draw = self._draw = self._row_draw = None
+        self._range, self._offset = (0, 0), 0
 
     def group_bytes(self) -> int:
         """A mean and a variance ``[C]`` per group, drawn through float64 temporaries (the
@@ -242,6 +266,8 @@ class MCBatchNorm(StochasticModule):
             self._recorded.append((mean.detach(), var.detach()))
             self.spatial_size.fill_(x[0, 0].numel())
             return self._affine((x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps))
+        if self.stochastic and self._row_draw is not None:
+            return self._forward_per_row(x, self._row_draw)
         if self.stochastic and self._draw is not None:
             mean, var = self._draw  # [T, C]
             t = self.groups
@@ -268,6 +294,22 @@ class MCBatchNorm(StochasticModule):
             factor,
             self.eps,
         )
+
+    def _forward_per_row(self, x: Tensor, draw: BankRowDraw) -> Tensor:
+        """``x [G*n, C, ...]`` normalised row by row: (group t, row i) with bank row
+        ``draw.rows(...)[t, i]``, the affine transform folded into one scale and shift."""
+        g = self.groups
+        n = x.shape[0] // g
+        rows = draw.rows(*self._range, self._offset, n).to(self.bank_mean.device)  # [G, n]
+        self._offset += n
+        scale = torch.rsqrt(self.bank_var + self.eps)  # [B, C]
+        shift = -self.bank_mean * scale
+        if self.weight is not None:
+            scale = scale * self.weight
+            shift = shift * self.weight + self.bias
+        shape = [g * n, -1] + [1] * (x.dim() - 2)
+        flat = rows.reshape(-1)
+        return x * scale[flat].view(shape) + shift[flat].view(shape)
 
     def _affine(self, x: Tensor) -> Tensor:
         if self.weight is None:

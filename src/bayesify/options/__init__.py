@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from bayesify.options.kinds import (
     Augment,
+    BankDraw,
     BatchNormMode,
     ConvEstimator,
     CoresetKind,
@@ -65,6 +66,7 @@ __all__ = [
     "AUGMENTATION_DEFAULTS",
     "Augment",
     "Augmentation",
+    "BankDraw",
     "BatchNormMode",
     "CRPSForm",
     "ConvEstimator",

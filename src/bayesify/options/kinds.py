@@ -135,6 +135,17 @@ class Statistics(StrEnum):
     at prediction."""
 
 
+class BankDraw(StrEnum):
+    """How MCBN chooses the bank rows (training mini-batches) of a prediction's T samples."""
+
+    ROW = "row"
+    """Each data row gets its own random ordering of the bank: its T samples use distinct bank
+    rows (whole-bank cycles beyond the bank size), independent of every other row's."""
+    CALL = "call"
+    """One draw of T bank rows per call, shared by every data row of it (Teye et al.'s Algorithm
+    1 run once over the whole batch): the rows' scores move together with the call's seed."""
+
+
 class PriorKind(StrEnum):
     """The weight prior of Bayes by Backprop."""
 
