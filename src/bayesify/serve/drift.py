@@ -208,14 +208,15 @@ def _ece_p(terms: np.ndarray, live: np.ndarray, base: Baseline) -> np.ndarray:
     """One-sided p-values of ``live - baseline`` for ECEs ``live [W]``, against the bootstrap
     distribution of ``ECE(n rows) - ECE(m rows)`` drawn from the window's rows ``terms [n, B]``
     (per-row bin terms: the window's distribution is the baseline's under no drift)."""
-    n, m = len(terms), base.m
+    n, m, bins = len(terms), base.m, terms.shape[1]
     rng = np.random.default_rng(0)
+    where, gap = np.argmax(terms != 0, 1), terms.sum(1)  # a row's bin (any, at a gap of 0)
 
     def ece(rows: int) -> np.ndarray:
         pick = rng.integers(0, n, (BOOTSTRAP, rows))
-        weights = np.bincount((pick + n * np.arange(BOOTSTRAP)[:, None]).ravel(),
-                              minlength=BOOTSTRAP * n).reshape(BOOTSTRAP, n)  # fmt: skip
-        return np.abs(weights @ terms).sum(1) / rows
+        at = (where[pick] + bins * np.arange(BOOTSTRAP)[:, None]).ravel()
+        sums = np.bincount(at, gap[pick].ravel(), BOOTSTRAP * bins).reshape(BOOTSTRAP, bins)
+        return np.abs(sums).sum(1) / rows
 
     null = ece(n) - ece(m)
     sd = null.std(ddof=1)
