@@ -3,7 +3,9 @@ the import that makes a store on another machine resume where the last run stopp
 
 The export is JSON Lines, one finished row per line (its key, ``config``, ``metrics``,
 ``seconds`` and ``created``), keys sorted and lines sorted by row key, so a file rewritten after
-more rows finished differs from the old one only by the new lines. Floats are written exactly
+more rows finished differs from the old one only by the new lines. A name ending ``.jsonl.gz``
+is the same text gzip-compressed (no time stamp in the header, so the same rows give the same
+bytes); imports read either. Floats are written exactly
 (shortest round-trip text) except metrics the caller names as plot data, which are rounded to
 a few significant digits to keep the file small; export, import and export again gives the
 same bytes.
@@ -26,14 +28,16 @@ experiment holds (the caller's ``required`` names); a file or row that fails is 
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bayesify.atomic import write_text
+from bayesify.atomic import write_bytes, write_text
 from bayesify.bench.runner import config_hash
 from bayesify.bench.store import ResultsStore, RowKey, StoreError
 
@@ -41,6 +45,8 @@ KEY_FIELDS = ("experiment", "method", "dataset", "split", "seed", "config_hash")
 RECOVERED = "recovered_from"  # metrics key of a row recovered from a flat table (no plot data)
 #: the largest metric magnitude imported: sums of squares over many rows stay finite
 METRIC_LIMIT = 1e100
+#: the names of exports (JSON Lines, plain or gzip-compressed); any other file is a store
+EXPORT_SUFFIXES = (".jsonl", ".jsonl.gz")
 
 
 @dataclass
@@ -86,26 +92,39 @@ def export_rows(
     store: str | Path, path: str | Path, digits: Mapping[str, int] | None = None
 ) -> int:
     """Write every finished row of the store file ``store`` to ``path`` (JSON Lines, sorted by
-    key; written to a temporary file first, then renamed); returns the number of rows.
-    ``digits``: significant digits of named metrics (:func:`export_line`)."""
+    key, gzip-compressed if the name ends ``.gz``; written to a temporary file first, then
+    renamed); returns the number of rows. ``digits``: significant digits of named metrics
+    (:func:`export_line`)."""
     with ResultsStore(store, readonly=True) as db:
         rows = db.records()
     rows.sort(key=lambda r: tuple(r[k] for k in KEY_FIELDS))
-    write_text(path, "".join(export_line(r, digits) + "\n" for r in rows))
+    text = "".join(export_line(r, digits) + "\n" for r in rows)
+    if str(path).endswith(".gz"):
+        write_bytes(path, gzip.compress(text.encode(), mtime=0))
+    else:
+        write_text(path, text)
     return len(rows)
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of an export (``.jsonl``) or the finished rows of another store (sqlite)."""
+    """The rows of an export (``.jsonl`` or ``.jsonl.gz``) or the finished rows of another
+    store (sqlite)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no rows to import at {path}")
-    if path.suffix != ".jsonl":
+    if not path.name.endswith(EXPORT_SUFFIXES):
         with ResultsStore(path, readonly=True) as db:
             return db.records()
     rows = []
+    data = path.read_bytes()
+    if path.suffix == ".gz":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error):  # gzip's errors: not gzip, cut short, damaged
+            raise StoreError(f"{path} is not a gzip-compressed file of rows (damaged or cut "
+                             "short)") from None  # fmt: skip
     try:
-        lines = path.read_text().splitlines()
+        lines = data.decode().splitlines()
     except UnicodeDecodeError:
         raise StoreError(f"{path} is not a JSON Lines file of rows (not UTF-8 text)") from None
     for n, line in enumerate(lines, 1):

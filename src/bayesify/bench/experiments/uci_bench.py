@@ -11,8 +11,8 @@ RMSE and τ protocol) and ``gal2018`` (MC dropout exactly as Gal's 2018 code run
 dataset, split, likelihood, configuration); run the same command again after an interruption and
 finished rows are kept. ``--report-only`` rewrites the page from the stores (``--store`` and
 ``--read``) without training. ``--seed-from`` imports finished rows into the store first (the
-committed export ``benchmarks/uci/store.jsonl``, another store, or a page's ``rows.csv``), so a run
-on a new machine resumes where the last stopped; ``--export`` rewrites that file from the store.
+committed export ``benchmarks/uci/store.jsonl.gz``, another store, or a page's ``rows.csv``), so a
+run on a new machine resumes where the last stopped; ``--export`` rewrites that file from the store.
 Presets: ``quick`` (small datasets, 3 splits, small grids) and ``paper`` (all datasets and splits,
 the papers' grids and epochs).
 
@@ -39,7 +39,7 @@ from bayesify.bench.experiments.uci_jobs import (
 from bayesify.bench.options import check_choices, command_line, option
 from bayesify.bench.search import SearchJob, SearchSettings
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS, uci_n_splits
-from bayesify.methods.likelihood import Likelihood
+from bayesify.methods.core.likelihood import Likelihood
 from bayesify.options import NoiseProtocol
 
 log = logging.getLogger(__name__)
@@ -85,9 +85,9 @@ class UCIBenchOptions:
     store: str = option("benchmarks/uci/results.db", "The results store written (sqlite).")
     read: tuple[str, ...] = option((), "More stores read for the page (never written).")
     seed_from: tuple[str, ...] = option(
-        (), "Finished rows imported into --store first: exports (.jsonl), stores, or rows.csv."
+        (), "Finished rows imported into --store first: exports (.jsonl[.gz]), stores, rows.csv."
     )
-    export: str = option("", "JSON Lines file rewritten with --store's finished rows.")
+    export: str = option("", "JSON Lines file rewritten with --store's rows (.gz: compressed).")
     out: str = option(
         "benchmarks/uci.md",
         f"The markdown page; CSV and figures beside it (gal2018: {GAL2018_PAGE}).",

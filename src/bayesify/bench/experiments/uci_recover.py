@@ -94,8 +94,9 @@ def recover_csv(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 def seed_store(store: str | Path, paths: Sequence[str | Path]) -> ImportSummary:
-    """Import into ``store`` the finished rows of exports (``.jsonl``), other stores, or a page's
-    ``rows.csv`` (recovered rows), in order; lines that cannot be recovered are logged."""
+    """Import into ``store`` the finished rows of exports (``.jsonl`` or ``.jsonl.gz``), other
+    stores, or a page's ``rows.csv`` (recovered rows), in order; lines that cannot be recovered
+    are logged."""
     total = ImportSummary()
     for path in paths:
         if Path(path).suffix == ".csv":
