@@ -38,7 +38,8 @@ class MultiHeadMLP(nn.Module):
         self.head = 0
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.heads[self.head](self.body(x))
+        out: Tensor = self.heads[self.head](self.body(x))
+        return out
 
 
 @register_model("multihead_mlp")
@@ -71,8 +72,8 @@ def use_head(net: nn.Module, head: int | None) -> Iterator[None]:
         yield
         return
     before = net.head
-    net.head = head
+    setattr(net, "head", head)  # noqa: B010 (nn.Module types attributes as Tensor | Module)
     try:
         yield
     finally:
-        net.head = before
+        setattr(net, "head", before)  # noqa: B010

@@ -338,7 +338,7 @@ class ConformalByPolicy:
         fewest samples (coverage may then fall below the level)."""
         if policy in self.calibrations:
             return self.calibrations[policy], None
-        fixed = sorted((p.samples, p) for p in self.calibrations if p and not p.is_adaptive)
+        fixed = sorted((p.least_samples, p) for p in self.calibrations if p and not p.is_adaptive)
         if not fixed:
             conf = next(iter(self.calibrations.values()))
             what = "an unrecorded sampling policy" if None in self.calibrations else (

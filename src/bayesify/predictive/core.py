@@ -23,6 +23,7 @@ output.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
@@ -154,7 +155,7 @@ class Predictive:
     def noise_variance(self) -> Tensor:
         """Aleatoric noise variance per sample, broadcast to ``[T, N]`` (regression)."""
         self._require(Task.REGRESSION, "noise_variance")
-        return torch.broadcast_to(self._noise_variance, self.samples.shape)
+        return torch.broadcast_to(self._noise, self.samples.shape)
 
     @property
     def mean(self) -> Tensor:
@@ -226,11 +227,9 @@ class Predictive:
         """
         y = self._targets(y)
         if self.task is Task.REGRESSION:
-            if (self._noise_variance <= 0).any():
+            if (self._noise <= 0).any():
                 raise ValueError("log_prob of a regression predictive needs noise_variance > 0")
-            return reg_metrics.mixture_log_prob(
-                self.samples, self._noise_variance, y, reduction="none"
-            )
+            return reg_metrics.mixture_log_prob(self.samples, self._noise, y, reduction="none")
         classes = self.samples.shape[-1]
         labels = y.long()
         if (labels != y).any() or (labels < 0).any() or (labels >= classes).any():
@@ -267,7 +266,7 @@ class Predictive:
         _check_finite("y", y)
         return mixture.mixture_cdf(self.samples, self._noise_std, y).to(self.samples.dtype)
 
-    def quantile(self, q: float | Tensor) -> Tensor:
+    def quantile(self, q: float | Sequence[float] | Tensor) -> Tensor:
         """Exact quantiles of the regression mixture: ``q`` a float -> ``[N]``; ``K`` levels
         (a list or ``[K]`` tensor) -> ``[K, N]``. Levels must lie strictly inside (0, 1).
 
@@ -312,17 +311,22 @@ class Predictive:
         return mixture.mixture_sample(self.samples, self._noise_std, n, generator)
 
     @property
+    def _noise(self) -> Tensor:
+        """The aleatoric variance of a regression predictive (``regression`` always sets it)."""
+        if self._noise_variance is None:
+            raise ValueError("this predictive has no noise variance (not made by regression)")
+        return self._noise_variance
+
+    @property
     def _noise_std(self) -> Tensor:
-        return self._noise_variance.sqrt()
+        return self._noise.sqrt()
 
     # ------------------------------------------------------------------ transforms
     def affine(self, loc: float | Tensor, scale: float | Tensor) -> Predictive:
         """Regression predictive of ``loc + scale * y`` (e.g. back to original target units)."""
         self._require(Task.REGRESSION, "affine")
         scale_t = torch.as_tensor(scale, dtype=self.samples.dtype, device=self.samples.device)
-        return Predictive.regression(
-            self.samples * scale_t + loc, self._noise_variance * scale_t**2
-        )
+        return Predictive.regression(self.samples * scale_t + loc, self._noise * scale_t**2)
 
     def with_noise(self, noise_variance: float | Tensor) -> Predictive:
         """The same samples with another aleatoric noise variance (regression)."""
