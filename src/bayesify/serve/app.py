@@ -326,9 +326,13 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
     async def status(name: str | None = None,
                      version: int | None = None) -> dict[str, Any] | Response:  # fmt: skip
         """What the status page polls: the summary and live figures of one model (``?name=``
-        and ``&version=``; default: the first served) and every model with its version and
-        state (``models``)."""
+        and ``&version=``; default: the first served), its ``history`` of snapshots when the
+        monitor keeps one, and every model with its version, state and, when loaded, whether
+        it has a deferral policy (``models``)."""
         models = repo.summaries(unloaded=True)
+        for m in models:
+            if m["state"] == "READY":
+                m["deferral_policy"] = repo.get(m["name"], m["version"]).model.policy is not None
         try:
             if name is None and version is None:
                 entry = next(repo.entries())
@@ -343,8 +347,11 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         summary = {k: card.get(k) for k in ("name", "method", "task", "input_shape",
                                              "class_names", "sampling", "int8")}  # fmt: skip
         summary["version"] = entry.version
-        return {"model": summary, "deferral": card["deferral"], "monitor": monitor.figures(),
-                "drifting": monitor.drifting, "time": time.time(), "models": models}  # fmt: skip
+        out = {"model": summary, "deferral": card["deferral"], "monitor": monitor.figures(),
+               "drifting": monitor.drifting, "time": time.time(), "models": models}  # fmt: skip
+        if hasattr(monitor, "history"):
+            out["history"] = monitor.history()
+        return out
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -355,7 +362,9 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         """Prometheus text format."""
         return Response(repo.metrics_text(), media_type="text/plain; version=0.0.4")
 
-    page = resources.files("bayesify.serve").joinpath("static/status.html").read_text()
+    static = resources.files("bayesify.serve").joinpath("static")  # one page, charts inlined
+    charts = static.joinpath("charts.js").read_text()
+    page = static.joinpath("status.html").read_text().replace("/* charts.js */", charts)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     async def status_page() -> HTMLResponse:
