@@ -22,7 +22,7 @@ import torch
 
 import bayesify
 from bayesify.data import load_fashion_mnist, load_mnist
-from bayesify.methods.transfer import TRANSFORMS, transfer_inputs
+from bayesify.methods.distillation.transfer import TRANSFORMS, transfer_inputs
 from bayesify.metrics import error_rate, rank_correlation
 from bayesify.metrics.ood import auroc
 from bayesify.options import Augment
@@ -45,7 +45,7 @@ def why(teacher_path: str) -> None:
 
 
 def main(teacher_path: str, n: int, options: dict) -> None:
-    distill = importlib.import_module("bayesify.methods.distill")
+    distill = importlib.import_module("bayesify.methods.distillation.distill")
     teacher = bayesify.load(teacher_path)
     train = load_fashion_mnist("train").subset(5000, seed=0)
     test = load_fashion_mnist("test").subset(1000, seed=0)

@@ -156,7 +156,7 @@ def test_train_preset_paper_reaches_the_method_and_the_training_loop(tmp_path, m
 
     import torch
 
-    from bayesify.methods import training
+    from bayesify.methods.core import training
     from bayesify.train import loader_batch_size
 
     seen = []

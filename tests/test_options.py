@@ -67,7 +67,7 @@ BAD_ENUM_VALUES = [
     (lambda: aupr([0.0], [1.0], positive="ood"), "positive", "'ood'", "out, in"),
     (lambda: fit_constant_std(Y, Y, "mse"), "objective", "'mse'", "crps, pll"),
     (lambda: fit_noise_variance(torch.zeros(2, 3), Y, "mse"), "objective", "'mse'", "crps, pll"),
-    (lambda: bayesify.methods.bayes_by_backprop.kl_weight("x", 0.5), "kl_schedule", "'x'", ""),
+    (lambda: bayesify.methods.bbb.bayes_by_backprop.kl_weight("x", 0.5), "kl_schedule", "'x'", ""),
 ]
 
 #: wrong types of numeric and boolean fields, as the command line's --option key=value gives them
@@ -159,7 +159,7 @@ def test_every_option_member_is_documented():
 def test_enums_live_in_one_module_and_old_names_still_import():
     from bayesify import metrics, predictive
     from bayesify.methods import KLSchedule
-    from bayesify.methods.mcbn import Statistics
+    from bayesify.methods.mcbn.mcbn import Statistics
     from bayesify.metrics import ConstantStdObjective, Reduction
     from bayesify.posthoc.noise import NoiseObjective
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bayesify.methods import MCDropout
-from bayesify.methods.adaptive import AdaptivePredictive
+from bayesify.methods.core.adaptive import AdaptivePredictive
 from bayesify.models import mlp
 from bayesify.predictive import Predictive
 

@@ -10,7 +10,7 @@ from conformance import MethodConformance
 from test_mcbn import regression_data
 
 import bayesify
-from bayesify.methods.bayes_by_backprop import KLSchedule, kl_weight
+from bayesify.methods.bbb.bayes_by_backprop import KLSchedule, kl_weight
 from bayesify.models import lenet, mlp
 from bayesify.nn.bayes_layers import BayesConv2d, BayesLinear
 

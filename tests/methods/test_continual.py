@@ -10,7 +10,7 @@ from torch import nn
 from torch.distributions import Normal, kl_divergence
 
 import bayesify
-from bayesify.methods.coreset import select_coreset
+from bayesify.methods.continual.coreset import select_coreset
 from bayesify.models import multihead_mlp, use_head
 from bayesify.nn.posterior_prior import prior_kl
 

@@ -12,7 +12,7 @@ from scipy.special import digamma
 from test_mcbn import regression_data
 
 import bayesify
-from bayesify.methods.distill import classification_loss, transfer_inputs
+from bayesify.methods.distillation.distill import classification_loss, transfer_inputs
 from bayesify.models import lenet, mlp
 from bayesify.options import Augment
 from bayesify.predictive.dirichlet import (

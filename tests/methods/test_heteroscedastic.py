@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import bayesify
 from bayesify.methods import get_method
-from bayesify.methods.likelihood import VARIANCE_FLOOR, gaussian_nll, split_heteroscedastic
+from bayesify.methods.core.likelihood import VARIANCE_FLOOR, gaussian_nll, split_heteroscedastic
 from bayesify.models import mlp
 
 METHOD_OPTIONS = {

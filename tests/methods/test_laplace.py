@@ -75,7 +75,7 @@ class TestLaplaceAllLayersDiagRegressionSampled(MethodConformance):
         return m, x[200:220]
 
 
-@pytest.mark.filterwarnings("ignore::bayesify.methods.spread.NegligibleSpreadWarning")
+@pytest.mark.filterwarnings("ignore::bayesify.methods.core.spread.NegligibleSpreadWarning")
 def test_probit_is_the_closed_form_and_draws_nothing():
     x, y = classification_data()
     net = _trained(mlp(5, 3, (16,), norm="batch"), (x, y), "classification")
@@ -331,5 +331,5 @@ def test_default_classification_draws_logits_whose_mutual_information_flags_ood(
     assert float(mi_in.min()) > 0 and float(mi_ood.mean()) >= 2 * float(mi_in.mean())
     probit = bayesify.Laplace.from_pretrained(net, (x[:200], y[:200]), task="classification",
                                               link="probit")  # fmt: skip
-    with pytest.warns(bayesify.methods.spread.NegligibleSpreadWarning, match="link='mc'"):
+    with pytest.warns(bayesify.methods.core.spread.NegligibleSpreadWarning, match="link='mc'"):
         assert float(probit.predict(ood, 8, seed=0).mutual_information.abs().max()) < 1e-12

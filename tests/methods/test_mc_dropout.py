@@ -10,7 +10,7 @@ from conformance import MethodConformance
 from test_mcbn import regression_data
 
 import bayesify
-from bayesify.methods.mc_dropout import gal_weight_decay
+from bayesify.methods.dropout.mc_dropout import gal_weight_decay
 from bayesify.models import lenet, mlp
 
 

@@ -10,7 +10,7 @@ from conformance import MethodConformance
 from scipy import stats
 
 import bayesify
-from bayesify.methods.mcbn_tuning import (
+from bayesify.methods.mcbn.tuning import (
     DEFAULT_GRID,
     tune_effective_batch_size,
     validation_log_likelihood,

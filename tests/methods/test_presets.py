@@ -9,8 +9,8 @@ import torch
 import torch.nn.functional as F
 
 import bayesify
-from bayesify.methods import training
-from bayesify.methods.presets import PRESETS, get_preset
+from bayesify.methods.core import training
+from bayesify.methods.core.presets import PRESETS, get_preset
 from bayesify.models import mlp
 from bayesify.nn.stochastic_scale import StochasticScale
 from bayesify.train import loader_batch_size

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from bayesify.methods import BayesByBackprop, DeepEnsemble, MCDropout
-from bayesify.methods.quantize import quantize_int8
+from bayesify.methods.core.quantize import quantize_int8
 from bayesify.models import mlp
 
 

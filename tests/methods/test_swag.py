@@ -254,7 +254,7 @@ def _swag_on_gap_data(**options):
     return method, epistemic[0], epistemic[1], math.sqrt(method.noise_variance)
 
 
-@pytest.mark.filterwarnings("ignore::bayesify.methods.spread.NegligibleSpreadWarning")
+@pytest.mark.filterwarnings("ignore::bayesify.methods.core.spread.NegligibleSpreadWarning")
 def test_default_rate_spreads_far_from_the_data_and_the_old_rate_did_not():
     # the default collects with fit's optimiser at its rate (Adam, 0.01): 2.5 x the in-data
     # epistemic std at x = ±5 (measured 3.1 x) and there at least 0.6 x the noise std
@@ -269,7 +269,7 @@ def test_default_rate_spreads_far_from_the_data_and_the_old_rate_did_not():
 
 def test_a_collapsed_gaussian_warns_in_one_line_naming_what_to_change(tmp_path):
     x, y = regression_data(160)
-    with pytest.warns(bayesify.methods.spread.NegligibleSpreadWarning) as caught:
+    with pytest.warns(bayesify.methods.core.spread.NegligibleSpreadWarning) as caught:
         method = bayesify.SWAG.from_pretrained(mlp(5, hidden=(8,), norm=None), (x[:120], y[:120]),
                                                val=(x[120:], y[120:]), lr=1e-6, epochs=3,
                                                batch_size=20)  # fmt: skip
@@ -277,7 +277,7 @@ def test_a_collapsed_gaussian_warns_in_one_line_naming_what_to_change(tmp_path):
     assert "\n" not in message and message.startswith("SWAG: the weight-driven spread")
     assert "raise swag_lr toward the training rate (collected with sgd at 1e-06)" in message
     assert method.epistemic_share < 0.01
-    with pytest.warns(bayesify.methods.spread.NegligibleSpreadWarning, match="sgd at 1e-06"):
+    with pytest.warns(bayesify.methods.core.spread.NegligibleSpreadWarning, match="sgd at 1e-06"):
         bayesify.load(method.save(tmp_path / "b")).predict(x[120:], samples=8, seed=0)
 
 

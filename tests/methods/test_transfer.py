@@ -12,8 +12,13 @@ import scipy.stats
 import torch
 
 import bayesify
-from bayesify.methods import transfer
-from bayesify.methods.transfer import OUTLIER_KINDS, TRANSFORMS, outlier_copy, transfer_inputs
+from bayesify.methods.distillation import transfer
+from bayesify.methods.distillation.transfer import (
+    OUTLIER_KINDS,
+    TRANSFORMS,
+    outlier_copy,
+    transfer_inputs,
+)
 from bayesify.metrics import rank_correlation
 from bayesify.models import lenet, mlp
 from bayesify.options import Augment
@@ -98,7 +103,9 @@ def test_default_transfer_set_is_the_callers_images_and_their_outliers(monkeypat
         calls.append(real(x, *args))
         return calls[-1]
 
-    monkeypatch.setattr(importlib.import_module("bayesify.methods.distill"), "transfer_inputs", spy)
+    monkeypatch.setattr(
+        importlib.import_module("bayesify.methods.distillation.distill"), "transfer_inputs", spy
+    )
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(40, 1, 28, 28, generator=g), torch.randint(0, 10, (40,), generator=g)
     teacher = bayesify.MCDropout(lenet(norm="batch"), task="classification", dropout=0.5,

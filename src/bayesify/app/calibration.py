@@ -83,7 +83,7 @@ def predictive(
     ``samples`` or under ``policy``."""
     outputs = _outputs(method, split)
     if policy is not None and policy.is_adaptive:
-        from bayesify.methods.adaptive import predict_adaptive
+        from bayesify.methods.core.adaptive import predict_adaptive
 
         return predict_adaptive(method, split.x, "adaptive", tol=policy.tol, start=policy.start,
                                 max_samples=policy.max_samples, seed=seed,

@@ -16,7 +16,7 @@ from enum import Enum
 
 from bayesify.atomic import write_text
 from bayesify.methods import METHODS, method_summary
-from bayesify.methods.base import MethodConfig
+from bayesify.methods.core.base import MethodConfig
 
 HEADER = """# Method options
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from bayesify.methods import Method
-from bayesify.methods.likelihood import regression_means
+from bayesify.methods.core.likelihood import regression_means
 from bayesify.predictive import Predictive
 from bayesify.seeding import seeded
 from bayesify.train import as_loader, make_optimizer, train_loop

@@ -164,7 +164,7 @@ def train(
                                       seed=seed, options=options)  # fmt: skip
         fit_options = dict(epochs=epochs, batch_size=batch_size, lr=lr,
                            weight_decay=weight_decay, patience=patience, seed=seed)  # fmt: skip
-        if preset:  # the recipe fills what is left out (methods/presets.py)
+        if preset:  # the recipe fills what is left out (methods/core/presets.py)
             fit_options = {k: fit_options[k] for k in ("epochs", "patience", "seed")}
         strategy = None
         if nproc > 1 or world is not None:

@@ -1,17 +1,17 @@
 """Posterior approximations behind one interface; registry by name."""
 
-from bayesify.methods.base import Method, MethodConfig
-from bayesify.methods.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
-from bayesify.methods.continual import VCL, VCLConfig
-from bayesify.methods.deterministic import Deterministic
-from bayesify.methods.distill import distill
-from bayesify.methods.distilled import Distilled, DistilledConfig
-from bayesify.methods.ensemble import DeepEnsemble, EnsembleConfig
-from bayesify.methods.flow_posterior import FlowConfig, FlowPosterior
-from bayesify.methods.ibnn import IBNN, IBNNConfig
-from bayesify.methods.laplace import Laplace, LaplaceConfig
-from bayesify.methods.mc_dropout import MCDropout, MCDropoutConfig
-from bayesify.methods.mcbn import MCBN, MCBNConfig
+from bayesify.methods.bbb.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
+from bayesify.methods.continual.vcl import VCL, VCLConfig
+from bayesify.methods.core.base import Method, MethodConfig
+from bayesify.methods.core.deterministic import Deterministic
+from bayesify.methods.distillation.distill import distill
+from bayesify.methods.distillation.distilled import Distilled, DistilledConfig
+from bayesify.methods.dropout.mc_dropout import MCDropout, MCDropoutConfig
+from bayesify.methods.ensemble.ensemble import DeepEnsemble, EnsembleConfig
+from bayesify.methods.flow.flow_posterior import FlowConfig, FlowPosterior
+from bayesify.methods.ibnn.ibnn import IBNN, IBNNConfig
+from bayesify.methods.laplace.laplace import Laplace, LaplaceConfig
+from bayesify.methods.mcbn.mcbn import MCBN, MCBNConfig
 from bayesify.methods.registry import (
     METHODS,
     get_method,
@@ -20,9 +20,9 @@ from bayesify.methods.registry import (
     register_method,
     resolve_method_names,
 )
-from bayesify.methods.stochastic_norm import StochasticNorm, StochasticNormConfig
-from bayesify.methods.swag import SWAG, MultiSWAG, MultiSWAGConfig, SWAGConfig
-from bayesify.methods.tta import TTA, TTAConfig
+from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm, StochasticNormConfig
+from bayesify.methods.swag.swag import SWAG, MultiSWAG, MultiSWAGConfig, SWAGConfig
+from bayesify.methods.tta.tta import TTA, TTAConfig
 from bayesify.nn.folding import DEFAULT_MAX_ROWS, resolve_max_rows
 
 __all__ = [

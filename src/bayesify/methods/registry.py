@@ -17,9 +17,10 @@ from torch import nn
 
 from bayesify.data.preprocessing import Preprocessing
 from bayesify.io import BundleError, read_config, read_weights, tensor_specs
-from bayesify.methods.base import Method, MethodConfig
-from bayesify.methods.bayes_by_backprop import BayesByBackprop
-from bayesify.methods.bundle_checks import (
+from bayesify.methods.bbb.bayes_by_backprop import BayesByBackprop
+from bayesify.methods.continual.vcl import VCL
+from bayesify.methods.core.base import Method, MethodConfig
+from bayesify.methods.core.bundle_checks import (
     BundleLimits,
     check_bundle,
     check_members,
@@ -27,19 +28,18 @@ from bayesify.methods.bundle_checks import (
     counted_build,
     resize_like,
 )
-from bayesify.methods.continual import VCL
-from bayesify.methods.deterministic import Deterministic
-from bayesify.methods.distilled import Distilled
-from bayesify.methods.ensemble import DeepEnsemble
-from bayesify.methods.flow_posterior import FlowPosterior
-from bayesify.methods.ibnn import IBNN
-from bayesify.methods.inputs import check_device
-from bayesify.methods.laplace import Laplace
-from bayesify.methods.mc_dropout import MCDropout
-from bayesify.methods.mcbn import MCBN
-from bayesify.methods.stochastic_norm import StochasticNorm
-from bayesify.methods.swag import SWAG, MultiSWAG
-from bayesify.methods.tta import TTA
+from bayesify.methods.core.deterministic import Deterministic
+from bayesify.methods.core.inputs import check_device
+from bayesify.methods.distillation.distilled import Distilled
+from bayesify.methods.dropout.mc_dropout import MCDropout
+from bayesify.methods.ensemble.ensemble import DeepEnsemble
+from bayesify.methods.flow.flow_posterior import FlowPosterior
+from bayesify.methods.ibnn.ibnn import IBNN
+from bayesify.methods.laplace.laplace import Laplace
+from bayesify.methods.mcbn.mcbn import MCBN
+from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm
+from bayesify.methods.swag.swag import SWAG, MultiSWAG
+from bayesify.methods.tta.tta import TTA
 from bayesify.models import build_model, net_from_reference
 
 METHODS: dict[str, type[Method]] = {
@@ -104,7 +104,7 @@ def load(path: str | Path, net: nn.Module | str | None = None, device: str | Non
     Nothing is allocated before the weights file's header (tensor names, shapes, dtypes) is
     checked against every tensor of the network the config describes, buffers included, built
     first on the meta device, and the build's layers, parameters and buffer numbers are within
-    the limits of :class:`~bayesify.methods.bundle_checks.BundleLimits`; a malformed
+    the limits of :class:`~bayesify.methods.core.bundle_checks.BundleLimits`; a malformed
     ``config.json`` is one :class:`BundleError`.
     """
     if device is not None:

@@ -2,7 +2,7 @@
 
 A conformal quantile or a deferral threshold is fitted on scores computed from Monte Carlo
 samples; its guarantee holds for predictions drawn with the same randomness law, i.e. the same
-policy (:mod:`bayesify.methods.adaptive` for the adaptive one). Bundles record it, and the
+policy (:mod:`bayesify.methods.core.adaptive` for the adaptive one). Bundles record it, and the
 predictor compares it with the policy it serves.
 """
 

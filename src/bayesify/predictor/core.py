@@ -179,7 +179,7 @@ class Predictor:
         ``[N, *input_shape]``: one column per number feature and one 0/1 column per category,
         unscaled), e.g. rows checked and encoded once by a server.
         ``samples="adaptive"`` with ``tol``/``start``/``max_samples``: adaptive sampling
-        (:mod:`bayesify.methods.adaptive`; a ``samples_used`` field per row).
+        (:mod:`bayesify.methods.core.adaptive`; a ``samples_used`` field per row).
         """
         if samples != "adaptive":
             samples = _check_samples(self.default_samples if samples is None else samples)
@@ -310,7 +310,7 @@ class Predictor:
     ):
         m = self.method
         if samples == "adaptive" or adaptive:
-            from bayesify.methods.adaptive import predict_adaptive
+            from bayesify.methods.core.adaptive import predict_adaptive
 
             return predict_adaptive(m, x, samples, generator=generator,
                                     outputs=self._prep.outputs, **adaptive)  # fmt: skip

@@ -14,7 +14,7 @@ from bayesify.posthoc.sampling import SamplingPolicy
 
 def sampling_policy(samples: Any, adaptive: dict[str, Any]) -> SamplingPolicy:
     """The policy of a call: fixed ``samples``, or adaptive with its options (defaults of
-    :func:`~bayesify.methods.adaptive.predict_adaptive`)."""
+    :func:`~bayesify.methods.core.adaptive.predict_adaptive`)."""
     if samples == "adaptive" or adaptive:
         return SamplingPolicy.adaptive(adaptive.get("tol", 0.0), adaptive.get("start", 8),
                                        adaptive.get("max_samples", 32))  # fmt: skip

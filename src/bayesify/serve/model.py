@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Adaptive:
-    """Adaptive sampling settings of the server (see :mod:`bayesify.methods.adaptive`)."""
+    """Adaptive sampling settings of the server (see :mod:`bayesify.methods.core.adaptive`)."""
 
     tol: float
     start: int = 8
@@ -102,7 +102,7 @@ class ServedModel:
         predictor = Predictor.load(bundle)
         predictor.defer_max_samples = defer_max_samples
         if int8:
-            from bayesify.methods.quantize import quantize_int8
+            from bayesify.methods.core.quantize import quantize_int8
 
             quantize_int8(predictor.method)
         return cls(predictor, name or Path(bundle).resolve().name, int8=int8, **settings)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from bayesify.methods.adaptive import check_options
+from bayesify.methods.core.adaptive import check_options
 from bayesify.options import shown
 from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.serve.model import Adaptive, ServedModel

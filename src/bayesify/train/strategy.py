@@ -1,4 +1,4 @@
-"""How :meth:`bayesify.methods.base.Method.fit` runs the one training loop: in which processes
+"""How :meth:`bayesify.methods.core.base.Method.fit` runs the one training loop: in which processes
 and on which devices, over which rows, and how replicas agree.
 
 A :class:`Strategy` runs a method's ``train_replica(replica)`` once per replica and leaves the

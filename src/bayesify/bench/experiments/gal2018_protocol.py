@@ -109,7 +109,7 @@ def weight_decays(
     rates: list[float], taus: list[float], n_data: int, length_scale: float
 ) -> list[float]:
     """Gal's ``λ = l² (1 − p) / (2 N τ)`` per configuration."""
-    from bayesify.methods.mc_dropout import gal_weight_decay
+    from bayesify.methods.dropout.mc_dropout import gal_weight_decay
 
     return [gal_weight_decay(length_scale, p, n_data, t) for p, t in zip(rates, taus, strict=True)]
 

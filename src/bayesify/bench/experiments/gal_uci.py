@@ -27,7 +27,7 @@ import torch
 
 from bayesify.bench.search import Dimension, SearchJob, run_search
 from bayesify.data.uci import UCI_DATASETS
-from bayesify.methods.likelihood import Likelihood
+from bayesify.methods.core.likelihood import Likelihood
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Train a batch-norm LeNet on Fashion-MNIST; then for MCBN batch sizes b = 16 … 
 statistics bank with mini-batches of b and measure mutual information on Fashion-MNIST test
 (in-distribution) and MNIST test (OOD), and the OOD AUROC of MI. Side by side: the Gaussian
 statistics model at the same b, and at the b chosen on validation data by
-:func:`~bayesify.methods.mcbn_tuning.tune_effective_batch_size`.
+:func:`~bayesify.methods.mcbn.tuning.tune_effective_batch_size`.
 
 With ``--retrain`` (the default) also Mukhoti et al.'s own protocol: a fresh network trained
 at each b, and MCBN run at that same b (Teye et al.'s rule: prediction batches as large as the
@@ -29,7 +29,7 @@ import bayesify
 from bayesify.bench.machine import machine_description
 from bayesify.bench.options import command_line, option, write_report
 from bayesify.data import load_fashion_mnist, load_mnist
-from bayesify.methods.mcbn_tuning import tune_effective_batch_size
+from bayesify.methods.mcbn.tuning import tune_effective_batch_size
 from bayesify.metrics import auroc, error_rate
 from bayesify.models import lenet
 from bayesify.seeding import seeded

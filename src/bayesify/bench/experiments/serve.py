@@ -151,8 +151,8 @@ def _offline(opts: ServeBenchOptions, bundle: Path) -> list[str]:
     """Adaptive samples against the fixed T reaching the tolerance; float32 against int8."""
     from bayesify.data import load_fashion_mnist
     from bayesify.methods import load
-    from bayesify.methods.adaptive import predict_adaptive, standard_error
-    from bayesify.methods.quantize import quantize_int8
+    from bayesify.methods.core.adaptive import predict_adaptive, standard_error
+    from bayesify.methods.core.quantize import quantize_int8
     from bayesify.metrics import error_rate, expected_calibration_error, nll
 
     torch.set_num_threads(opts.threads)

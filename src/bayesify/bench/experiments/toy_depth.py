@@ -68,7 +68,7 @@ def _make(kind: str, depth: int, opts: ToyDepthOptions) -> bayesify.Method:
         )
         method.noise_variance = 0.5  # the true noise, 3², in units of the scaled targets
         return method
-    from bayesify.methods.bayes_by_backprop import BayesByBackprop
+    from bayesify.methods.bbb.bayes_by_backprop import BayesByBackprop
 
     return BayesByBackprop(net, init_noise_variance=0.5, kl_schedule="linear", kl_warmup=0.3)
 

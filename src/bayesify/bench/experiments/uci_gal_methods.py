@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from bayesify.bench.search import Dimension, SearchJob, run_search
-from bayesify.methods.likelihood import Likelihood
+from bayesify.methods.core.likelihood import Likelihood
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,6 @@
+"""The Laplace approximation: the method (`laplace.py`), its curvature (`curvature.py`), its prior
+precision by the marginal likelihood (`prior.py`) and its all-layer draws (`layers.py`)."""
+
+from bayesify.methods.laplace.laplace import Laplace, LaplaceConfig
+
+__all__ = ["Laplace", "LaplaceConfig"]
