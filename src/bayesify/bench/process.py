@@ -64,10 +64,17 @@ def start_server(
 ) -> ServerProcess:
     """Start ``bayesify serve BUNDLE --name NAME --port P ARGS`` (``name`` None: no ``--name``,
     e.g. for a folder of bundles); with ``wait``, return once ``/v2/health/ready`` answers 200
-    (a ``RuntimeError`` with the log if it exits or times out)."""
+    (a ``RuntimeError`` with the log if it exits or times out). Unless ``args`` name a
+    ``--store``, the server's record is a new file beside its log (``LOG.record.sqlite3``),
+    never the one beside the bundle: each run starts from an empty record."""
     port = free_port()
     log = Path(log)
     named = ["--name", name] if name is not None else []
+    if "--store" not in args:
+        record = log.with_name(log.name + ".record.sqlite3")
+        for leftover in (record, Path(f"{record}-wal"), Path(f"{record}-shm")):
+            leftover.unlink(missing_ok=True)
+        args = (*args, "--store", str(record))
     cmd = [cli_path(), "serve", str(bundle), *named, "--port", str(port), *args]
     environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     with log.open("w") as out:

@@ -90,6 +90,44 @@ def serve(
             min=0,
         ),
     ] = 30.0,
+    store: Annotated[
+        str | None,
+        typer.Option(
+            help="Where the record of what was served lives (rows awaiting outcomes, the "
+            "rolling windows, their history): a SQLite file, postgresql://USER@HOST/DB (one "
+            "record for replicas on several machines; the extra postgres) or 'memory' (lost "
+            "when the server stops). See docs/record.md.",
+            show_default="DIR/.bayesify-record.sqlite3 for a folder DIR, else beside the bundle",
+        ),
+    ] = None,
+    durability: Annotated[
+        str,
+        typer.Option(
+            help="What a record commit survives: 'full' a power cut (each commit synced to "
+            "disk), 'normal' a killed server (a power cut may lose the last commits).",
+        ),
+    ] = "normal",
+    history_every: Annotated[
+        float,
+        typer.Option(
+            help="Seconds between two history snapshots while requests are served "
+            "(feedback always takes one).",
+            min=0,
+        ),
+    ] = 60.0,
+    max_pending: Annotated[
+        int, typer.Option(help="Most served rows the record keeps awaiting outcomes.", min=1)
+    ] = 100_000,
+    record_days: Annotated[
+        float,
+        typer.Option(
+            help="Days the record keeps rows awaiting outcomes, received ids and history.",
+            min=0.001,
+        ),
+    ] = 30.0,
+    history_rows: Annotated[
+        int, typer.Option(help="Most history snapshots kept per model version.", min=1)
+    ] = 10_000,
     int8: Annotated[
         bool, typer.Option("--int8", help="Dynamic int8 quantisation of linear layers.")
     ] = False,
@@ -152,7 +190,10 @@ def serve(
                                     defer_max_samples=defer_max_samples)  # fmt: skip
 
         repo = Repository.open(bundle, name, loader, BatchSettings(batch_wait_ms, batch_rows),
-                               max_models=max_models, drift_level=drift_level)  # fmt: skip
+                               max_models=max_models, drift_level=drift_level,
+                               record=_record_options(store, bundle, durability, history_every,
+                                                      max_pending, record_days,
+                                                      history_rows))  # fmt: skip
         limits = listener.ListenerSettings(header_timeout=header_timeout, keep_alive=keep_alive,
                                            max_connections=max_connections, grace=grace_period,
                                            reserved_connections=reserved_connections,
@@ -178,6 +219,27 @@ def serve(
         for folder, why in folders.items():
             console.print(escape(f"not serving {model}/{folder}: {why}"))
     listener.run(app, sock, limits, log_level)
+
+
+def _record_options(
+    store: str | None,
+    bundle: Path,
+    durability: str,
+    history_every: float,
+    max_pending: int,
+    record_days: float,
+    history_rows: int,
+):  # noqa: ANN202
+    """The record the server keeps (:mod:`bayesify.serve.record`); a ``ValueError`` or
+    ``OSError`` in one line when it cannot be opened."""
+    from bayesify.serve.record import Durability, Record, RecordOptions, Retention
+
+    if durability not in {d.value for d in Durability}:
+        raise ValueError(f"--durability is 'full' or 'normal', got {durability!r}")
+    target = store if store is not None else Record.default_path(bundle)
+    retention = Retention(max_age_s=record_days * 86400.0, history_rows=history_rows)
+    return RecordOptions(Record.open(target, durability, retention), history_every=history_every,
+                         max_pending=max_pending)  # fmt: skip
 
 
 def _loopback(host: str) -> bool:

@@ -2,6 +2,15 @@
 
 One :class:`Monitor` per served model (``name``, ``version``). Thread-safe.
 
+**The record.** What must outlive the process or be shared lives in a store
+(:class:`~bayesify.serve.record.Record`, SQLite or PostgreSQL; without one, a store in
+memory): the served rows awaiting outcomes, request ids and aliases, received ids, the scored
+rows of the window with their feedback request, the counters and the history. Several
+monitors of one model version on one store (workers, replicas) agree: a row is scored once,
+whichever served it and whichever receives its outcome, feedback requests are numbered by the
+store, and each monitor's figures follow every scored row (it reads the rows scored since it
+last looked). The monitor keeps only caches, and the latency quantiles of its own process.
+
 **Ids.** Every request's rows are remembered under ids the server makes
 (:meth:`Monitor.record_request`): row ``i`` of request ``R`` (32 random hex digits) is
 ``R-i``, and a one-row request is also named by ``R``. A v2 client's own request ``id`` is kept
@@ -31,6 +40,11 @@ figures; for interval coverage, the nominal level) is compared with it, on at le
 itself. One request carries at most ``max_feedback_rows`` outcomes (defaults: 100 per request,
 200 rows, a 1000-row window), so it moves a full window's figures by at most a tenth. A
 warning is logged once and again only after recovery.
+
+**History** (:mod:`.history`). At each :meth:`Monitor.refresh`, and at most once every
+``history_every`` seconds while requests are served (whichever process of the store comes
+first), a snapshot of the figures is appended to the record; :meth:`Monitor.history` reads
+them back, oldest first.
 """
 
 from __future__ import annotations
@@ -38,9 +52,9 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 import uuid
-from collections import OrderedDict, deque
-from dataclasses import dataclass
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -48,7 +62,6 @@ import numpy as np
 from bayesify.serve.drift import LEVEL, WindowPart, drift_rows
 from bayesify.serve.figures import (
     Mixture,
-    RegressionScore,
     classification_figures,
     classification_terms,
     regression_figures,
@@ -56,39 +69,27 @@ from bayesify.serve.figures import (
     reliability,
     score_regression,
 )
+from bayesify.serve.history import snapshot
+from bayesify.serve.record import Record
+from bayesify.serve.record_rows import (
+    ACCEPTED,
+    ALREADY,
+    FLAGGED,
+    UNKNOWN,
+    AmbiguousId,
+    ClassScore,
+    Score,
+    ServedRow,
+)
+
+__all__ = ["ACCEPTED", "ALREADY", "FLAGGED", "STD_BOUND", "UNKNOWN", "AmbiguousId", "Monitor",
+           "target_range"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 #: without a recorded target range, an outcome this many served standard deviations from the
 #: served mean is flagged
 STD_BOUND = 1e3
-#: feedback statuses per outcome
-ACCEPTED, FLAGGED, ALREADY, UNKNOWN = "accepted", "flagged", "already_received", "unknown"
-
-
-class AmbiguousId(ValueError):
-    """Feedback named a request of several rows, or a client id several requests carried."""
-
-
-@dataclass
-class _Served:
-    defer: bool
-    probs: np.ndarray | None = None  # [C] classification
-    mix: Mixture | None = None  # regression
-    lower: float = math.nan
-    upper: float = math.nan
-    level: float = math.nan
-
-    @property
-    def size(self) -> int:
-        return len(self.probs) if self.probs is not None else self.mix.size  # type: ignore[union-attr]
-
-
-@dataclass(frozen=True)
-class _ClassScore:
-    defer: bool
-    probs: np.ndarray  # [C]
-    label: int
 
 
 def target_range(metadata: dict[str, Any]) -> tuple[float, float] | None:
@@ -119,14 +120,17 @@ class Monitor:
         min_count: int = 200,
         max_feedback_rows: int = 100,
         tolerance: float = 0.25,
-        drift_level: float = LEVEL,
         max_pending: int = 100_000,
         max_pending_values: int = 4_000_000,
         latency_window: int = 2000,
+        drift_level: float = LEVEL,
+        store: Record | None = None,
+        history_every: float = 60.0,
     ) -> None:
         if not 0 < max_feedback_rows < min_count <= window:
             raise ValueError("need 0 < max_feedback_rows < min_count <= window")
         self.task, self.class_names, self.name, self.version = task, class_names, name, version
+        self.has_policy = validation is not None
         self.validation = validation or {}
         self.error_metric = str(self.validation.get("error_metric", "rmse"))
         self.target_range = target_range
@@ -137,25 +141,39 @@ class Monitor:
         self.window, self.min_count, self.tolerance = window, min_count, tolerance
         self.drift_level = drift_level
         self.max_feedback_rows = max_feedback_rows
-        self._max_pending, self._max_values = max_pending, max_pending_values
-        self._pending: OrderedDict[str, _Served] = OrderedDict()
-        self._values = 0  # numbers held by the pending rows
-        self._requests: OrderedDict[str, int] = OrderedDict()  # request id -> its rows
-        self._aliases: OrderedDict[str, list[str]] = OrderedDict()  # client id -> request ids
-        self._received: OrderedDict[str, None] = OrderedDict()
-        #: (feedback request number, scored row)
-        self._scored: deque[tuple[int, _ClassScore | RegressionScore]] = deque(maxlen=window)
-        self._batch = 0
+        self.history_every = history_every
+        self.record = store if store is not None else Record.memory()
+        self._ledger = self.record.ledger(name, version, task, window=window,
+                                          max_pending=max_pending,
+                                          max_pending_values=max_pending_values)  # fmt: skip
+        #: (feedback request number, scored row): a cache of the store's window
+        self._scored: deque[tuple[int, Score]] = deque(maxlen=window)
+        self._seq = -1  # the last scored row read from the store (-1: none read yet)
+        self._batch: int | None = None  # this process's feedback request, numbered by the store
         self._latency: deque[float] = deque(maxlen=latency_window)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._drifting: set[str] = set()
-        parts = self._parts([])
-        self._window: dict[str, Any] = self._window_figures(parts)
-        self._drift: list[dict[str, Any]] = drift_rows(
-            self._window, parts, self.validation, task, self.error_metric, min_count, tolerance,
-            drift_level,
-        )  # fmt: skip
-        self.served = self.deferred = self.accepted = self.flagged = 0
+        self._window: dict[str, Any] = {}
+        self._drift: list[dict[str, Any]] = []
+        self._history_tried = 0.0
+        self._sync(self._ledger.counts(), force=True)
+
+    # ------------------------------------------------------------------ counters
+    @property
+    def served(self) -> int:
+        return self._ledger.counts()["served"]
+
+    @property
+    def deferred(self) -> int:
+        return self._ledger.counts()["deferred"]
+
+    @property
+    def accepted(self) -> int:
+        return self._ledger.counts()["accepted"]
+
+    @property
+    def flagged(self) -> int:
+        return self._ledger.counts()["flagged"]
 
     # ------------------------------------------------------------------ recording
     def record_request(
@@ -174,29 +192,19 @@ class Monitor:
         rid = uuid.uuid4().hex
         ids = [f"{rid}-{i}" for i in range(len(records))]
         items = [self._served(i, rec, samples, noise_std, level) for i, rec in enumerate(records)]
-        with self._lock:
-            for row_id, item in zip(ids, items, strict=True):
-                self.served += 1
-                self.deferred += item.defer
-                self._pending[row_id] = item
-                self._values += item.size
-            while self._pending and (len(self._pending) > self._max_pending
-                                     or self._values > self._max_values):  # fmt: skip
-                self._values -= self._pending.popitem(last=False)[1].size
-            self._requests[rid] = len(ids)
-            _trim(self._requests, self._max_pending)
-            if alias:
-                # the last two suffice: requests are forgotten oldest first
-                self._aliases[alias] = [*self._aliases.get(alias, [])[-1:], rid]
-                self._aliases.move_to_end(alias)
-                _trim(self._aliases, self._max_pending)
+        self._ledger.add_request(rid, ids, items, alias or None)
+        now = time.time()
+        if now - self._history_tried >= self.history_every:
+            self._history_tried = now
+            if self._ledger.claim_history(now, self.history_every):
+                self._ledger.add_history(now, self._snapshot(now))
         return rid, ids
 
     def _served(self, i: int, rec: dict[str, Any], samples: np.ndarray | None,
-                noise: np.ndarray | None, level: float) -> _Served:  # fmt: skip
+                noise: np.ndarray | None, level: float) -> ServedRow:  # fmt: skip
         defer = bool(rec.get("defer", False))
         if self.task == "classification":
-            return _Served(defer, probs=np.asarray(rec["probabilities"], dtype=np.float64))
+            return ServedRow(defer, probs=np.asarray(rec["probabilities"], dtype=np.float64))
         mean, std = float(rec["mean"]), float(rec["std"])
         if samples is not None:
             offsets = (np.asarray(samples[i], dtype=np.float64) - mean).astype(np.float32)
@@ -205,10 +213,11 @@ class Monitor:
                 sd = np.asarray(noise[i], dtype=np.float32)
         else:  # no samples: the Gaussian with the served mean and std
             offsets, sd = np.zeros(1, np.float32), np.asarray([std], np.float32)
-        return _Served(defer, mix=Mixture(mean, std, offsets, sd), lower=float(rec["lower"]),
-                       upper=float(rec["upper"]), level=float(level))  # fmt: skip
+        return ServedRow(defer, mix=Mixture(mean, std, offsets, sd), lower=float(rec["lower"]),
+                         upper=float(rec["upper"]), level=float(level))  # fmt: skip
 
     def latency(self, seconds: float) -> None:
+        """One answer's latency (kept by this process only)."""
         with self._lock:
             self._latency.append(seconds)
 
@@ -249,42 +258,31 @@ class Monitor:
 
     def check_id(self, request_id: str) -> None:
         """An :class:`AmbiguousId` error if ``request_id`` does not name one row."""
-        with self._lock:
-            self._resolve(request_id)
+        self._ledger.resolve(request_id)
 
     def feedback(self, request_id: str, outcome: float) -> tuple[str, str | None]:
         """Score the served row ``request_id`` names against ``outcome``: ``(status,
         reason)``, status one of ``accepted``, ``flagged`` (with the reason), ``unknown``
         (never served or no longer remembered) and ``already_received``. Call
         :meth:`refresh` after a request's outcomes."""
-        with self._lock:
-            row = self._resolve(request_id)
-            if row in self._received:
-                return ALREADY, None
-            item = self._pending.get(row)
-            if item is None:
-                return UNKNOWN, None
+
+        def judge(item: ServedRow) -> tuple[str | None, Score | None]:
             if item.probs is not None and not 0 <= outcome < len(item.probs):
                 raise ValueError(f"class index must be in 0..{len(item.probs) - 1}, "
                                  f"got {int(outcome)}")  # fmt: skip
             reason = self._out_of_range(item, outcome)
-            del self._pending[row]
-            self._values -= item.size
-            self._received[row] = None
-            _trim(self._received, self._max_pending)
             if reason is not None:
-                self.flagged += 1
-                return FLAGGED, reason
+                return reason, None
             if item.mix is not None:
-                score = score_regression(item.mix, outcome, item.lower, item.upper, item.level,
-                                         item.defer)  # fmt: skip
-            else:
-                score = _ClassScore(item.defer, item.probs, int(outcome))  # type: ignore[arg-type]
-            self._scored.append((self._batch, score))
-            self.accepted += 1
-        return ACCEPTED, None
+                return None, score_regression(item.mix, outcome, item.lower, item.upper,
+                                              item.level, item.defer)  # fmt: skip
+            return None, ClassScore(item.defer, item.probs, int(outcome))  # type: ignore[arg-type]
 
-    def _out_of_range(self, item: _Served, y: float) -> str | None:
+        with self._lock:
+            status, reason, self._batch = self._ledger.take(request_id, judge, self._batch)
+        return status, reason
+
+    def _out_of_range(self, item: ServedRow, y: float) -> str | None:
         mix = item.mix
         if mix is None:
             return None
@@ -302,61 +300,55 @@ class Monitor:
         return (f"outcome {y:.6g} is more than {STD_BOUND:g} standard deviations "
                 f"({mix.std:.6g}) from the served mean {mix.mean:.6g}")  # fmt: skip
 
-    def _resolve(self, request_id: str) -> str:
-        """The row id ``request_id`` names (the caller holds the lock)."""
-        if request_id in self._pending or request_id in self._received:
-            return request_id
-        if request_id in self._requests:
-            n = self._requests[request_id]
-            if n > 1:
-                raise AmbiguousId(f"request {request_id!r} had {n} rows; give a row id "
-                                  f"({request_id}-0 .. {request_id}-{n - 1})")  # fmt: skip
-            return f"{request_id}-0"
-        rids = [r for r in self._aliases.get(request_id, ()) if r in self._requests]
-        if len(rids) > 1:
-            raise AmbiguousId(f"id {request_id!r} was sent with {len(rids)} requests (clients "
-                              "choose their ids, so they can repeat); give the row's "
-                              "request_id output instead")  # fmt: skip
-        if rids:
-            n = self._requests[rids[0]]
-            if n > 1:
-                raise AmbiguousId(f"request {request_id!r} had {n} rows; give the rows' "
-                                  "request_id outputs")  # fmt: skip
-            return f"{rids[0]}-0"
-        return request_id
-
     # ------------------------------------------------------------------ figures
     def refresh(self) -> None:
-        """Recompute the window's figures and the drift checks (after feedback)."""
+        """Recompute the window's figures and the drift checks (after feedback: the outcomes
+        since the last refresh were one feedback request) and append a history snapshot."""
         with self._lock:
-            scored = list(self._scored)
-            self._batch += 1  # the outcomes since the last refresh were one request's
-        parts = self._parts(scored)
-        figures = self._window_figures(parts)
-        drift = drift_rows(figures, parts, self.validation, self.task, self.error_metric,
-                           self.min_count, self.tolerance, self.drift_level)  # fmt: skip
+            self._batch = None
+            self._sync(self._ledger.counts(), force=True)
+        now = time.time()
+        self._ledger.claim_history(now, 0.0)
+        self._ledger.add_history(now, self._snapshot(now))
+
+    def _sync(self, counts: dict[str, int], force: bool = False) -> None:
+        """Read the rows scored since the last look (by any process) and recompute."""
         with self._lock:
-            self._window, self._drift = figures, drift
-        for row in drift:
-            key = f"{row['figure']}_{row['part']}"
-            if row["drifting"] and key not in self._drifting:
-                self._drifting.add(key)
-                log.warning("drift on %s v%s: rolling %s %s = %.4g over the last %d scored "
-                            "rows, baseline %.4g", self.name, self.version, row["part"],
-                            row["figure"], row["live"], row["n"], row["validation"])  # fmt: skip
-            elif not row["drifting"]:
-                self._drifting.discard(key)
+            if counts["scored_seq"] == self._seq and not force:
+                return
+            if counts["scored_seq"] != self._seq:
+                for seq, batch, score in self._ledger.scored_since(max(self._seq, 0)):
+                    self._scored.append((batch, score))
+                    self._seq = seq
+                self._seq = max(self._seq, counts["scored_seq"])
+            parts = self._parts(list(self._scored))
+            self._window = self._window_figures(parts)
+            self._drift = drift_rows(self._window, parts, self.validation, self.task,
+                                     self.error_metric, self.min_count, self.tolerance,
+                                     self.drift_level)  # fmt: skip
+            for row in self._drift:
+                key = f"{row['figure']}_{row['part']}"
+                if row["drifting"] and key not in self._drifting:
+                    self._drifting.add(key)
+                    log.warning("drift on %s v%s: rolling %s %s = %.4g over the last %d "
+                                "scored rows, baseline %.4g", self.name, self.version,
+                                row["part"], row["figure"], row["live"], row["n"],
+                                row["validation"])  # fmt: skip
+                elif not row["drifting"]:
+                    self._drifting.discard(key)
 
     def figures(self) -> dict[str, Any]:
         """Rolling figures for all and accepted rows, drift against the baselines, feedback
-        counts, the deferral rate and latency quantiles."""
+        counts, the deferral rate and latency quantiles (this process's)."""
+        counts = self._ledger.counts()
         with self._lock:
+            self._sync(counts)
             lat = np.asarray(self._latency, dtype=np.float64)
-            served, deferred = self.served, self.deferred
+            served, deferred = counts["served"], counts["deferred"]
             out: dict[str, Any] = {
                 "served": served,
                 "deferral_rate": deferred / served if served else None,
-                "feedback": {"accepted": self.accepted, "flagged": self.flagged},
+                "feedback": {"accepted": counts["accepted"], "flagged": counts["flagged"]},
                 **self._window,
                 "drift": self._drift,
                 "validation": self.validation,
@@ -364,6 +356,13 @@ class Monitor:
         out["latency_ms"] = {f"p{q}": (float(np.percentile(lat, q)) * 1000 if len(lat) else None)
                              for q in (50, 95, 99)}  # fmt: skip
         return out
+
+    def history(self, limit: int = 500) -> list[dict[str, Any]]:
+        """The last ``limit`` snapshots of the figures (:mod:`.history`), oldest first."""
+        return self._ledger.history(limit)
+
+    def _snapshot(self, now: float) -> dict[str, Any]:
+        return snapshot(now, self.figures(), self.task, self.has_policy, self.drifting)
 
     def _parts(self, scored: list[tuple[int, Any]]) -> dict[str, WindowPart]:
         """The window's rows, all and accepted, with their per-row terms and request numbers."""
@@ -399,8 +398,3 @@ class Monitor:
     @property
     def drifting(self) -> list[str]:
         return sorted(self._drifting)
-
-
-def _trim(d: OrderedDict, limit: int) -> None:
-    while len(d) > limit:
-        d.popitem(last=False)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from bayesify.serve.folders import is_folder_of_bundles, scan, version_number
 from bayesify.serve.metrics import MetricFamilies, ServerMetrics
 from bayesify.serve.model import ServedModel
 from bayesify.serve.monitor import Monitor, target_range
+from bayesify.serve.record import Record, RecordOptions
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ class Repository:
     max_models: int = 16
     #: false-alarm probability of a model's drift check (:mod:`.drift`)
     drift_level: float = LEVEL
+    #: the record every monitor keeps (:mod:`.record`; default: one in memory)
+    record: RecordOptions = field(default_factory=RecordOptions)
     #: the Prometheus families of every version (``/metrics``)
     families: MetricFamilies = field(default_factory=MetricFamilies)
     _lock: asyncio.Lock | None = None
@@ -116,38 +119,41 @@ class Repository:
     @classmethod
     def open(cls, path: Path, name: str | None, loader: Loader,
              batching: BatchSettings | None = None, max_models: int = 16,
-             drift_level: float = LEVEL) -> Repository:  # fmt: skip
+             drift_level: float = LEVEL,
+             record: RecordOptions | None = None) -> Repository:  # fmt: skip
         """What ``bayesify serve PATH`` serves: the bundle at ``path`` (named ``name``, else
         by its folder) or, when ``path`` is a folder of bundles, every one of them."""
         if is_folder_of_bundles(path):
             if name is not None:
                 raise ValueError(f"--name names one bundle; the models in {path} are named by "
                                  "their folders")  # fmt: skip
-            return cls.of_folder(path, loader, batching, max_models, drift_level)
+            return cls.of_folder(path, loader, batching, max_models, drift_level, record)
         model = loader(str(path), name or path.resolve().name)
         return cls.of_model(model, path=path, loader=loader, batching=batching,
-                            drift_level=drift_level)  # fmt: skip
+                            drift_level=drift_level, record=record)  # fmt: skip
 
     @classmethod
     def of_model(cls, model: ServedModel, *, path: Path | None = None, loader: Loader | None = None,
-                 batching: BatchSettings | None = None,
-                 drift_level: float = LEVEL) -> Repository:  # fmt: skip
+                 batching: BatchSettings | None = None, drift_level: float = LEVEL,
+                 record: RecordOptions | None = None) -> Repository:  # fmt: skip
         """A repository of one model already loaded, version 1 (``path``: its bundle, loaded
         again by ``loader`` after an unload)."""
         repo = cls(loader=loader or _no_loader, sources={model.name: {1: path}} if path else {},
-                   batching=batching or BatchSettings(), drift_level=drift_level)  # fmt: skip
+                   batching=batching or BatchSettings(), drift_level=drift_level,
+                   record=record or RecordOptions())  # fmt: skip
         repo._add(repo._entry(model, 1, path or Path(model.name)))
         return repo
 
     @classmethod
     def of_folder(cls, root: Path, loader: Loader, batching: BatchSettings | None = None,
-                  max_models: int = 16, drift_level: float = LEVEL) -> Repository:  # fmt: skip
+                  max_models: int = 16, drift_level: float = LEVEL,
+                  record: RecordOptions | None = None) -> Repository:  # fmt: skip
         """Every bundle in ``root`` loaded (a ``ValueError`` naming the bundle that fails, or
         :class:`TooManyModels` when they are more than ``max_models``)."""
         found = scan(root)
         repo = cls(loader=loader, root=root, sources=found.found, problems=found.problems,
                    batching=batching or BatchSettings(), max_models=max_models,
-                   drift_level=drift_level)  # fmt: skip
+                   drift_level=drift_level, record=record or RecordOptions())  # fmt: skip
         count = sum(map(len, repo.sources.values()))
         if count > max_models:
             raise TooManyModels(f"{root} holds {count} model versions; at most {max_models} "
@@ -161,10 +167,16 @@ class Repository:
         """The monitor, metrics and micro-batcher of one loaded version."""
         metrics = ServerMetrics(model.name, str(version), self.families)
         policy = model.policy
+        if self.record.store is None:  # one store in memory for every version
+            self.record = replace(self.record, store=Record.memory())
+        rec = self.record
         monitor = Monitor(model.task, model.class_names, policy.validation if policy else None,
                           name=model.name, version=str(version),
                           class_labels=model.predictor.class_labels, drift_level=self.drift_level,
-                          target_range=target_range(model.predictor.method.metadata))  # fmt: skip
+                          target_range=target_range(model.predictor.method.metadata),
+                          store=rec.store, history_every=rec.history_every,
+                          max_pending=rec.max_pending,
+                          max_pending_values=rec.max_pending_values)  # fmt: skip
         metrics.set_figures(monitor.figures())
         batcher = MicroBatcher(model.run, max_wait_ms=self.batching.max_wait_ms,
                                max_rows=self.batching.max_rows,
