@@ -1,6 +1,6 @@
 """Posterior approximations behind one interface; registry by name."""
 
-from bayesify.methods.bbb.bayes_by_backprop import BayesByBackprop, BBBConfig, KLSchedule
+from bayesify.methods.bbb.bayes_by_backprop import BayesByBackprop, BBBConfig
 from bayesify.methods.continual.vcl import VCL, VCLConfig
 from bayesify.methods.core.base import Method, MethodConfig
 from bayesify.methods.core.deterministic import Deterministic
@@ -24,6 +24,7 @@ from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm, Sto
 from bayesify.methods.swag.swag import SWAG, MultiSWAG, MultiSWAGConfig, SWAGConfig
 from bayesify.methods.tta.tta import TTA, TTAConfig
 from bayesify.nn.folding import DEFAULT_MAX_ROWS, resolve_max_rows
+from bayesify.options import KLSchedule
 
 __all__ = [
     "DEFAULT_MAX_ROWS",

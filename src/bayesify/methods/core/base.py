@@ -28,7 +28,7 @@ from torch import Tensor, nn
 
 from bayesify.data.preprocessing import Preprocessing
 from bayesify.methods.core.bundle import save_bundle
-from bayesify.methods.core.config import MethodConfig
+from bayesify.methods.core.config import MethodConfig as MethodConfig  # re-exported
 from bayesify.methods.core.inputs import (
     as_input_tensor,
     check_dataset_row,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import fields
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from bayesify.options import shown
 from bayesify.predictive import Task
@@ -49,7 +49,7 @@ def split_options(
 class FromPretrained:
     """``from_pretrained`` and its default hook (mixed into :class:`Method`)."""
 
-    Config: type[MethodConfig]
+    Config: ClassVar[type[MethodConfig]]
     config: MethodConfig
 
     @classmethod

@@ -9,7 +9,7 @@ method's hooks (``objective``, ``nll``, ``param_groups``, ``after_step``, ``_aft
 from __future__ import annotations
 
 from functools import partial
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import torch
 
@@ -40,7 +40,7 @@ class Trainable:
     """``fit``, ``fit_noise`` and the constant baseline (mixed into :class:`Method`)."""
 
     config: MethodConfig
-    name: str
+    name: ClassVar[str]
     net: Any
 
     @with_recipe
