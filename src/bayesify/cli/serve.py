@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from bayesify.cli.common import Threads, set_threads
 
+if TYPE_CHECKING:
+    import socket
+
 
 def serve(
+    ctx: typer.Context,
     bundle: Annotated[
         Path,
         typer.Argument(
@@ -150,6 +154,15 @@ def serve(
             max=0.5,
         ),
     ] = 0.01,
+    workers: Annotated[
+        int,
+        typer.Option(
+            help="Server processes sharing the port, each with its own torch threads, "
+            "micro-batcher and connection cap (--max-connections holds per worker); /metrics "
+            "counts for them all. SIGTERM drains every worker; one that dies is replaced.",
+            min=1,
+        ),
+    ] = 1,
     threads: Threads = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
@@ -163,7 +176,13 @@ def serve(
     from rich.markup import escape
 
     from bayesify.cli.common import console, fail
+    from bayesify.serve.workers import this_worker
 
+    worker = this_worker()  # this process is one of --workers N, started by the parent below
+    if workers > 1 and worker is None:  # the parent: binds the port, runs no server itself
+        return _supervise(_worker_command(ctx), host, port, workers, grace_period)
+    if worker is not None:
+        worker.watch_parent()
     try:  # the server's packages first: without them, fail before loading torch
         from bayesify.serve import listener
         from bayesify.serve.app import API_KEY_ENV, Settings, create_app
@@ -173,7 +192,8 @@ def serve(
         raise fail(escape(f'bayesify serve needs {e.name}: pip install -e ".[serve]"')) from None
     from bayesify.methods.adaptive import check_options
 
-    if not os.environ.get(API_KEY_ENV) and not _loopback(host):
+    first = worker is None or worker.index == 0  # the process that announces
+    if not os.environ.get(API_KEY_ENV) and not _loopback(host) and first:
         console.print(f"[bold yellow]warning:[/] serving without an API key on {host}: anyone "
                       f"who can reach it can predict and post feedback; set {API_KEY_ENV} to "
                       "require one")  # fmt: skip
@@ -200,10 +220,7 @@ def serve(
                                            api_key=os.environ.get(API_KEY_ENV) or None)  # fmt: skip
     except (ValueError, TypeError, OSError) as e:
         raise fail(str(e)) from None
-    try:  # the port is taken before anything is announced: a failed bind is the one message
-        sock = listener.bind(host, port)
-    except OSError as e:
-        raise fail(escape(f"cannot listen on {host}:{port}: {e.strerror or e}")) from None
+    sock = worker.sock if worker is not None else _bind(host, port)
     settings = Settings(max_body_bytes=max_body, max_rows=max_rows, max_samples=max_samples,
                         batch_wait_ms=batch_wait_ms, batch_rows=batch_rows,
                         body_timeout_s=body_timeout)  # fmt: skip
@@ -211,14 +228,70 @@ def serve(
     logging.getLogger("bayesify").setLevel(logging.INFO)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{sock.getsockname()[1]}/"
-    for e in repo.entries():
+    for e in repo.entries() if first else ():
         version = f" version {e.version}" if repo.root is not None else ""
         console.print(f"serving {e.name}{version} ({e.model.predictor.method.name}, "
                       f"{e.model.task}) on {url}")  # fmt: skip
     for model, folders in repo.problems.items():
         for folder, why in folders.items():
             console.print(escape(f"not serving {model}/{folder}: {why}"))
-    listener.run(app, sock, limits, log_level)
+    listener.run(app, sock, limits, log_level, worker.ready if worker is not None else None)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """The port taken before anything is announced: a failed bind is the one message."""
+    from rich.markup import escape
+
+    from bayesify.cli.common import fail
+    from bayesify.serve import listener
+
+    try:
+        return listener.bind(host, port)
+    except OSError as e:
+        raise fail(escape(f"cannot listen on {host}:{port}: {e.strerror or e}")) from None
+
+
+def _supervise(command: list[str], host: str, port: int, workers: int, grace: float) -> None:
+    """``--workers N``: bind the port, run this command as N worker processes on it until
+    SIGTERM (:mod:`bayesify.serve.workers`); a worker that fails to start ends it with its code."""
+    import logging
+    import os
+
+    from bayesify.cli.common import fail
+    from bayesify.serve.workers import MULTIPROC_ENV, Supervisor
+
+    try:  # the parent needs uvicorn and prometheus_client, never torch
+        import prometheus_client  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ModuleNotFoundError as e:
+        raise fail(f'bayesify serve needs {e.name}: pip install -e ".[serve]"') from None
+    sock = _bind(host, port)
+    logging.getLogger("bayesify").setLevel(logging.INFO)
+    supervisor = Supervisor(command, sock, workers, grace,
+                            os.environ.get(MULTIPROC_ENV))  # fmt: skip
+    code = supervisor.run()
+    if code:
+        raise typer.Exit(code)
+
+
+def _worker_command(ctx: typer.Context) -> list[str]:
+    """This ``bayesify serve`` command line, every option as given or defaulted, as each
+    worker runs it (without ``--workers``)."""
+    import sys
+
+    args = [sys.executable, "-c", "from bayesify.cli import main; main()", ctx.info_name or "serve"]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        if param.name == "workers" or value is None:
+            continue
+        if param.param_type_name == "argument":
+            args.append(str(value))
+        elif getattr(param, "is_flag", False):
+            args += param.opts[:1] if value else param.secondary_opts[:1]
+        else:
+            for v in value if param.multiple else [value]:
+                args += [param.opts[0], str(v)]
+    return args
 
 
 def _record_options(

@@ -14,6 +14,9 @@
 - **Shutdown**: on SIGTERM the gate's :class:`~bayesify.serve.gate.Drain` starts (new requests
   get 503 with ``Retry-After``), requests in flight get ``grace`` seconds to finish, and the
   gate answers those still running after it 503 with ``Retry-After``.
+
+With ``--workers N`` each of N processes runs this on one inherited socket (:mod:`.workers`);
+every guarantee above then holds per worker process.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -181,18 +185,26 @@ def _protocol(header_timeout: float, max_header_bytes: int, book: ConnectionBook
 class _DrainingServer(uvicorn.Server):
     """uvicorn's server that starts the gate's drain before its own graceful shutdown."""
 
-    def __init__(self, config: uvicorn.Config, drain: Drain) -> None:
+    def __init__(self, config: uvicorn.Config, drain: Drain,
+                 on_ready: Callable[[], None] | None = None) -> None:  # fmt: skip
         super().__init__(config)
         self.drain = drain
+        self.on_ready = on_ready
+
+    async def startup(self, sockets: Any = None) -> None:
+        await super().startup(sockets)
+        if self.started and self.on_ready is not None:
+            self.on_ready()
 
     async def shutdown(self, sockets: Any = None) -> None:
         self.drain.start()
         await super().shutdown(sockets)
 
 
-def run(app: Any, sock: socket.socket, settings: ListenerSettings, log_level: str) -> None:
+def run(app: Any, sock: socket.socket, settings: ListenerSettings, log_level: str,
+        on_ready: Callable[[], None] | None = None) -> None:  # fmt: skip
     """Serve ``app`` (whose ``app.state.drain`` the gate reads) on ``sock`` (from :func:`bind`)
-    until SIGTERM or SIGINT."""
+    until SIGTERM or SIGINT; ``on_ready`` is called once it listens."""
     book = ConnectionBook(settings.limits)
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(
@@ -210,4 +222,4 @@ def run(app: Any, sock: socket.socket, settings: ListenerSettings, log_level: st
         timeout_keep_alive=settings.keep_alive,
         timeout_graceful_shutdown=settings.grace,
     )
-    _DrainingServer(config, app.state.drain).run(sockets=[sock])
+    _DrainingServer(config, app.state.drain, on_ready).run(sockets=[sock])

@@ -6,15 +6,33 @@ Drift is exported as gauges side by side: ``bayesify_rolling{figure, part}`` (th
 over the feedback window; ``part`` is ``all`` or ``accepted``), ``bayesify_validation{figure,
 part}`` (its baseline: the deferral policy's validation figure, or for ``interval_coverage``
 the nominal level served) and ``bayesify_drifting{figure, part}`` (1 while past the baseline).
+
+**Several processes** (``bayesify serve --workers N``): prometheus_client's multiprocess mode,
+so one scrape of any worker gives the whole server's figures, as one process would (no ``pid``
+label): every worker writes its samples to files in ``PROMETHEUS_MULTIPROC_DIR`` (made fresh by
+the parent at start, :mod:`.workers`) and ``/metrics`` merges the files of every worker, dead
+ones included. Counters and histograms are summed. ``bayesify_deferral_rate`` is computed from
+the summed ``bayesify_rows`` and ``bayesify_deferred_rows``. The figure gauges
+(``bayesify_rolling``, ``bayesify_validation``, ``bayesify_drifting``) take the value most
+recently set by any worker (``mostrecent``): the workers' monitors share one store, so the
+latest figures are the server's. One family is added: ``bayesify_worker_requests{worker}``,
+the requests each worker (by index, 0 to N-1, the same across a restart) has answered, so an
+uneven spread of connections shows.
 """
 
 from __future__ import annotations
 
 import math
+import os
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from bayesify.serve.workers import MULTIPROC_ENV, worker_index
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1, 2.5)
 POWERS_OF_TWO = tuple(float(2**k) for k in range(11))
@@ -41,22 +59,36 @@ class MetricFamilies:
         self.deferred = Counter("bayesify_deferred_rows", "Rows flagged defer.", MODEL,
                                 registry=r)  # fmt: skip
         self.deferral_rate = Gauge("bayesify_deferral_rate", "Deferred / predicted rows.", MODEL,
-                                   registry=r)  # fmt: skip
+                                   registry=r, multiprocess_mode="mostrecent")  # fmt: skip
         self.samples_used = Histogram("bayesify_samples_used", "Monte Carlo samples per row.",
                                       MODEL, buckets=POWERS_OF_TWO, registry=r)  # fmt: skip
         self.feedback = Counter("bayesify_feedback_rows", "Outcomes received, by status "
                                 "(accepted: scored; flagged: out of range, not scored).",
                                 [*MODEL, "status"], registry=r)  # fmt: skip
         self.rolling = Gauge("bayesify_rolling", "Rolling figure of served rows with feedback.",
-                             [*MODEL, "figure", "part"], registry=r)  # fmt: skip
+                             [*MODEL, "figure", "part"], registry=r,
+                             multiprocess_mode="mostrecent")  # fmt: skip
         self.validation = Gauge("bayesify_validation", "Baseline of a rolling figure: the "
                                 "validation figure, or the nominal level for interval coverage.",
-                                [*MODEL, "figure", "part"], registry=r)  # fmt: skip
+                                [*MODEL, "figure", "part"], registry=r,
+                                multiprocess_mode="mostrecent")  # fmt: skip
         self.drifting = Gauge("bayesify_drifting", "1 while a rolling figure drifts past its "
-                              "baseline.", [*MODEL, "figure", "part"], registry=r)  # fmt: skip
+                              "baseline.", [*MODEL, "figure", "part"], registry=r,
+                              multiprocess_mode="mostrecent")  # fmt: skip
+        #: this process's index among the server's workers (None: the server is one process)
+        self.worker = worker_index()
+        if self.worker is not None:
+            self.worker_requests = Counter("bayesify_worker_requests", "HTTP requests answered "
+                                           "by each worker process.", ["worker"],
+                                           registry=r)  # fmt: skip
+            self._merged = _Merged(os.environ[MULTIPROC_ENV], self.registry)
 
     def text(self) -> bytes:
-        return generate_latest(self.registry)
+        if self.worker is None:
+            return generate_latest(self.registry)
+        merged = CollectorRegistry(auto_describe=False)
+        merged.register(self._merged)
+        return generate_latest(merged)
 
     def forget(self, name: str, version: str) -> None:
         """Drop every series of model ``name`` version ``version`` (it was unloaded)."""
@@ -101,6 +133,8 @@ class ServerMetrics:
         if self.retired:
             return
         f = self.families
+        if f.worker is not None:
+            f.worker_requests.labels(f.worker).inc()
         f.requests.labels(*self.labels, endpoint, method, str(code)).inc()
         if code >= 400:
             f.errors.labels(*self.labels, endpoint, str(code)).inc()
@@ -143,3 +177,34 @@ class ServerMetrics:
 
     def text(self) -> bytes:
         return self.families.text()
+
+
+class _Merged:
+    """A collector of every worker's samples (prometheus_client's multiprocess files), with
+    each family's own help and the deferral rate computed from the summed row counts."""
+
+    def __init__(self, folder: str, registry: CollectorRegistry) -> None:
+        self.files = MultiProcessCollector(None, folder)
+        self.help = {f.name: f.documentation for f in registry.collect()}
+
+    def collect(self) -> Iterator[Metric]:
+        families = {f.name: f for f in self.files.collect()}
+        for name, family in families.items():
+            family.documentation = self.help.get(name, family.documentation)
+        rate = GaugeMetricFamily("bayesify_deferral_rate", self.help["bayesify_deferral_rate"],
+                                 labels=MODEL)  # fmt: skip
+        rows = _by_model(families.get("bayesify_rows"))
+        deferred = _by_model(families.get("bayesify_deferred_rows"))
+        for labels, n in rows.items():
+            if n > 0:
+                rate.add_metric(list(labels), deferred.get(labels, 0.0) / n)
+        families["bayesify_deferral_rate"] = rate
+        yield from families.values()
+
+
+def _by_model(family: Metric | None) -> dict[tuple[str, ...], float]:
+    """A counter family's ``_total`` values by (model, version)."""
+    if family is None:
+        return {}
+    return {tuple(s.labels[k] for k in MODEL): s.value
+            for s in family.samples if s.name.endswith("_total")}  # fmt: skip

@@ -4,7 +4,9 @@ folder, and loading or unloading a model while the server runs (as Triton's). Se
 Every body is checked by pydantic's JSON parser before it is used (its nesting depth is bounded,
 so a deeply nested body is a 400 like any other malformed one); an empty body is ``{}``.
 Errors are ``{"error": message}``: 400 for a body or a bundle that cannot be used, 404 for a
-model that is not there, 409 when a load would hold more versions than ``--max-models``.
+model that is not there, 409 when a load would hold more versions than ``--max-models``, and
+409 for any load or unload on a server of several worker processes (``--workers``: each
+worker holds its own models, and a request reaches one of them).
 """
 
 from __future__ import annotations
@@ -17,6 +19,12 @@ from pydantic import BaseModel, ConfigDict, StrictBool, ValidationError
 
 from bayesify.serve.repository import Repository, TooManyModels, UnknownModel
 from bayesify.serve.schemas import V2Error, inline_schema
+from bayesify.serve.workers import worker_index
+
+#: the answer to a load or unload on a server of several worker processes
+ONE_WORKER_ONLY = ("this server runs several worker processes (--workers), each holding its "
+                   "own models, and a request reaches one of them: load and unload models "
+                   "with --workers 1, or restart the server with the models wanted")  # fmt: skip
 
 
 class IndexRequest(BaseModel):
@@ -97,6 +105,8 @@ def add_repository_routes(app: FastAPI, repo: Repository) -> None:
         if req.parameters:
             return _error(f"parameters {sorted(req.parameters)}: not taken; bayesify loads "
                           "bundles from its folder as they are there", 400)  # fmt: skip
+        if worker_index() is not None:
+            return _error(ONE_WORKER_ONLY, 409)
         try:
             await repo.load(name)
         except UnknownModel as e:
@@ -107,13 +117,15 @@ def add_repository_routes(app: FastAPI, repo: Repository) -> None:
             return _error(f"failed to load {e}", 400)
         return JSONResponse({})
 
-    @app.post("/v2/repository/models/{name}/unload", responses=errors,
+    @app.post("/v2/repository/models/{name}/unload", responses={**errors, 409: {"model": V2Error}},
               openapi_extra=_body(UnloadRequest))  # fmt: skip
     async def unload(name: str, request: Request) -> Response:
         """Stop serving every version of ``name``; requests already queued are answered."""
         req = await _parse(request, UnloadRequest)
         if isinstance(req, JSONResponse):
             return req
+        if worker_index() is not None:
+            return _error(ONE_WORKER_ONLY, 409)
         try:
             await repo.unload(name)
         except UnknownModel as e:
