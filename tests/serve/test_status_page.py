@@ -131,7 +131,7 @@ def test_status_page_asks_for_the_api_key_then_shows_regression_figures(keyed_se
 
 # ---------------------------------------------------------------------- a folder of models
 REASON = "not a plain integer"  # why broken/draft is not served (folders.py's words)
-ROUNDS = 6
+ROUNDS = 8
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +159,7 @@ def folder_server(toy_bundle, regression_bundle, tmp_path_factory):
                         for p, t in zip(preds["predictions"], y, strict=True)]  # fmt: skip
             r = httpx.post(f"{srv.url}/v1/feedback", json={"outcomes": outcomes, "model": name})
             assert r.json()["accepted"] == 40
-        time.sleep(0.3)
+        time.sleep(0.8)  # snapshots spread over time
     yield srv
     stop_server(srv)
 

@@ -36,7 +36,7 @@ function niceTicks(lo, hi, n = 5) {
 }
 
 /** Clock-time ticks over [t0, t1] (unix seconds) at a round step in seconds. */
-function timeTicks(t0, t1, n = 5) {
+function timeTicks(t0, t1, n = 6) {
   const steps = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400];
   const step = steps.find(s => s >= (t1 - t0) / n) || 86400;
   const ticks = [];
@@ -44,7 +44,7 @@ function timeTicks(t0, t1, n = 5) {
   return { ticks, step, label: clock };
 }
 
-const W = 360, H = 250, M = { left: 56, right: 14, top: 56, bottom: 44 };
+const W = 360, H = 250, M = { left: 56, right: 24, top: 62, bottom: 44 };
 
 /** An empty chart in ``svg``: title, axes, ticks and axis labels; returns the scales. */
 function frame(svg, { title, x, y, xlabel, ylabel }) {
