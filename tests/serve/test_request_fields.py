@@ -85,6 +85,21 @@ def test_booleans_are_the_values_of_a_boolean_column(url):
         text.json()["predictions"][0]["probabilities"]  # fmt: skip
 
 
+@pytest.mark.parametrize("spelled", ["true", "TRUE", "False"])
+def test_true_and_false_as_text_are_the_values_of_a_boolean_column(url, spelled):
+    row = table_row(1)  # wet: "True"
+    wet = spelled.lower() == "true"
+    typed = _v1(url, {"inputs": [{**row, "wet": wet}], "seed": 5}).json()["predictions"]
+    text = _v1(url, {"inputs": [{**row, "wet": spelled}], "seed": 5})
+    assert text.status_code == 200, text.text
+    assert text.json()["predictions"][0]["probabilities"] == typed[0]["probabilities"]
+    v2 = _v2(url, {**_features([{**row, "wet": spelled}]), "parameters": {"seed": 5}})
+    assert v2.status_code == 200, v2.text
+    same = _v2(url, {**_features([{**row, "wet": str(wet)}]), "parameters": {"seed": 5}})
+    served = [{o["name"]: o["data"] for o in r.json()["outputs"]} for r in (v2, same)]
+    assert served[0]["probabilities"] == served[1]["probabilities"]
+
+
 # ---------------------------------------------------------------------------- field names
 def test_unknown_fields_of_a_row_are_refused_by_name(url):
     d = _error(_v1(url, {"inputs": [table_row(0), {**table_row(1), "colour": 1, "é": 2}]}))

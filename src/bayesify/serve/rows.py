@@ -78,11 +78,20 @@ def boolean_features(prep: Preprocessing) -> dict[str, dict[bool, str]]:
     return out
 
 
+def boolean_text(categories: dict[bool, str], value: str) -> str:
+    """``value`` as its boolean feature's category when it spells a boolean in any case
+    (``"true"`` -> ``"True"``, given ``categories`` from :func:`boolean_features`), else as
+    it is."""
+    spelled = _BOOLEAN_SPELLINGS.get(value.lower())
+    return value if spelled is None else categories[spelled]
+
+
 def check_table_rows(prep: Preprocessing, inputs: list, loc: list[str | int]) -> list:
     """Table rows (``{feature: value}`` objects, or lists in feature order) checked field by
     field: every feature present and no other field, values that are numbers or category
     names (not lists, objects, NaN or numbers beyond float64), JSON booleans only in boolean
-    features. Returns the rows, booleans written as their feature's category names."""
+    features, where the text ``"true"``/``"false"`` in any case is read as the boolean.
+    Returns the rows, booleans written as their feature's category names."""
     names = prep.features or []
     known = set(names)
     booleans = boolean_features(prep)
@@ -110,6 +119,8 @@ def check_table_rows(prep: Preprocessing, inputs: list, loc: list[str | int]) ->
                 if feature not in booleans:
                     raise InputError(where, _not_boolean(prep, feature))
                 swaps[k] = booleans[feature][v]
+            elif isinstance(v, str) and feature in booleans:
+                swaps[k] = boolean_text(booleans[feature], v)
             elif isinstance(v, float) and not math.isfinite(v):
                 raise InputError(where, "not a finite number")
             elif isinstance(v, int) and too_large(v)[1]:

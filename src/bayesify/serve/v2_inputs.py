@@ -14,7 +14,13 @@ from typing import Any
 import numpy as np
 
 from bayesify.serve.model import ServedModel
-from bayesify.serve.rows import InputError, names_listed, not_a_number
+from bayesify.serve.rows import (
+    InputError,
+    boolean_features,
+    boolean_text,
+    names_listed,
+    not_a_number,
+)
 from bayesify.serve.schemas import V2InferRequest
 
 NUMERIC = {"BOOL": np.bool_, "UINT8": np.uint8, "UINT16": np.uint16, "UINT32": np.uint32,
@@ -66,12 +72,16 @@ def _feature_column(model: ServedModel, t: Any, raw: bytes | None, loc: list[str
             raise InputError([*loc, "datatype"], f"{t.datatype!r}; feature {t.name!r} is a "
                              f"category: send BYTES, one of {prep.categories[t.name]}")  # fmt: skip
         if raw is not None:
-            return np.asarray(_bytes_elements(raw, n, [*loc, "data"]), dtype=object)
-        flat = np.asarray(t.data, dtype=object).reshape(-1) if t.data is not None else None
-        if flat is None or any(not isinstance(v, str) for v in flat):
-            raise InputError([*loc, "data"], "a BYTES tensor's data are strings")
-        if len(flat) != n:
-            raise InputError([*loc, "data"], f"{len(flat)} values for shape {t.shape}")
+            flat = np.asarray(_bytes_elements(raw, n, [*loc, "data"]), dtype=object)
+        else:
+            flat = np.asarray(t.data, dtype=object).reshape(-1) if t.data is not None else None
+            if flat is None or any(not isinstance(v, str) for v in flat):
+                raise InputError([*loc, "data"], "a BYTES tensor's data are strings")
+            if len(flat) != n:
+                raise InputError([*loc, "data"], f"{len(flat)} values for shape {t.shape}")
+        spelled = boolean_features(prep).get(t.name)
+        if spelled:
+            flat = np.asarray([boolean_text(spelled, v) for v in flat], dtype=object)
         return flat
     if t.datatype not in NUMERIC or t.datatype == "BOOL":
         raise InputError([*loc, "datatype"], f"{t.datatype!r}; feature {t.name!r} is a number: "
