@@ -1,6 +1,8 @@
 """``bayesify serve --workers 2``: real server processes on a free loopback port. Two workers
-answer seeded requests as one does, both serve, ``/metrics`` from either counts for both, a
-killed worker is replaced, SIGTERM drains both, and workers stop when their parent is killed.
+on one store answer seeded requests as one process does, score feedback sent to the worker that
+did not serve the row once and report one process's figures; both serve, ``/metrics`` from
+either counts for both, a killed worker is replaced, SIGTERM drains both, and a worker stops
+when its parent is killed.
 
 Which worker holds a keep-alive connection is read from the metrics on that connection: two
 scrapes on it, and the second counts the first in ``bayesify_worker_requests{worker}``."""
@@ -18,6 +20,13 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import start_server, stop_server, toy_data
+from .test_record_server import (
+    REQUESTS,
+    _same_figures,
+    _traffic,
+    uninterrupted,  # noqa: F401 - a fixture: the same traffic through one process
+)
+from .test_record_server import ROWS as RECORD_ROWS
 
 ROWS = toy_data(6, 3)[0].tolist()
 READY = r"worker (\d+) ready \(pid (\d+)\)"
@@ -99,23 +108,72 @@ def alive(pid: int) -> bool:
 
 @pytest.fixture(scope="module")
 def workers(toy_bundle, tmp_path_factory):
-    """Two workers; a request of all 6 ``ROWS`` fills a pass at once, a smaller one waits
-    1.5 s for company (so it is in flight when SIGTERM comes)."""
+    """Two workers on one SQLite store (``start_server`` gives each server a new one). A
+    request of all 6 ``ROWS`` fills a pass at once; a smaller one waits 1.5 s for company (so
+    it is in flight when SIGTERM comes). Before any other traffic, the record run of
+    ``test_record_server``: request k served by worker k % 2, its outcomes sent to the other
+    worker, then again to the one that served it."""
     srv = start_workers(toy_bundle, tmp_path_factory.mktemp("log") / "workers.log",
                         "--samples", "16", "--batch-rows", str(len(ROWS)),
                         "--batch-wait-ms", "1500")  # fmt: skip
+    x, y = _traffic()
+    clients = clients_on_each_worker(srv.url)
+    srv.record = {"served": [], "feedback": [], "again": []}
+    for k in range(REQUESTS):
+        rows = slice(k * RECORD_ROWS, (k + 1) * RECORD_ROWS)
+        r = clients[str(k % 2)].post("/v1/predict", json={"inputs": x[rows].tolist(),
+                                                           "seed": 100 + k})  # fmt: skip
+        assert r.status_code == 200, r.text
+        srv.record["served"].append(r.json()["predictions"])
+    for k, preds in enumerate(srv.record["served"]):
+        outcomes = y[k * RECORD_ROWS:(k + 1) * RECORD_ROWS]  # fmt: skip
+        body = {"outcomes": [{"request_id": p["request_id"], "outcome": int(v)}
+                             for p, v in zip(preds, outcomes, strict=True)]}  # fmt: skip
+        for key, worker in (("feedback", str(1 - k % 2)), ("again", str(k % 2))):
+            r = clients[worker].post("/v1/feedback", json=body)
+            assert r.status_code == 200, r.text
+            srv.record[key].append(r.json())
+    srv.record["windows"] = {w: _window_on(c) for w, c in clients.items()}
+    for client in clients.values():
+        client.close()
     yield srv
     stop_server(srv)
 
 
-def test_two_workers_answer_seeded_requests_as_one_does(server, workers):
+def _window_on(client: httpx.Client) -> dict:
+    """The figures ``test_record_server._window`` compares, from the worker holding
+    ``client``'s connection."""
+    mon = client.get("/v1/status").json()["monitor"]
+    drift = [{k: d[k] for k in ("figure", "part", "live", "n", "drifting")} for d in mon["drift"]]
+    keep = ("served", "deferral_rate", "feedback", "scored", "all", "accepted", "reliability")
+    return {**{k: mon[k] for k in keep}, "drift": drift}
+
+
+def test_feedback_to_the_other_worker_is_scored_once_as_one_process_scores_it(
+    workers,
+    uninterrupted,  # noqa: F811 - the fixture imported above
+):
+    want, probs = uninterrupted
+    served = workers.record["served"]
+    assert [[p["probabilities"] for p in preds] for preds in served] == probs
+    for preds, first, again in zip(served, workers.record["feedback"], workers.record["again"],
+                                   strict=True):  # fmt: skip
+        ids = [p["request_id"] for p in preds]
+        assert first["accepted"] == RECORD_ROWS and first["unknown"] == [], first
+        assert again["accepted"] == 0 and again["already_received"] == ids, again
+    for window in workers.record["windows"].values():
+        _same_figures(window, want)
+    assert window["feedback"] == {"accepted": REQUESTS * RECORD_ROWS, "flagged": 0}
+
+
+def test_both_workers_serve_seeded_requests_alike(workers):
     pids = ready_pids(workers)
     assert set(pids) == {"0", "1"} and len(set(pids.values())) == 2
     assert all(alive(p) for p in pids.values())
-    one = predictions(None, server.url, seed=7)
-    clients = clients_on_each_worker(workers.url)  # both workers serve
+    clients = clients_on_each_worker(workers.url)
+    one = predictions(clients["0"], workers.url, seed=7)
+    assert predictions(clients["1"], workers.url, seed=7) == one
     for client in clients.values():
-        assert predictions(client, workers.url, seed=7) == one
         client.close()
     for _ in range(4):  # fresh connections, wherever the kernel hands them
         assert predictions(None, workers.url, seed=7) == one
