@@ -13,7 +13,10 @@ const pct = v => missing(v) ? "–" : sig3.format(100 * Number(v)) + " %";
 /** A count with thousands separators. */
 const count = v => missing(v) ? "–" : whole.format(Number(v));
 const ms = v => missing(v) ? "–" : fmt(v) + " ms";
-const clock = t => new Date(t * 1000).toLocaleTimeString("en-GB", { hour12: false });
+const hms = new Intl.DateTimeFormat("en-GB", { hour: "2-digit", minute: "2-digit",
+                                               second: "2-digit", hour12: false });
+/** Unix seconds as the local clock time, hh:mm:ss. */
+const clock = t => hms.format(new Date(t * 1000));
 
 function el(tag, attrs = {}, text = null) {
   const e = document.createElementNS(SVG, tag);
