@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
@@ -32,8 +32,20 @@ from torch import Tensor
 from bayesify.options import shown
 from bayesify.predictive import Predictive, Task
 
-if TYPE_CHECKING:
-    from bayesify.methods.core.base import Method
+
+class Sampler(Protocol):
+    """What adaptive sampling needs of a method (:class:`~bayesify.methods.core.base.Method`
+    has it): raw draws ``[T, N, ...]`` for rows, and their predictive."""
+
+    def sample(
+        self, x: Tensor, samples: int, *, generator: torch.Generator | None, max_rows: Any
+    ) -> Tensor: ...
+
+    def to_predictive(self, out: Tensor) -> Predictive: ...
+
+    def _prefix_sampler(
+        self, x: Tensor, generator: torch.Generator | None, max_rows: Any
+    ) -> Callable[[Tensor, int], Tensor] | None: ...
 
 
 class AdaptivePredictive(Predictive):
@@ -75,7 +87,7 @@ def standard_error(pred: Predictive) -> Tensor:
 
 
 def predict_adaptive(
-    method: Method,
+    method: Sampler,
     x: Tensor,
     samples: str = "adaptive",
     *,

@@ -19,7 +19,6 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
@@ -27,7 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bayesify.data.preprocessing import Preprocessing
-from bayesify.methods.core.bundle import save_bundle
+from bayesify.methods.core.adaptive import predict_adaptive
+from bayesify.methods.core.bundle import Bundled
 from bayesify.methods.core.config import MethodConfig as MethodConfig  # re-exported
 from bayesify.methods.core.inputs import (
     as_input_tensor,
@@ -75,7 +75,7 @@ from bayesify.train import (
 log = logging.getLogger(__name__)
 
 
-class Method(FromPretrained, Trainable):
+class Method(FromPretrained, Trainable, Bundled):
     """Base class: a network plus the randomness used to sample its predictive distribution.
 
     The method works on a deep copy of ``net`` (``method.net``): wrapping, fitting and
@@ -351,8 +351,6 @@ class Method(FromPretrained, Trainable):
         if prep is not None:
             x = prep.inputs(x)
         if samples == "adaptive" or adaptive:
-            from bayesify.methods.core.adaptive import predict_adaptive
-
             back = prep.outputs if prep is not None else None
             return predict_adaptive(self, x, samples, generator=generator, seed=seed,
                                     max_rows=max_rows, outputs=back, **adaptive)  # fmt: skip
@@ -421,19 +419,6 @@ class Method(FromPretrained, Trainable):
             check_inputs(first, None, self._dtype(), self.input_shape, what)
         check_first_layer(self.net, tuple(first.shape[1:]), what)
         return data
-
-    # ------------------------------------------------------------------ bundles
-    def extra_state(self) -> dict[str, Any]:
-        """JSON-able state beyond the network's weights, saved in bundles."""
-        return {}
-
-    def load_extra_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`extra_state` saved."""
-
-    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
-        """Write a bundle folder (see :func:`bayesify.methods.core.bundle.save_bundle`); an existing
-        file or non-empty folder at ``path`` is refused unless ``overwrite=True``."""
-        return save_bundle(self, path, overwrite=overwrite)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.config})"

@@ -1,49 +1,60 @@
 """Saving a method as a bundle folder: ``weights.safetensors`` + ``config.json`` (never pickle).
 
-:func:`bayesify.methods.registry.load` reads it back.
+:class:`Bundled` is a mixin of :class:`~bayesify.methods.core.base.Method` (as
+:class:`~bayesify.methods.core.pretrained.FromPretrained` is); it reads the method's attributes
+and imports nothing of the method's own module. :func:`bayesify.methods.registry.load` reads the
+bundle back.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from bayesify.io import write_bundle
 
-if TYPE_CHECKING:
-    from bayesify.methods.core.base import Method
 
+class Bundled:
+    """``save`` and the JSON half of a bundle, for :class:`~bayesify.methods.core.base.Method`."""
 
-def bundle_config(method: Method) -> dict[str, Any]:
-    """The JSON half of ``method``'s bundle: method name, config, model spec, fitted noise,
-    input shape, free metadata, preprocessing and the method's extra state."""
-    shape = method.input_shape
-    return {
-        "method": method.name,
-        "config": method.config.to_dict(),
-        "model": getattr(method.net, "bayesify_spec", None) or method.architecture,
-        "network_class": method.network_class,
-        "noise_variance": method.noise_variance,
-        "noise_fitted": method.noise_fitted,
-        "constant_variance": method.constant_variance,
-        "input_shape": list(shape) if shape is not None else None,
-        "metadata": method.metadata,
-        "preprocessing": method.preprocessing.to_dict() if method.preprocessing else None,
-        "extra": method.extra_state(),
-    }
+    def extra_state(self) -> dict[str, Any]:
+        """JSON-able state beyond the network's weights, saved in bundles."""
+        return {}
 
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` saved."""
 
-def save_bundle(method: Method, path: str | Path, *, overwrite: bool = False) -> Path:
-    """Write ``method`` as a bundle folder at ``path``; an existing file or non-empty folder is
-    refused unless ``overwrite=True``.
+    def bundle_config(self) -> dict[str, Any]:
+        """The JSON half of the bundle: method name, config, model spec, fitted noise, input
+        shape, free metadata, preprocessing and the method's extra state."""
+        m: Any = self  # a Method: the attributes below are its own
+        shape = m.input_shape
+        return {
+            "method": m.name,
+            "config": m.config.to_dict(),
+            "model": getattr(m.net, "bayesify_spec", None) or m.architecture,
+            "network_class": m.network_class,
+            "noise_variance": m.noise_variance,
+            "noise_fitted": m.noise_fitted,
+            "constant_variance": m.constant_variance,
+            "input_shape": list(shape) if shape is not None else None,
+            "metadata": m.metadata,
+            "preprocessing": m.preprocessing.to_dict() if m.preprocessing else None,
+            "extra": self.extra_state(),
+        }
 
-    The network is rebuilt on load from its factory spec (our model factories record it) or,
-    for an ``nn.Sequential`` of standard torch layers, from its JSON layer list; any other
-    network is passed again to :func:`bayesify.load` as ``net=`` (or ``--net module:factory``).
-    """
-    path = Path(path)
-    if not overwrite and (path.is_file() or (path.is_dir() and any(path.iterdir()))):
-        raise FileExistsError(
-            f"{path} already exists and is not empty; pass overwrite=True to replace it"
-        )
-    return write_bundle(path, method.net.state_dict(), bundle_config(method))
+    def save(self, path: str | Path, *, overwrite: bool = False) -> Path:
+        """Write the method as a bundle folder at ``path``; an existing file or non-empty folder
+        is refused unless ``overwrite=True``.
+
+        The network is rebuilt on load from its factory spec (our model factories record it) or,
+        for an ``nn.Sequential`` of standard torch layers, from its JSON layer list; any other
+        network is passed again to :func:`bayesify.load` as ``net=`` (or ``--net module:factory``).
+        """
+        path = Path(path)
+        if not overwrite and (path.is_file() or (path.is_dir() and any(path.iterdir()))):
+            raise FileExistsError(
+                f"{path} already exists and is not empty; pass overwrite=True to replace it"
+            )
+        m: Any = self
+        return write_bundle(path, m.net.state_dict(), self.bundle_config())

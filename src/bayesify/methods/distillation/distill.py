@@ -47,7 +47,6 @@ from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
 from bayesify.methods.core.base import Method
-from bayesify.methods.core.bundle import bundle_config
 from bayesify.methods.distillation.distilled import Distilled, last_linear
 from bayesify.methods.distillation.transfer import transfer_inputs
 from bayesify.methods.ensemble.ensemble import DeepEnsemble
@@ -320,7 +319,7 @@ def regression_loss(out: Tensor, target: Tensor, ref: float) -> Tensor:
 def _teacher_record(teacher: Method, source: str | None) -> dict[str, Any]:
     """The teacher as a student's bundle records it: method, digests of its bundle config and
     weights (sha256, first 16 hex digits), and where it came from."""
-    config = json.dumps(bundle_config(teacher), sort_keys=True, default=str)
+    config = json.dumps(teacher.bundle_config(), sort_keys=True, default=str)
     h = hashlib.sha256()
     with eval_mode(teacher.net):
         for k, v in sorted(teacher.net.state_dict().items()):

@@ -13,17 +13,38 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from bayesify.predictive import Task
+from bayesify.predictive import Predictive, Task
 from bayesify.train import Data, as_dataset
 
-if TYPE_CHECKING:
-    from bayesify.methods.mcbn.mcbn import MCBN
+
+class Tunable(Protocol):
+    """What the search needs of :class:`~bayesify.methods.mcbn.mcbn.MCBN`: its statistics model,
+    the two ways to set b, the noise fit and its predictive."""
+
+    config: Any
+    layers: Sequence[Any]  # MCBatchNorm layers, with their ``spatial_size``
+
+    @property
+    def gaussian(self) -> bool: ...
+
+    def set_effective_batch_size(self, b: float) -> None: ...
+
+    def fill_bank(self, train: Data, *, batch_size: int, seed: int) -> Any: ...
+
+    def fit_noise(self, val: Data, *, seed: int) -> Any: ...
+
+    def _tensors(self, data: Data) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def sample(self, x: torch.Tensor, samples: int, *, seed: int) -> torch.Tensor: ...
+
+    def to_predictive(self, out: torch.Tensor) -> Predictive: ...
+
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +52,7 @@ DEFAULT_GRID = tuple(float(b) for b in np.geomspace(2, 4096, 12))
 
 
 def validation_log_likelihood(
-    method: MCBN, x: torch.Tensor, y: torch.Tensor, *, samples: int, seed: int
+    method: Tunable, x: torch.Tensor, y: torch.Tensor, *, samples: int, seed: int
 ) -> float:
     """Mean log predictive density/probability of ``y`` under ``samples`` MC samples (network
     units: a bundle's preprocessing is not applied)."""
@@ -40,7 +61,7 @@ def validation_log_likelihood(
 
 
 def tune_effective_batch_size(
-    method: MCBN,
+    method: Tunable,
     val: Data,
     grid: Iterable[float] | None = None,
     *,
