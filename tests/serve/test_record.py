@@ -118,6 +118,14 @@ def test_postgres_scores_each_row_once_across_connections():
         statuses = [s for out in results for _, s in out]
         assert statuses.count(ACCEPTED) == 40 and statuses.count(ALREADY) == 40
         assert _figures(a) == _figures(b) and a.figures()["scored"] == 40
+        import psycopg  # the database server ends every connection (as on its restart)
+
+        with psycopg.connect(store, autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> "
+                          "pg_backend_pid() AND datname = current_database()")  # fmt: skip
+        with pytest.raises(psycopg.OperationalError):
+            a.figures()
+        assert a.figures()["scored"] == 40  # the next call connects again
 
 
 def test_a_reopened_store_keeps_pending_rows_and_the_window(tmp_path):

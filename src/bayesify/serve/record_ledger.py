@@ -72,9 +72,13 @@ class Ledger:
     def _lock(self, cur: Any) -> None:
         cur.execute(f"UPDATE counters SET batches = batches WHERE {_KEY}", self.key)
 
-    def _add(self, cur: Any, **changes: int | float) -> None:
+    def _add(self, cur: Any, returning: str = "", **changes: int | float) -> Any:
+        """Add to counters; with ``returning`` (columns), their new values."""
         sets = ", ".join(f"{k} = {k} + ?" for k in changes)
-        cur.execute(f"UPDATE counters SET {sets} WHERE {_KEY}", (*changes.values(), *self.key))
+        tail = f" RETURNING {returning}" if returning else ""
+        cur.execute(f"UPDATE counters SET {sets} WHERE {_KEY}{tail}",
+                    (*changes.values(), *self.key))  # fmt: skip
+        return cur.fetchone() if returning else None
 
     # ------------------------------------------------------------------ serving
     def add_request(self, rid: str, ids: list[str], rows: list[ServedRow],
@@ -82,7 +86,8 @@ class Ledger:
         """Remember request ``rid`` (its client's ``alias``) and its rows under ``ids``."""
         now = time.time()
         with self.backend.transaction() as cur:
-            self._lock(cur)
+            # new rows first (they conflict with no one), then the counters row, locked, and
+            # the trims, which read what the writer before committed
             cur.execute("INSERT INTO requests (model, version, request_id, n_rows, alias, "
                         "time) VALUES (?, ?, ?, ?, ?, ?)",
                         (*self.key, rid, len(ids), alias, now))  # fmt: skip
@@ -91,31 +96,35 @@ class Ledger:
                             f"VALUES ({marks})",
                             [(*self.key, i, now, *served_values(r))
                              for i, r in zip(ids, rows, strict=True)])  # fmt: skip
-            self._add(cur, served=len(rows), deferred=sum(r.defer for r in rows),
-                      pending_rows=len(rows), pending_values=sum(r.size for r in rows),
-                      request_rows=1)  # fmt: skip
-            self._trim_pending(cur)
-            self._trim_oldest(cur, "requests", "request_rows", self.max_pending)
+            held = self._add(cur, "pending_rows, pending_values, request_rows", served=len(rows),
+                             deferred=sum(r.defer for r in rows), pending_rows=len(rows),
+                             pending_values=sum(r.size for r in rows), request_rows=1)  # fmt: skip
+            self._trim_pending(cur, int(held[0]), int(held[1]))
+            self._trim_oldest(cur, "requests", "request_rows", int(held[2]), self.max_pending)
         if now - self._expired >= EXPIRE_EVERY_S:
             self.expire()
 
-    def _trim_pending(self, cur: Any) -> None:
-        rows, values = cur.execute(f"SELECT pending_rows, pending_values FROM counters "
-                                   f"WHERE {_KEY}", self.key).fetchone()  # fmt: skip
-        if rows <= self.max_pending and values <= self.max_values:
-            return
-        last, dropped, size = None, 0, 0
-        for seq, n in cur.execute(f"SELECT seq, size FROM pending WHERE {_KEY} ORDER BY seq",
-                                  self.key).fetchall():  # fmt: skip
-            if rows - dropped <= self.max_pending and values - size <= self.max_values:
+    def _trim_pending(self, cur: Any, rows: int, values: int) -> None:
+        """Drop the oldest pending rows until at most ``max_pending`` rows holding at most
+        ``max_pending_values`` numbers remain (``rows``, ``values``: held now)."""
+        last, dropped, size = -1, 0, 0
+        while rows - dropped > self.max_pending or values - size > self.max_values:
+            chunk = cur.execute(f"SELECT seq, size FROM pending WHERE {_KEY} AND seq > ? ORDER "
+                                "BY seq LIMIT ?", (*self.key, last,
+                                                   max(rows - dropped - self.max_pending, 0)
+                                                   + 64)).fetchall()  # fmt: skip
+            for seq, n in chunk:
+                if rows - dropped <= self.max_pending and values - size <= self.max_values:
+                    break
+                last, dropped, size = seq, dropped + 1, size + n
+            if not chunk:
                 break
-            last, dropped, size = seq, dropped + 1, size + n
-        if last is not None:
+        if dropped:
             cur.execute(f"DELETE FROM pending WHERE {_KEY} AND seq <= ?", (*self.key, last))
             self._add(cur, pending_rows=-dropped, pending_values=-size)
 
-    def _trim_oldest(self, cur: Any, table: str, column: str, limit: int) -> None:
-        (n,) = cur.execute(f"SELECT {column} FROM counters WHERE {_KEY}", self.key).fetchone()
+    def _trim_oldest(self, cur: Any, table: str, column: str, n: int, limit: int) -> None:
+        """Drop the oldest rows of ``table`` beyond ``limit`` (``n`` held now)."""
         if n > limit:
             cur.execute(f"DELETE FROM {table} WHERE seq IN (SELECT seq FROM {table} WHERE "
                         f"{_KEY} ORDER BY seq LIMIT ?)", (*self.key, n - limit))  # fmt: skip
@@ -179,22 +188,21 @@ class Ledger:
                 return ALREADY, None, batch
             cur.execute("INSERT INTO received (model, version, row_id, time) VALUES (?, ?, ?, ?)",
                         (*self.key, row_id, time.time()))  # fmt: skip
-            self._add(cur, pending_rows=-1, pending_values=-row.size, received_rows=1)
-            self._trim_oldest(cur, "received", "received_rows", self.max_pending)
+            (held,) = self._add(cur, "received_rows", pending_rows=-1,
+                                pending_values=-row.size, received_rows=1)  # fmt: skip
+            self._trim_oldest(cur, "received", "received_rows", int(held), self.max_pending)
             if score is None:
                 self._add(cur, flagged=1)
                 return FLAGGED, reason, batch
             if batch is None:
-                self._add(cur, batches=1)
-                (batch,) = cur.execute(f"SELECT batches FROM counters WHERE {_KEY}",
-                                       self.key).fetchone()  # fmt: skip
+                (batch,) = self._add(cur, "batches", batches=1)
             marks = ", ".join("?" * (len(SCORE_COLUMNS) + 2))
             (seq,) = cur.execute(f"INSERT INTO scored (model, version, {_SCORED}) VALUES "
                                  f"({marks}) RETURNING seq",
                                  (*self.key, *score_values(batch, score))).fetchone()  # fmt: skip
-            self._add(cur, accepted=1, scored_rows=1)
             cur.execute(f"UPDATE counters SET scored_seq = ? WHERE {_KEY}", (seq, *self.key))
-            self._trim_oldest(cur, "scored", "scored_rows", self.window)
+            (held,) = self._add(cur, "scored_rows", accepted=1, scored_rows=1)
+            self._trim_oldest(cur, "scored", "scored_rows", int(held), self.window)
         return ACCEPTED, None, batch
 
     # ------------------------------------------------------------------ reading

@@ -65,20 +65,29 @@ class PostgresBackend:
         except ModuleNotFoundError:
             raise ValueError('a PostgreSQL --store needs psycopg: pip install -e ".[postgres]"'
                              ) from None  # fmt: skip
-        self._errors = psycopg.Error
+        self._psycopg, self._url, self._durability = psycopg, url, durability
+        self._conn = self._connect()
+        self._lock = threading.Lock()
+
+    def _connect(self) -> Any:
+        psycopg = self._psycopg
         try:
-            self._conn = psycopg.connect(url, autocommit=True)
-            self._conn.execute(f"SET synchronous_commit = {_SYNC[durability]}")
+            conn = psycopg.connect(self._url, autocommit=True)
+            conn.execute(f"SET synchronous_commit = {_SYNC[self._durability]}")
         except psycopg.Error as e:
             why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
             raise OSError(f"cannot open the record at {self.where}: {why}") from None
-        self._lock = threading.Lock()
+        return conn
 
     @contextmanager
     def transaction(self, write: bool = True) -> Iterator[_Cursor]:
-        """A cursor inside one transaction, committed on exit, rolled back on an exception."""
-        with self._lock, self._conn.transaction(), self._conn.cursor() as cur:
-            yield _Cursor(cur)
+        """A cursor inside one transaction, committed on exit, rolled back on an exception (a
+        connection the server closed is opened again by the next transaction)."""
+        with self._lock:
+            if self._conn.closed:
+                self._conn = self._connect()
+            with self._conn.transaction(), self._conn.cursor() as cur:
+                yield _Cursor(cur)
 
     def lock_schema(self, cur: _Cursor) -> None:
         """Make concurrent openers of a new store take turns at creating its tables."""

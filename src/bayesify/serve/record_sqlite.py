@@ -29,16 +29,18 @@ class SqliteBackend:
 
     def __init__(self, path: str | Path, durability: str = "normal") -> None:
         self.where = str(path)
-        if self.where != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
         try:
+            if self.where != ":memory:":
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._conn = sqlite3.connect(self.where, timeout=BUSY_TIMEOUT_S,
                                          isolation_level=None, check_same_thread=False)  # fmt: skip
             if self.where != ":memory:":
                 self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={_SYNC[durability]}")
-        except sqlite3.Error as e:
-            raise OSError(f"cannot open the record at {self.where}: {e}") from None
+        except (sqlite3.Error, OSError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else e
+            raise OSError(f"cannot open the record at {self.where}: {why} (--store names "
+                          "another place)") from None  # fmt: skip
         self._lock = threading.Lock()
 
     @contextmanager
