@@ -252,3 +252,12 @@ def test_the_record_file_is_not_a_model_folder(tmp_path):
     found = scan(tmp_path / "models")
     assert list(found.found) == ["toy"] and found.problems == {}
     assert Record.default_path(tmp_path / "models" / "toy") == path  # one bundle: beside it
+
+
+def test_postgres_without_its_extra_is_one_line_naming_it(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if not installed
+    with pytest.raises(ValueError, match=r'pip install -e "\.\[postgres\]"') as e:
+        Record.open("postgresql://someone@127.0.0.1:1/db")
+    assert "\n" not in str(e.value)

@@ -159,21 +159,11 @@ class Monitor:
         self._sync(self._ledger.counts(), force=True)
 
     # ------------------------------------------------------------------ counters
-    @property
-    def served(self) -> int:
-        return self._ledger.counts()["served"]
-
-    @property
-    def deferred(self) -> int:
-        return self._ledger.counts()["deferred"]
-
-    @property
-    def accepted(self) -> int:
-        return self._ledger.counts()["accepted"]
-
-    @property
-    def flagged(self) -> int:
-        return self._ledger.counts()["flagged"]
+    #: rows served and deferred, outcomes accepted and flagged, by every process of the store
+    served = property(lambda self: self._ledger.counts()["served"])
+    deferred = property(lambda self: self._ledger.counts()["deferred"])
+    accepted = property(lambda self: self._ledger.counts()["accepted"])
+    flagged = property(lambda self: self._ledger.counts()["flagged"])
 
     # ------------------------------------------------------------------ recording
     def record_request(
