@@ -67,3 +67,22 @@ def test_continue_from_refuses_what_it_cannot_continue(tmp_path):
     assert result.exit_code == 2 and "has classes ['maybe'] that the bundle does not" in _said(
         result
     )
+
+
+def test_continue_from_refuses_the_flags_the_bundle_decides(tmp_path):
+    first = _table(tmp_path / "t1.csv", 2.0, False, 0)
+    result = runner.invoke(app, ["train", "--method", "vcl", "--data", first, "--target", "label",
+                                 "--hidden", "8", "--norm", "none", "--epochs", "1", "--no-eval",
+                                 "--out", str(tmp_path / "b1")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    go_on = ["train", "--continue-from", str(tmp_path / "b1"), "--data", first,
+             "--out", str(tmp_path / "b2"), "--epochs", "1"]  # fmt: skip
+    for flags, named in ((["--method", "mcbn"], "--method"),
+                         (["--hidden", "4,4", "--option", "coreset_size=3"], "--hidden, --option"),
+                         (["--eval"], "--eval")):  # fmt: skip
+        result = runner.invoke(app, [*go_on, *flags])
+        assert result.exit_code == 2, result.output
+        assert f"{named} cannot be used with --continue-from" in _said(result)
+        assert not (tmp_path / "b2").exists()
+    result = runner.invoke(app, [*go_on, "--no-eval", "--lr", "0.01"])
+    assert result.exit_code == 0, result.output

@@ -23,6 +23,7 @@ from bayesify.cli.common import (
 
 
 def train(
+    ctx: typer.Context,
     method: Annotated[str, typer.Option(help="Method name (see `bayesify methods`).")] = "mcbn",
     data: Annotated[
         str,
@@ -138,6 +139,7 @@ def train(
     check_out(out, overwrite)
     set_threads(threads)
     if continue_from is not None:
+        _refuse_continue_flags(ctx)
         fit_options = dict(epochs=epochs, batch_size=batch_size, lr=lr,
                            weight_decay=weight_decay, seed=seed)  # fmt: skip
         return _continue(continue_from, data, out, overwrite, fit_options)
@@ -202,6 +204,29 @@ def train(
             chose = history is not None and history.best_epoch >= 0
             note = _normalised_note("table" in job.metadata, chose)
             console.print(note, highlight=False, soft_wrap=True)
+
+
+#: what ``--continue-from`` uses of the command line; the bundle decides the rest
+_CONTINUE_FLAGS = {"continue_from", "data", "out", "overwrite", "threads", "epochs",
+                   "batch_size", "lr", "weight_decay", "seed"}  # fmt: skip
+
+
+def _refuse_continue_flags(ctx: typer.Context) -> None:
+    """Flags given with ``--continue-from`` that the bundle decides: one line naming them
+    (they would be ignored silently otherwise)."""
+
+    def typed(name: str) -> bool:
+        source = ctx.get_parameter_source(name)
+        return source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+
+    given = [p.opts[0] for p in ctx.command.params
+             if p.name is not None and p.name not in _CONTINUE_FLAGS and typed(p.name)
+             and not (p.name == "evaluate" and not ctx.params["evaluate"])]  # fmt: skip
+    if given:
+        raise fail(f"{', '.join(given)} cannot be used with --continue-from: the bundle's "
+                   "method, model, preprocessing and options carry on, and the next task is "
+                   "not scored; --epochs, --batch-size, --lr, --weight-decay and --seed set its "
+                   "training")  # fmt: skip
 
 
 def _refuse_dataset_flags(split: int | None, protocol: str | None, model: str) -> None:
