@@ -1,6 +1,8 @@
 """A real PostgreSQL server for the record's tests: the system's ``initdb`` and ``pg_ctl``
 (on PATH, or Debian's /usr/lib/postgresql/<v>/bin), a fresh data folder, a free loopback port,
-stopped afterwards. As root the server runs as user ``nobody`` (PostgreSQL refuses root)."""
+stopped afterwards. As root the server runs as user ``nobody`` (PostgreSQL refuses root).
+Without the system's binaries, the pip package pgserver's server, if installed; else the tests
+are skipped, saying so."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -34,7 +37,9 @@ def running_postgres() -> Iterator[str]:
     pytest.importorskip("psycopg", reason='the postgres extra: pip install -e ".[postgres]"')
     bin_dir = _binaries()
     if bin_dir is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): apt-get install postgresql")
+        with _pip_server() as url:
+            yield url
+        return
     as_user: list[str] = []
     if os.geteuid() == 0:
         if shutil.which("runuser") is None:
@@ -65,6 +70,23 @@ def running_postgres() -> Iterator[str]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+@contextmanager
+def _pip_server() -> Iterator[str]:
+    """Without the system's binaries: the server of the pip package pgserver, if installed."""
+    try:
+        import pgserver
+    except ModuleNotFoundError:
+        pytest.skip("no PostgreSQL server: neither the system's binaries (initdb, pg_ctl; "
+                    "apt-get install postgresql) nor the pip package pgserver")  # fmt: skip
+    folder = Path(tempfile.mkdtemp(prefix="bayesify-pgserver-"))
+    server = pgserver.get_server(folder, cleanup_mode="stop")
+    try:
+        yield server.get_uri()
+    finally:
+        server.cleanup()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def fresh_database(url: str, name: str) -> str:
     """A new empty database on the server at ``url``: its URL."""
     import psycopg
@@ -72,4 +94,4 @@ def fresh_database(url: str, name: str) -> str:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
-    return url.rsplit("/", 1)[0] + f"/{name}"
+    return urlunsplit(urlsplit(url)._replace(path=f"/{name}"))
