@@ -101,6 +101,9 @@ CASES = {
     "serve-unknown-model": lambda p: _served().get("nope"),
     "serve-unknown-version": lambda p: _served().get("toy", 3),
     "serve-model-required": lambda p: _serve_folder(p).get(None),
+    "serve-record-newer": lambda p: _newer_record(p),
+    "serve-record-postgres-extra": lambda p: _record_without_psycopg(),
+    "serve-record-task-changed": lambda p: _record_of_another_task(p),
     "predict-unknown-category": lambda p: Predictor(_categorical_method()).predict(
         pd.DataFrame({"n": [1, 2, 3, 4], "band": ["high", "low", "low", "medium"]})),
     "predict-missing-value": lambda p: _predictor().predict(
@@ -228,6 +231,36 @@ def _search_without_optuna():
 
     with mock.patch.dict("sys.modules", {"optuna": None}):
         run_search(lambda p, r: (0.0, None), [Dimension("b", (32, 64))])
+
+
+def _newer_record(tmp_path):
+    """A record whose schema version is one past what this code reads."""
+    import sqlite3
+
+    from bayesify.serve.record import Record
+
+    Record.open(tmp_path / "r.sqlite3").close()
+    with sqlite3.connect(tmp_path / "r.sqlite3") as conn:
+        conn.execute("UPDATE record_schema SET version = version + 1")
+    Record.open(tmp_path / "r.sqlite3")
+
+
+def _record_without_psycopg():
+    """A PostgreSQL record where psycopg is not installed."""
+    from unittest import mock
+
+    from bayesify.serve.record import Record
+
+    with mock.patch.dict("sys.modules", {"psycopg": None}):
+        Record.open("postgresql://someone@127.0.0.1:1/db")
+
+
+def _record_of_another_task(tmp_path):
+    from bayesify.serve.record import Record
+
+    store = Record.open(tmp_path / "r.sqlite3")
+    Monitor("classification", ["a", "b"], name="m", store=store)
+    Monitor("regression", name="m", store=store)
 
 
 def _flow_without_zuko():
