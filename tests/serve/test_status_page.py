@@ -132,13 +132,15 @@ def test_status_page_asks_for_the_api_key_then_shows_regression_figures(keyed_se
 # ---------------------------------------------------------------------- a folder of models
 REASON = "not a plain integer"  # why broken/draft is not served (folders.py's words)
 ROUNDS = 8
+SHIFTED = 3  # toy's last rounds: shifted labels
 
 
 @pytest.fixture(scope="module")
 def folder_server(toy_bundle, regression_bundle, tmp_path_factory):
     """toy (a deferral policy), plain (the same bundle without one), reg (regression) and
     broken (a bundle in a folder not named as a version: unavailable), each version served
-    rows in rounds with their outcomes sent back."""
+    rows in rounds with their outcomes sent back (toy's last ``SHIFTED`` rounds: labels moved
+    by one class, so its error drifts)."""
     root = tmp_path_factory.mktemp("models")
     shutil.copytree(toy_bundle, root / "toy" / "1")
     shutil.copytree(regression_bundle, root / "reg" / "1")
@@ -155,6 +157,8 @@ def folder_server(toy_bundle, regression_bundle, tmp_path_factory):
             x, y = data(40, 100 + i)
             preds = httpx.post(f"{srv.url}/v1/predict", json={"inputs": x.tolist(),
                                                               "model": name}).json()  # fmt: skip
+            if name == "toy" and i >= ROUNDS - SHIFTED:
+                y = (y + 1) % 3  # outcomes unlike those the model learnt: its error drifts
             outcomes = [{"request_id": p["request_id"], "outcome": cast(t)}
                         for p, t in zip(preds["predictions"], y, strict=True)]  # fmt: skip
             r = httpx.post(f"{srv.url}/v1/feedback", json={"outcomes": outcomes, "model": name})
@@ -221,6 +225,7 @@ def test_reliability_chart_has_axes_and_bins_labelled_by_rows(folder_server, bro
         assert top == pytest.approx(y_of(page, "#chart", acc), abs=0.5)  # height = accuracy
     visible_text_is_clean(page)
     if SHOTS:
+        page.mouse.move(0, 0)  # no row highlighted under the pointer
         page.screenshot(path=str(Path(SHOTS) / "classification.png"), full_page=True)
     page.close()
 
@@ -240,6 +245,7 @@ def test_pit_chart_counts_rows_against_the_uniform_line(folder_server, browser):
     assert row[4] == "90 %"  # the level served, 0.9000000000000037 in the JSON
     visible_text_is_clean(page)
     if SHOTS:
+        page.mouse.move(0, 0)  # no row highlighted under the pointer
         page.screenshot(path=str(Path(SHOTS) / "regression.png"), full_page=True)
     page.close()
 
@@ -276,8 +282,6 @@ def test_no_policy_shows_a_dash_and_unavailable_model_its_reason(folder_server, 
 def test_time_series_draw_one_point_per_snapshot(folder_server, browser):
     page = browser.new_page(viewport={"width": 1240, "height": 900})
     status = show(page, folder_server.url, "toy")
-    if "history" not in status:
-        pytest.skip("this server's monitor keeps no history (Monitor.history)")
     hist = status["history"]
     assert len(hist) >= 2
     page.wait_for_function(f"Number(document.body.dataset.snapshots) === {len(hist)}")
@@ -294,6 +298,10 @@ def test_time_series_draw_one_point_per_snapshot(folder_server, browser):
         assert xt and all(CLOCK.match(t) for t, _ in xt)
         assert page.locator(f"{svg} .title").text_content()
         assert page.locator(f"{svg} .axis-label").count() == 2  # units on both axes
+    # drift: the snapshots where toy's error was drifting are red on the accuracy chart
+    marked = sum("error_all" in h["drifting"] for h in hist)
+    assert marked >= 1 and "error rate (all rows)" in page.inner_text("#drift")
+    assert page.locator("#ts-fig0 circle.pt.drift[data-series=accuracy-all]").count() == marked
     # the validation baseline is the dashed line at its value on the NLL chart
     base = hist[-1]["baseline"]["nll"]
     line = float(page.get_attribute("#ts-fig1 line.ref:not(.swatch)", "y1"))

@@ -6,8 +6,12 @@ const SVG = "http://www.w3.org/2000/svg";
 const missing = v => v === null || v === undefined || !Number.isFinite(Number(v));
 const sig3 = new Intl.NumberFormat("en", { maximumSignificantDigits: 3 });
 const whole = new Intl.NumberFormat("en", { maximumFractionDigits: 0 });
-/** A number to 3 significant figures ("–" when undefined). */
-const fmt = v => missing(v) ? "–" : sig3.format(Number(v));
+/** A number to 3 significant figures ("–" when undefined; below 0.001 as 5.13e-8). */
+function fmt(v) {
+  if (missing(v)) return "–";
+  const x = Number(v);
+  return x !== 0 && Math.abs(x) < 1e-3 ? Number(x.toPrecision(3)).toExponential() : sig3.format(x);
+}
 /** A fraction as a percentage to 3 significant figures ("0.229" -> "22.9 %"). */
 const pct = v => missing(v) ? "–" : sig3.format(100 * Number(v)) + " %";
 /** A count with thousands separators. */
