@@ -261,3 +261,16 @@ def test_postgres_without_its_extra_is_one_line_naming_it(monkeypatch):
     with pytest.raises(ValueError, match=r'pip install -e "\.\[postgres\]"') as e:
         Record.open("postgresql://someone@127.0.0.1:1/db")
     assert "\n" not in str(e.value)
+
+
+def test_durability_sets_the_databases_sync_level(tmp_path):
+    for level, sync in (("full", 2), ("normal", 1)):  # SQLite's FULL and NORMAL
+        store = Record.open(tmp_path / f"{level}.sqlite3", level)
+        with store.backend.transaction(write=False) as cur:
+            assert cur.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+            assert cur.execute("PRAGMA synchronous").fetchone() == (sync,)
+    with running_postgres() as url:
+        for level, setting in (("full", "on"), ("normal", "off")):
+            store = Record.open(fresh_database(url, level), level)
+            with store.backend.transaction(write=False) as cur:
+                assert cur.execute("SHOW synchronous_commit").fetchone() == (setting,)
