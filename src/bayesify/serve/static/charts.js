@@ -171,6 +171,7 @@ function seriesChart(svg, { title, ylabel, series, refs = [], times, scale = 1, 
     svg.appendChild(el("line", { x1: s.sx(span[0]), x2: s.sx(span[1]), y1: s.sy(r.value * scale),
                                  y2: s.sy(r.value * scale), class: r.cls || "ref" }));
   });
+  const r = Math.max(0.8, Math.min(2, 150 / Math.max(1, times.length)));  // small when dense
   series.forEach(ser => {
     const g = el("g", { class: "series " + ser.cls, "data-series": ser.key });
     let d = "", pen = false;  // an undefined value breaks the line
@@ -183,7 +184,7 @@ function seriesChart(svg, { title, ylabel, series, refs = [], times, scale = 1, 
     ser.points.forEach(([t, v], i) => {
       if (missing(v)) return;
       const drift = ser.drift && ser.drift[i];
-      const c = el("circle", { cx: s.sx(t), cy: s.sy(v * scale), r: drift ? 3.5 : 2,
+      const c = el("circle", { cx: s.sx(t), cy: s.sy(v * scale), r: drift ? 1.75 * r : r,
                                class: drift ? "pt drift" : "pt", "data-series": ser.key });
       c.appendChild(el("title", {}, `${clock(t)}: ${ser.label} ${fmt(v * scale)}`));
       g.appendChild(c);
