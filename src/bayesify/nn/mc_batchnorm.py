@@ -103,6 +103,7 @@ class MCBatchNorm(StochasticModule):
         self._block_draw: tuple[Tensor, Tensor] | None = None  # ([T, C] mean, [T, C] var)
         self._draw: tuple[Tensor, Tensor] | None = None  # the groups now in use ([G, C] each)
         self._row_draw: BankRowDraw | None = None  # per-row bank rows of this block
+        self._row_affine: tuple[Tensor, Tensor] | None = None  # per bank row: scale, shift [B, C]
         self._range = (0, 0)  # groups now in use (per-row draws)
         self._offset = 0  # data rows seen since the groups were selected (per-row draws)
 
@@ -212,6 +213,7 @@ class MCBatchNorm(StochasticModule):
                     f"has {self.bank_size}"
                 )
             self._row_draw, self._range, self._offset = draw.row_draw, (0, plan.samples), 0
+            self._row_affine = self._bank_affine()
             return
         if isinstance(draw, GroupStatistics):
             if len(draw.mean) != plan.samples or len(draw.var) != plan.samples:
@@ -241,7 +243,7 @@ class MCBatchNorm(StochasticModule):
 
     def end_sampling(self) -> None:
         super().end_sampling()
-        self._block_draw = self._draw = self._row_draw = None
+        self._block_draw = self._draw = self._row_draw = self._row_affine = None
         self._range, self._offset = (0, 0), 0
 
     def group_bytes(self) -> int:
@@ -267,7 +269,7 @@ class MCBatchNorm(StochasticModule):
             self.spatial_size.fill_(x[0, 0].numel())
             return self._affine((x - mean.view(shape)) * torch.rsqrt(var.view(shape) + self.eps))
         if self.stochastic and self._row_draw is not None:
-            return self._forward_per_row(x, self._row_draw)
+            return self._forward_per_row(x, self._row_draw, self._row_affine)
         if self.stochastic and self._draw is not None:
             mean, var = self._draw  # [T, C]
             t = self.groups
@@ -295,21 +297,30 @@ class MCBatchNorm(StochasticModule):
             self.eps,
         )
 
-    def _forward_per_row(self, x: Tensor, draw: BankRowDraw) -> Tensor:
-        """``x [G*n, C, ...]`` normalised row by row: (group t, row i) with bank row
-        ``draw.rows(...)[t, i]``, the affine transform folded into one scale and shift."""
-        g = self.groups
-        n = x.shape[0] // g
-        rows = draw.rows(*self._range, self._offset, n).to(self.bank_mean.device)  # [G, n]
-        self._offset += n
-        scale = torch.rsqrt(self.bank_var + self.eps)  # [B, C]
+    def _bank_affine(self) -> tuple[Tensor, Tensor]:
+        """Per bank row, batch norm and the affine transform as one scale and shift ``[B, C]``."""
+        scale = torch.rsqrt(self.bank_var + self.eps)
         shift = -self.bank_mean * scale
         if self.weight is not None:
             scale = scale * self.weight
             shift = shift * self.weight + self.bias
+        return scale, shift
+
+    def _forward_per_row(
+        self, x: Tensor, draw: BankRowDraw, affine: tuple[Tensor, Tensor] | None
+    ) -> Tensor:
+        """``x [G*n, C, ...]`` normalised row by row: (group t, row i) with bank row
+        ``draw.rows(...)[t, i]``."""
+        g = self.groups
+        n = x.shape[0] // g
+        rows = draw.rows(*self._range, self._offset, n).to(self.bank_mean.device)  # [G, n]
+        self._offset += n
+        scale, shift = affine if affine is not None else self._bank_affine()
         shape = [g * n, -1] + [1] * (x.dim() - 2)
         flat = rows.reshape(-1)
-        return x * scale[flat].view(shape) + shift[flat].view(shape)
+        return torch.addcmul(
+            shift.index_select(0, flat).view(shape), x, scale.index_select(0, flat).view(shape)
+        )
 
     def _affine(self, x: Tensor) -> Tensor:
         if self.weight is None:
