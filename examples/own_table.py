@@ -30,7 +30,7 @@ def bayesify_cli(*args: str) -> None:
 
 
 bayesify_cli("train", "--method", "mc-dropout", "--data", "diabetes.csv", "--target",
-             "progression", "--epochs", "60", "--seed", "0", "--out", "diabetes-model")  # fmt: skip
+             "progression", "--epochs", "30", "--seed", "0", "--out", "diabetes-model")  # fmt: skip
 bayesify_cli("predict", "diabetes-model", "new_patients.csv", "--out", "predictions.csv")
 print(pd.read_csv("predictions.csv").head().round(1).to_string(index=False))
 

@@ -1,5 +1,5 @@
-"""Docs a user can follow: the options reference is current, README examples run, CLI help has
-no reStructuredText markup."""
+"""Docs a user can follow: the options reference is current, the quick start's examples run, CLI
+help has no reStructuredText markup."""
 
 from __future__ import annotations
 
@@ -55,20 +55,21 @@ def test_cli_help_has_no_rst_markup():
         assert not re.search(r":(?:func|class|meth|mod):`", result.output)
 
 
-def _readme_examples() -> list[str]:
-    text = (ROOT / "README.md").read_text()
+def _quickstart_examples() -> list[str]:
+    text = (ROOT / "docs" / "quickstart.md").read_text()
     section = text.split("## One example per method", 1)[1].split("\n## ", 1)[0]
     return re.findall(r"```python\n(.*?)```", section, flags=re.S)
 
 
-def test_readme_examples_run(tmp_path, monkeypatch):
-    """The README's per-method examples run as they are, in order, in one namespace."""
-    blocks = _readme_examples()
+def test_quickstart_examples_run(tmp_path, monkeypatch):
+    """The quick start's per-method examples (docs/quickstart.md) run as they are, in order, in
+    one namespace."""
+    blocks = _quickstart_examples()
     assert len(blocks) >= 8
     monkeypatch.chdir(tmp_path)
     namespace: dict = {}
     for block in blocks:
-        exec(compile(block, "README.md", "exec"), namespace)  # noqa: S102
+        exec(compile(block, "quickstart.md", "exec"), namespace)  # noqa: S102
     for name in ("mcbn", "dropout", "bbb", "ensemble", "ibnn", "snorm"):
         pred = namespace[name].predict(namespace["x"], samples=8, seed=0)
         assert pred.mean.shape == (5,) and bool((pred.std > 0).all())

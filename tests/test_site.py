@@ -50,3 +50,51 @@ def test_a_failing_example_fails_the_build(tmp_path):
     ran = gallery.run_example(gallery.read_example(script))
     assert ran.output == "drawn\n" and ran.figures == {"a.png": b"x"}
     assert f"![a.png]({script.stem}_a.png)" in gallery.example_page(ran)
+
+
+# the README's sections before it became a front page, and the site page that now holds each
+MOVED = {
+    "Wrap your own trained batch-norm network (five lines)": "quickstart.md",
+    "Your own data: a file in, predictions with uncertainty out": "quickstart.md",
+    "One example per method": "quickstart.md",
+    "Continual learning (VCL)": "quickstart.md",
+    "scikit-learn": "quickstart.md",
+    "The predictive distribution": "predictive.md",
+    "Calibrated intervals and sets (conformal)": "predictive.md",
+    "Command line": "cli.md",
+    "Serving: answer fast, say when not to trust it": "serving.md",
+    "One pass instead of T: distil a bundle": "serving.md",
+    "Serve a folder of bundles": "serving.md",
+    "Methods": "methods.md",
+    "Layout": "methods.md",
+    "More than one machine": "scaling.md",
+    "Benchmarks on a cluster": "scaling.md",
+    "Training across machines": "scaling.md",
+    "Speed and memory": "scaling.md",
+    "Benchmarks": "running-benchmarks.md",  # its title: Running the benchmarks
+}
+
+
+def test_readme_is_a_front_page_with_the_two_commands():
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 250
+    install_demo = (
+        'python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e ".'
+        '[search]" && bayesify demo'
+    )
+    install_test = (
+        'python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e ".'
+        '[test]" && pip install --no-deps -r requirements-reference.txt && python -m pytest -q'
+    )
+    assert install_demo in text and install_test in text
+    for link in re.findall(r"\]\(((?:docs/)?[\w./-]+\.md)\)", text):
+        assert (ROOT / link).is_file(), link
+
+
+def test_sections_moved_from_the_readme_are_on_the_site():
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for title, page in MOVED.items():
+        text = (ROOT / "docs" / page).read_text()
+        headings = {line.lstrip("#").strip() for line in text.splitlines() if line[:1] == "#"}
+        assert title in headings or f"Running the {title.lower()}" in headings, (title, page)
+        assert f": {page}" in nav, page

@@ -4,7 +4,8 @@
 ``benchmarks/`` folder, and ``CHANGELOG.md`` its ``changelog.md``. The nav entry
 ``Benchmarks`` is filled with every benchmark page, titled by its first heading, so a page added
 to ``benchmarks/`` is listed without editing ``mkdocs.yml``. Links written for the repository
-(``../benchmarks/x.md`` from a page in ``docs/``) are rewritten for the site.
+(``../benchmarks/x.md`` from a page in ``docs/``, ``docs/x.md`` from the changelog) are
+rewritten for the site.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ def on_files(files: Files, config: Any) -> Files:
 
 
 def on_page_markdown(markdown: str, page: Any, **_: Any) -> str:
-    if "/" not in page.file.src_uri:  # a page at the top of docs/
+    if page.file.src_uri == "changelog.md":  # CHANGELOG.md links docs/x.md from the root
+        markdown = markdown.replace("](docs/", "](")
+    elif "/" not in page.file.src_uri:  # a page at the top of docs/
         markdown = markdown.replace("](../benchmarks/", "](benchmarks/")
     return markdown
