@@ -351,7 +351,7 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
                "drifting": monitor.drifting, "time": time.time(), "models": models}  # fmt: skip
         if hasattr(monitor, "history"):
             out["history"] = monitor.history()
-        return out
+        return JSONResponse(out)  # plain JSON: its encoder took 3/4 of a 500-snapshot answer
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
