@@ -274,3 +274,13 @@ def test_durability_sets_the_databases_sync_level(tmp_path):
             store = Record.open(fresh_database(url, level), level)
             with store.backend.transaction(write=False) as cur:
                 assert cur.execute("SHOW synchronous_commit").fetchone() == (setting,)
+
+
+def test_one_snapshot_per_interval_whichever_monitor_serves(tmp_path):
+    path = tmp_path / "r.sqlite3"
+    a, b = (_monitor(Record.open(path), history_every=3600) for _ in range(2))
+    for r in _rows(6, 8)[0]:  # both serve within the hour
+        a.record_request([r])
+        b.record_request([r])
+    assert len(a.history()) == 1 and a.history() == b.history()
+    assert a.history()[0]["served"] == 1  # taken at the first request
