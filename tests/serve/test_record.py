@@ -284,3 +284,18 @@ def test_one_snapshot_per_interval_whichever_monitor_serves(tmp_path):
         b.record_request([r])
     assert len(a.history()) == 1 and a.history() == b.history()
     assert a.history()[0]["served"] == 1  # taken at the first request
+
+
+def test_history_read_in_parts_is_the_history_read_at_once(tmp_path):
+    path = tmp_path / "r.sqlite3"
+    store = Record.open(path, retention=Retention(history_rows=6))
+    mon = _monitor(store)
+
+    def fresh() -> list[dict]:  # another process's first read of the store
+        return _monitor(Record.open(path)).history()
+
+    for refreshes, limit in ((3, 500), (4, 500), (1, 2), (5, 2), (2, 500)):
+        for _ in range(refreshes):  # beyond 6 snapshots the oldest go
+            mon.refresh()
+        assert mon.history(limit) == fresh()[-limit:]
+    assert len(mon.history()) == 6

@@ -67,6 +67,9 @@ class Ledger:
                               f"{version} as {held}, this bundle is {task}: give another "
                               "--store, or remove that record")  # fmt: skip
         self._expired = 0.0
+        #: snapshots read (number, snapshot), the newest ``_history_limit`` at most
+        self._history: list[tuple[int, dict[str, Any]]] = []
+        self._history_limit = 0
         self.expire()
 
     def _lock(self, cur: Any) -> None:
@@ -250,11 +253,22 @@ class Ledger:
                             f"{_KEY} ORDER BY seq LIMIT ?)", (*self.key, n - keep))  # fmt: skip
 
     def history(self, limit: int = 500) -> list[dict[str, Any]]:
-        """The last ``limit`` snapshots, oldest first."""
-        with self.backend.transaction(write=False) as cur:
-            rows = cur.execute(f"SELECT snapshot FROM history WHERE {_KEY} ORDER BY seq DESC "
-                               "LIMIT ?", (*self.key, limit)).fetchall()  # fmt: skip
-        return [json.loads(r[0]) for r in reversed(rows)]
+        """The last ``limit`` snapshots, oldest first. Snapshots read before are kept parsed:
+        a call reads only those added since (rows go oldest first, so the oldest number held
+        says which cached ones are still there)."""
+        with self.backend.transaction(write=False) as cur:  # its lock guards the cache too
+            lo, hi = cur.execute(f"SELECT min(seq), max(seq) FROM history WHERE {_KEY}",
+                                 self.key).fetchone()  # fmt: skip
+            last = self._history[-1][0] if self._history else 0
+            if limit > self._history_limit or hi is None or hi < last:
+                last, self._history, self._history_limit = 0, [], max(limit, 500)
+            rows = cur.execute(f"SELECT seq, snapshot FROM history WHERE {_KEY} AND seq > ? "
+                               "ORDER BY seq DESC LIMIT ?",
+                               (*self.key, last, self._history_limit)).fetchall()  # fmt: skip
+            kept = [h for h in self._history if h[0] >= (lo or 0)]
+            new = [(int(seq), json.loads(text)) for seq, text in reversed(rows)]
+            self._history = (kept + new)[-self._history_limit :]
+            return [snap for _, snap in self._history[-limit:]]
 
     # ------------------------------------------------------------------ retention
     def expire(self, now: float | None = None) -> None:
