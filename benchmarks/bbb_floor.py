@@ -26,7 +26,7 @@ def worker(method: str, model: str, cells: list[tuple[int, int]], repeats: int) 
 
     import torch
 
-    from bayesify.bench.experiments.speed_cases import build_case, build_net, random_data
+    from bayesify.bench.speed.cases import build_case, build_net, random_data
     from bayesify.nn.folding import chunk_plan, repeat_samples, resolve_max_rows
     from bayesify.seeding import seeded
 

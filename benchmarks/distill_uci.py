@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from bayesify.bench.experiments.distill import DistillOptions, _uci_rows
+from bayesify.bench.distill.command import DistillOptions, _uci_rows
 
 if __name__ == "__main__":
     torch.set_num_threads(1)

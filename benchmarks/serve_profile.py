@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bayesify.bench.experiments.serve import _request_bodies
-from bayesify.bench.http_load import closed_loop, post_request
 from bayesify.bench.process import start_server
+from bayesify.bench.serve.command import _request_bodies
+from bayesify.bench.serve.http_load import closed_loop, post_request
 
 
 def shares(raw: Path, top: int = 40) -> list[str]:

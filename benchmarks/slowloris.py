@@ -16,7 +16,7 @@ from pathlib import Path
 
 from bayesify.bench.machine import machine_description
 from bayesify.bench.process import start_server
-from bayesify.bench.slow_clients import siege
+from bayesify.bench.serve.slow_clients import siege
 
 KEY = "siege-key"
 

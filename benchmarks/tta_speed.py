@@ -21,8 +21,8 @@ import statistics
 import torch
 
 import bayesify
-from bayesify.bench.experiments.speed_cases import time_interleaved
 from bayesify.bench.machine import machine_description
+from bayesify.bench.speed.cases import time_interleaved
 from bayesify.models import lenet
 from bayesify.nn import chunk_plan, repeat_samples, resolve_max_rows
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from bayesify.bench.experiments.coverage import CoverageOptions, run
+from bayesify.bench.toys.coverage import CoverageOptions, run
 from bayesify.data import DataError, data_root
 
 

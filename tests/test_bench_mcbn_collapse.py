@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bayesify.bench.experiments.mcbn_collapse import MCBNCollapseOptions, retrain_lr, run
+from bayesify.bench.toys.mcbn_collapse import MCBNCollapseOptions, retrain_lr, run
 from bayesify.data import DataError, data_root
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from bayesify.bench.experiments.speed import SpeedOptions, run_speed, speed_markdown
+from bayesify.bench.speed.command import SpeedOptions, run_speed, speed_markdown
 
 
 def test_tiny_speed_grid_reports_paired_ratios_and_option_rows() -> None:
@@ -43,7 +43,7 @@ def test_floor_is_the_plain_network_over_the_same_rows_in_chunks() -> None:
     passes over x."""
     import torch
 
-    from bayesify.bench.experiments.speed_cases import build_case, plain_pass, random_data
+    from bayesify.bench.speed.cases import build_case, plain_pass, random_data
 
     case = build_case("bbb", "lenet")
     x, _ = random_data("lenet", 3, seed=0)

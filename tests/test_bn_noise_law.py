@@ -9,7 +9,7 @@ import pytest
 import scipy.integrate as si
 import scipy.stats as st
 
-from bayesify.bench.experiments.bn_noise import BNNoise, _slopes, exact_std_mult
+from bayesify.bench.toys.bn_noise import BNNoise, _slopes, exact_std_mult
 
 
 @pytest.mark.parametrize("n", [5, 8, 16, 64])

@@ -415,9 +415,9 @@ def _bn_bundle_with_wide_mean(tmp_path):
 
 
 def _import_bogus(tmp_path):
-    from bayesify.bench.experiments.uci_rows import REQUIRED_METRICS
     from bayesify.bench.runner import config_hash
     from bayesify.bench.store_io import import_rows
+    from bayesify.bench.uci.rows import REQUIRED_METRICS
 
     row = {
         "experiment": "gal-uci",

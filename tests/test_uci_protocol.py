@@ -9,8 +9,8 @@ import scipy.stats as st
 import torch
 
 from bayesify.bench.summary import significance
-from bayesify.bench.uci import PAPER_WEIGHT_DECAYS, UCISettings
-from bayesify.bench.uci_cv import (
+from bayesify.bench.uci.teye import PAPER_WEIGHT_DECAYS, UCISettings
+from bayesify.bench.uci.teye_cv import (
     TrainSpec,
     cross_validate,
     decay_groups,
@@ -19,7 +19,7 @@ from bayesify.bench.uci_cv import (
     mc_samples,
     teye_weight_decay,
 )
-from bayesify.bench.uci_report import render_markdown
+from bayesify.bench.uci.teye_report import render_markdown
 from bayesify.methods import MCBN
 from bayesify.models import teye_regression_net
 

@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from bayesify import Predictive
-from bayesify.bench import uci_report
 from bayesify.bench.store import ResultsStore
-from bayesify.bench.uci import UCISettings
-from bayesify.bench.uci_report import TEYE_TABLE_1
+from bayesify.bench.uci import teye_report as uci_report
+from bayesify.bench.uci.teye import UCISettings
+from bayesify.bench.uci.teye_report import TEYE_TABLE_1
 from bayesify.data import data_root
 from bayesify.data.errors import DataError
 

@@ -3,8 +3,8 @@
 import torch
 
 from bayesify.bench.scores import NoiseFit, regression_scores
-from bayesify.bench.uci import UCISettings, _folds, _search
-from bayesify.bench.uci_cv import fold_predictive, train_final
+from bayesify.bench.uci.teye import UCISettings, _folds, _search
+from bayesify.bench.uci.teye_cv import fold_predictive, train_final
 from bayesify.data import load_uci
 
 torch.set_num_threads(1)

@@ -18,9 +18,9 @@ from cluster_jobs import SlowJob, slow_square
 from typer.testing import CliRunner
 
 from bayesify.bench import engines
-from bayesify.bench.experiments.uci_bench import UCIBenchOptions, score_function
 from bayesify.bench.runner import job_config, job_key, run_jobs
 from bayesify.bench.store import ResultsStore
+from bayesify.bench.uci.command import UCIBenchOptions, score_function
 from bayesify.cli import app
 from bayesify.data import DataError, data_root
 

@@ -8,7 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from bayesify.bench.experiments.continual import ContinualOptions, _network, _recipe
+from bayesify.bench.continual.command import ContinualOptions, _network, _recipe
 
 
 def test_paper_preset_is_the_authors_recipe():
@@ -43,7 +43,7 @@ def test_permuted_overrides_set_t_and_epochs_on_permuted_mnist_only():
 
 
 def test_report_only_writes_the_stored_rows_and_runs_nothing(tmp_path, monkeypatch):
-    import bayesify.bench.experiments.continual as continual
+    import bayesify.bench.continual.command as continual
     from bayesify.bench.jobs import job_config, job_key
     from bayesify.bench.store import ResultsStore
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bayesify.bench.experiments.flow_banana import (
+from bayesify.bench.posterior.flow_banana import (
     FlowBananaOptions,
     exact_draws,
     make_problem,

@@ -14,8 +14,8 @@ import pytest
 import torch
 from scipy.special import logsumexp
 
-from bayesify.bench.experiments import gal2018_protocol as g
-from bayesify.bench.experiments.uci_bench import UCIBenchOptions
+from bayesify.bench.uci import gal2018_protocol as g
+from bayesify.bench.uci.command import UCIBenchOptions
 
 RATES, TAUS = (0.01, 0.1), (0.5, 2.0, 4.0)
 
@@ -201,8 +201,8 @@ def test_training_fits_a_line_and_the_decay_shrinks_weights(fake_root):
 def test_page_pairs_our_splits_with_gals_same_splits():
     """The page's yacht line: Gal's mean over the same splits and ours − Gal's per split, mean
     ± sample std / √n, by numpy."""
-    from bayesify.bench.experiments.gal2018_page import table
-    from bayesify.bench.experiments.gal_2018 import load_gal_2018
+    from bayesify.bench.uci.gal2018_page import table
+    from bayesify.bench.uci.gal2018_results import load_gal_2018
     from bayesify.data import DataError
 
     try:
@@ -224,7 +224,7 @@ def test_page_pairs_our_splits_with_gals_same_splits():
 def test_page_compares_each_grid_points_validation_ll_with_gals(fake_root):
     """Gal's validation file read in his order, 6 points per split; ours − his by hand; his
     choice is the first maximum."""
-    from bayesify.bench.experiments.gal2018_page import gal_validation, validation_lines
+    from bayesify.bench.uci.gal2018_page import gal_validation, validation_lines
 
     folder, _, _ = fake_root
     grid = [(p, t) for p in RATES for t in TAUS]

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bayesify.bench.experiments import uci_page
-from bayesify.bench.experiments.gal_2018 import (
+from bayesify.bench.uci import page as uci_page
+from bayesify.bench.uci.gal import GAL_2016
+from bayesify.bench.uci.gal2018_results import (
     Gal2018,
     load_gal_2018,
     log_summary,
@@ -19,9 +20,8 @@ from bayesify.bench.experiments.gal_2018 import (
     read_log,
     results_dir,
 )
-from bayesify.bench.experiments.gal_uci import GAL_2016
-from bayesify.bench.experiments.uci_gal2018 import comparisons, paired_counts, summary_lines
-from bayesify.bench.experiments.uci_rows import cells
+from bayesify.bench.uci.gal2018_sections import comparisons, paired_counts, summary_lines
+from bayesify.bench.uci.rows import cells
 from bayesify.data import DataError, data_root
 from bayesify.data.uci import UCI_DATASETS, uci_n_splits
 

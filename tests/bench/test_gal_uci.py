@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bayesify.bench.experiments import gal_uci
-from bayesify.bench.experiments.uci_bench import UCIBenchOptions
-from bayesify.bench.experiments.uci_jobs import GAL_EXPERIMENT, gal_jobs
 from bayesify.bench.runner import job_config, job_key
+from bayesify.bench.uci import gal as gal_uci
+from bayesify.bench.uci.command import UCIBenchOptions
+from bayesify.bench.uci.jobs import GAL_EXPERIMENT, gal_jobs
 from bayesify.data import DataError, data_root
 from bayesify.data.uci import UCI_DATASETS
 
@@ -37,7 +37,7 @@ def _old_gal_uci(tmp_path: Path):
     """The gal_uci module as it was before ``bench uci`` took over, from git history."""
     try:
         source = subprocess.run(
-            ["git", "show", f"{OLD_COMMIT}:src/bayesify/bench/experiments/gal_uci.py"],
+            ["git", "show", f"{OLD_COMMIT}:src/bayesify/bench/uci/gal.py"],
             cwd=REPO, capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
     except (OSError, subprocess.CalledProcessError) as e:

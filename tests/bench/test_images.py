@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from bayesify.bench.experiments import images
-from bayesify.bench.experiments.images_report import SECTIONS
-from bayesify.bench.experiments.images_scores import COVERAGE_GRID, coverage_scores
+from bayesify.bench.images import command as images
+from bayesify.bench.images.report import SECTIONS
+from bayesify.bench.images.scores import COVERAGE_GRID, coverage_scores
 from bayesify.data import DataError, data_root
 from bayesify.data.corruptions import gaussian_mix, salt_and_pepper
 from bayesify.metrics import calibration_error_of_curve, expected_calibration_error

@@ -47,7 +47,7 @@ def _done(store) -> dict[tuple, tuple[float, int]]:
 
 @pytest.mark.slow
 def test_sigkill_then_rerun_resumes_without_recomputing(tmp_path, caplog):
-    from bayesify.bench.experiments.posterior import PosteriorOptions, run
+    from bayesify.bench.posterior.command import PosteriorOptions, run
 
     store = tmp_path / "r.db"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -97,7 +97,7 @@ def test_sigkill_then_rerun_resumes_without_recomputing(tmp_path, caplog):
 
 
 def test_gal_rows_average_one_row_per_split_and_skip_ambiguous_methods(tmp_path):
-    from bayesify.bench.experiments.posterior_report import gal_rows
+    from bayesify.bench.posterior.report import gal_rows
 
     head = "protocol,experiment,method,likelihood,dataset,split,seed,config_hash,ll\n"
     rows = [
@@ -118,7 +118,7 @@ def test_gal_rows_average_one_row_per_split_and_skip_ambiguous_methods(tmp_path)
 
 
 def test_reference_rows_do_not_depend_on_the_methods_training_settings():
-    from bayesify.bench.experiments.posterior import PosteriorOptions
+    from bayesify.bench.posterior.command import PosteriorOptions
     from bayesify.bench.runner import job_key
 
     hmc, methods = PosteriorOptions(preset="tiny").jobs()
@@ -133,8 +133,8 @@ def test_reference_rows_do_not_depend_on_the_methods_training_settings():
 
 
 def test_fixed_noise_is_near_the_noise_the_data_were_drawn_with():
-    from bayesify.bench.experiments.posterior_jobs import validation_noise
-    from bayesify.bench.experiments.posterior_problems import Problem
+    from bayesify.bench.posterior.jobs import validation_noise
+    from bayesify.bench.posterior.problems import Problem
     from bayesify.options import Task
 
     g = torch.Generator().manual_seed(0)
@@ -148,7 +148,7 @@ def test_fixed_noise_is_near_the_noise_the_data_were_drawn_with():
 
 
 def test_deeper_datasets_get_their_own_tree_depth_and_reference():
-    from bayesify.bench.experiments.posterior import PosteriorOptions, _expected_cost
+    from bayesify.bench.posterior.command import PosteriorOptions, _expected_cost
 
     hmc, methods = PosteriorOptions(
         preset="quick", datasets=("toy-1d", "energy", "concrete")

@@ -14,9 +14,9 @@ import time
 import pytest
 import torch
 
-from bayesify.bench.experiments import noise_toy
 from bayesify.bench.runner import run_jobs
 from bayesify.bench.store import ResultsStore
+from bayesify.bench.toys import noise_toy
 
 CLI = [sys.executable, "-c", "from bayesify.cli import main; main()"]
 

@@ -15,9 +15,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bayesify.bench import uci
-from bayesify.bench.experiments.gal_uci import GalUCIJob
-from bayesify.bench.experiments.uci_jobs import TeyeUCIJob
 from bayesify.bench.runner import job_config, job_key
 from bayesify.bench.search import (
     NEEDS_OPTUNA,
@@ -27,7 +24,10 @@ from bayesify.bench.search import (
     grid_points,
     run_search,
 )
-from bayesify.bench.uci_cv import Fold, TrainSpec, cross_validate, teye_weight_decay
+from bayesify.bench.uci import teye as uci
+from bayesify.bench.uci.gal import GalUCIJob
+from bayesify.bench.uci.jobs import TeyeUCIJob
+from bayesify.bench.uci.teye_cv import Fold, TrainSpec, cross_validate, teye_weight_decay
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -196,7 +196,7 @@ def test_search_settings_enter_the_row_key_only_when_set():
 
 
 def test_bench_uci_puts_each_jobs_study_in_a_journal_beside_the_store(tmp_path):
-    from bayesify.bench.experiments.uci_bench import UCIBenchOptions
+    from bayesify.bench.uci.command import UCIBenchOptions
 
     store = tmp_path / "runs" / "uci.db"
     opts = UCIBenchOptions(methods=("mc-dropout", "bbb"), datasets=("yacht",), splits=1,
@@ -232,7 +232,7 @@ def test_a_trial_killed_before_its_values_were_drawn_still_runs(tmp_path):
 
 
 def test_trial_workers_are_refused_on_a_cluster():
-    from bayesify.bench.experiments.uci_bench import UCIBenchOptions
+    from bayesify.bench.uci.command import UCIBenchOptions
 
     with pytest.raises(ValueError, match="use --trial-workers 1"):
         UCIBenchOptions(cluster="tcp://127.0.0.1:8786", trial_workers=2)

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from bayesify.bench.experiments.uci_bench import EXPORT_DIGITS
-from bayesify.bench.experiments.uci_jobs import GAL_EXPERIMENT, mc_dropout_job
 from bayesify.bench.runner import run_jobs
 from bayesify.bench.store import ResultsStore
 from bayesify.bench.store_io import export_rows, read_rows
+from bayesify.bench.uci.command import EXPORT_DIGITS
+from bayesify.bench.uci.jobs import GAL_EXPERIMENT, mc_dropout_job
 from bayesify.cli import app
 
 REPO = Path(__file__).resolve().parents[2]

@@ -11,8 +11,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from bayesify.bench.experiments.uci_bench import EXPORT_DIGITS
-from bayesify.bench.experiments.uci_jobs import (
+from bayesify.bench.runner import job_config, job_key, run_jobs
+from bayesify.bench.store import ResultsStore, RowKey
+from bayesify.bench.store_io import RECOVERED, export_rows, import_rows, read_rows, same_numbers
+from bayesify.bench.uci.command import EXPORT_DIGITS
+from bayesify.bench.uci.jobs import (
     GAL_EXPERIMENT,
     METHODS_EXPERIMENT,
     TEYE_EXPERIMENT,
@@ -20,11 +23,8 @@ from bayesify.bench.experiments.uci_jobs import (
     mc_dropout_job,
     method_job,
 )
-from bayesify.bench.experiments.uci_page import write_page
-from bayesify.bench.experiments.uci_recover import recover_csv
-from bayesify.bench.runner import job_config, job_key, run_jobs
-from bayesify.bench.store import ResultsStore, RowKey
-from bayesify.bench.store_io import RECOVERED, export_rows, import_rows, read_rows, same_numbers
+from bayesify.bench.uci.page import write_page
+from bayesify.bench.uci.recover import recover_csv
 from bayesify.cli import app
 
 LIKS = ("homoscedastic", "heteroscedastic")

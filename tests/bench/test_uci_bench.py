@@ -14,15 +14,15 @@ from scipy import stats
 from scipy.special import logsumexp
 from typer.testing import CliRunner
 
-from bayesify.bench.experiments.uci_bench import UCIBenchOptions
-from bayesify.bench.experiments.uci_gal_methods import (
+from bayesify.bench.store import ResultsStore
+from bayesify.bench.uci.command import UCIBenchOptions
+from bayesify.bench.uci.gal_methods import (
     UCIMethodJob,
     score_predictive,
     uncertainty_error_bins,
 )
-from bayesify.bench.experiments.uci_page import summary_counts
-from bayesify.bench.experiments.uci_rows import cells, load_records
-from bayesify.bench.store import ResultsStore
+from bayesify.bench.uci.page import summary_counts
+from bayesify.bench.uci.rows import cells, load_records
 from bayesify.cli import app
 from bayesify.data import DataError, data_root
 
@@ -88,7 +88,7 @@ def test_options_make_the_protocols_jobs_and_reject_bad_values():
 
 
 def test_teye_options_pick_the_preset_and_override_it():
-    from bayesify.bench.uci import UCISettings
+    from bayesify.bench.uci.teye import UCISettings
 
     opts = UCIBenchOptions(protocol="teye", preset="paper", epochs=100, weight_decays=(1e-3,),
                            samples=50, datasets=("yacht",))  # fmt: skip

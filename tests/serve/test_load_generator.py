@@ -10,7 +10,7 @@ import json
 import httpx
 import pytest
 
-from bayesify.bench.http_load import closed_loop, post_request, samples_used
+from bayesify.bench.serve.http_load import closed_loop, post_request, samples_used
 
 
 def _rows(n: int) -> list[list[float]]:

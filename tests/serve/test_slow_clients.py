@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from bayesify.bench.slow_clients import siege
+from bayesify.bench.serve.slow_clients import siege
 
 from .conftest import API_KEY, start_server, stop_server, toy_data
 

@@ -16,58 +16,58 @@ import typer
 
 from bayesify.cli.lazy import LazyTyper
 
-_X = "bayesify.bench.experiments"
+_B = "bayesify.bench"
 
 #: (command, "module:OptionsClass", help): every `bayesify bench` command
 EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
-    ("bn-noise", f"{_X}.bn_noise:BNNoiseOptions",
+    ("bn-noise", f"{_B}.toys.bn_noise:BNNoiseOptions",
      "How noisy is batch norm? (Shekhovtsov & Flach 2018, Fig. 4.)"),
-    ("continual", f"{_X}.continual:ContinualOptions",
+    ("continual", f"{_B}.continual.command:ContinualOptions",
      "Variational continual learning (Nguyen et al. 2018) on Permuted MNIST (10 tasks, one "
      "head) and Split MNIST (5 tasks, a head per task): VCL with and without a coreset beside "
      "plain fine-tuning, accuracy on every earlier task after each new one, run job by job into "
      "a resumable results store."),
-    ("coverage", f"{_X}.coverage:CoverageOptions",
+    ("coverage", f"{_B}.toys.coverage:CoverageOptions",
      "Coverage of prediction intervals and sets on held-out data, with and without "
      "conformal calibration."),
-    ("distill", f"{_X}.distill:DistillOptions",
+    ("distill", f"{_B}.distill.command:DistillOptions",
      "Distilled students against their teachers: Fashion-MNIST LeNet (MNIST as OOD) and UCI."),
-    ("fashion-nodes", f"{_X}.fashion_nodes:FashionNodesOptions",
+    ("fashion-nodes", f"{_B}.images.fashion_nodes:FashionNodesOptions",
      "Fashion-MNIST with a LeNet-style CNN on CPU: IBNN, IBNN from a pretrained net, "
      "StochasticNorm, weight normalisation without noise, a deterministic net and MCBN."),
-    ("flow-banana", f"{_X}.flow_banana:FlowBananaOptions",
+    ("flow-banana", f"{_B}.posterior.flow_banana:FlowBananaOptions",
      "The flow posterior against the exact posterior of 2-parameter models where mean-field "
      "fails."),
-    ("images", f"{_X}.images:ImagesOptions",
+    ("images", f"{_B}.images.command:ImagesOptions",
      "Fashion-MNIST at full size with MNIST as the out-of-distribution set: accuracy, "
      "calibration, OOD detection, corruption sweeps, error–coverage curves and MCBN's "
      "batch-size sweep per method, run job by job (one per method, model and seed) into a "
      "resumable results store."),
-    ("mcbn-collapse", f"{_X}.mcbn_collapse:MCBNCollapseOptions",
+    ("mcbn-collapse", f"{_B}.toys.mcbn_collapse:MCBNCollapseOptions",
      "MCBN's uncertainty collapse with large batches (Mukhoti et al. 2020, Fig. 1), and its "
      "fix."),
-    ("noise-toy", f"{_X}.noise_toy:NoiseToyOptions",
+    ("noise-toy", f"{_B}.toys.noise_toy:NoiseToyOptions",
      "Learned versus fitted noise on a 1-D toy whose noise grows with |x|: each method with "
      "the homoscedastic likelihood (one τ⁻¹ fitted on validation data) and the heteroscedastic "
      "one (a variance output per input), several seeds, run job by job into a resumable "
      "results store."),
-    ("posterior", f"{_X}.posterior:PosteriorOptions",
+    ("posterior", f"{_B}.posterior.command:PosteriorOptions",
      "How close each method's predictive is to the true posterior's: an HMC reference "
      "(full-batch NUTS, 4 chains) on small problems, every method fitted on the same data and "
      "scored against it, run job by job into a resumable results store -> "
      "benchmarks/posterior.md and a figure of the 1-D toy."),
-    ("serve", f"{_X}.serve:ServeBenchOptions",
+    ("serve", f"{_B}.serve.command:ServeBenchOptions",
      "Serving latency and throughput: a bounded closed-loop load on a real bayesify serve "
      "process."),
-    ("speed", f"{_X}.speed:SpeedOptions",
+    ("speed", f"{_B}.speed.command:SpeedOptions",
      "One-pass prediction vs the loop of T passes (MCBN: also vs Teye et al.'s Algorithm 1), "
      "peak memory, and training time per epoch relative to the deterministic network -> "
      "markdown."),
-    ("toy-depth", f"{_X}.toy_depth:ToyDepthOptions",
+    ("toy-depth", f"{_B}.toys.toy_depth:ToyDepthOptions",
      "Trinh et al. Fig. 1 style toy: y = x³ + N(0, 3²), 30 points on [-4, 4], ReLU MLPs of "
      "depth 1…5 with 256 units per layer, IBNN vs Bayes by Backprop. Their claim: BBB's "
      "epistemic uncertainty collapses as depth grows, IBNN's does not."),
-    ("uci", f"{_X}.uci_bench:UCIBenchOptions",
+    ("uci", f"{_B}.uci.command:UCIBenchOptions",
      "UCI regression under Gal's or Teye et al.'s protocol, every method, job by job into a "
      "resumable results store -> benchmarks/uci.md with the published figures beside ours, a "
      "CSV of every row and uncertainty–error plots."),

@@ -9,7 +9,7 @@ import torch
 import typer
 
 from bayesify.bench.options import check_choices
-from bayesify.bench.uci_report import DEMO_DATASETS
+from bayesify.bench.uci.teye_report import DEMO_DATASETS
 from bayesify.cli.common import console, fail, ints, scores_table
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 from bayesify.seeding import seeded
@@ -34,8 +34,8 @@ def demo(
     ),
 ) -> None:
     """Check the options, run the UCI benchmark on a few datasets, then draw the toy figure."""
-    from bayesify.bench.uci import UCISettings
-    from bayesify.bench.uci_report import run_uci_benchmark
+    from bayesify.bench.uci.teye import UCISettings
+    from bayesify.bench.uci.teye_report import run_uci_benchmark
 
     torch.set_num_threads(threads)
     names = [d.strip() for d in datasets.split(",") if d.strip()]

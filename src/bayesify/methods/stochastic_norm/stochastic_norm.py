@@ -32,7 +32,7 @@ class StochasticNormConfig(MethodConfig):
     ``stochastic_bias`` also learns a Gaussian bias; ``prior_std`` of the N(1, ·²) prior on S;
     ``bn_mult_std`` / ``bn_add_std`` the fixed levels of ``noise="bn"``, or ``bn_levels`` one
     (σ_U, σ_V) pair per normalised layer, e.g. measured in a BN network with
-    :func:`bayesify.bench.experiments.bn_noise.measure_bn_noise` (the paper's "noise like BN");
+    :func:`bayesify.bench.toys.bn_noise.measure_bn_noise` (the paper's "noise like BN");
     ``skip_last`` leaves the output layer plain (the paper normalises it too); ``data_init``
     initialises s and b on the first training batch so that every layer's output has zero mean
     and unit variance (:func:`~bayesify.nn.stochastic_scale.data_dependent_init`)."""

@@ -1,6 +1,6 @@
 """Every method on Gal & Ghahramani's UCI splits, one store row per (method, dataset, split,
 likelihood): deep ensembles, Bayes by Backprop, IBNN, StochasticNorm and MCBN (MC dropout keeps
-its own job, :class:`~bayesify.bench.experiments.gal_uci.GalUCIJob`).
+its own job, :class:`~bayesify.bench.uci.gal.GalUCIJob`).
 
 Each job trains on the first 80% of the training split, chooses its one hyper-parameter from
 ``grid`` by the validation part's log-likelihood (with the best validation epoch kept), and

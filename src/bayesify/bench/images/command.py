@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from bayesify.bench.experiments import images_scores as sc
+from bayesify.bench.images import scores as sc
 from bayesify.bench.options import check_choices, option
 from bayesify.bench.runner import run_jobs
 
@@ -227,7 +227,7 @@ def _method(job: ImagesJob, data: dict[str, Any], cache: Path | None) -> tuple[A
                                              seed=job.seed)  # fmt: skip
         return mcbn, info
     if job.method.startswith("laplace"):  # post-hoc on the deterministic network, as MCBN
-        from bayesify.bench.experiments.images_laplace import posthoc_laplace
+        from bayesify.bench.images.laplace import posthoc_laplace
 
         det, info = _train("deterministic", job, data, cache)
         method, fit_seconds = posthoc_laplace(job.method, det.net, data, job)
@@ -273,7 +273,7 @@ def _swag(job: ImagesJob, data: dict[str, Any], cache: Path | None) -> tuple[Any
 # ---------------------------------------------------------------------------------- one job
 def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
     """Train (or load) ``job``'s method and score it: the runner's job function."""
-    from bayesify.bench.experiments.mcbn_collapse import ood_scores as collapse_scores
+    from bayesify.bench.toys.mcbn_collapse import ood_scores as collapse_scores
     from bayesify.data import FASHION_MNIST_MEAN, FASHION_MNIST_STD
     from bayesify.data.corruptions import gaussian_mix, salt_and_pepper
     from bayesify.metrics import error_rate
@@ -407,7 +407,7 @@ class ImagesOptions:
 
 def run(opts: ImagesOptions) -> str:
     """Run the jobs not yet in the store, then write the report from the store."""
-    from bayesify.bench.experiments.images_report import write_images_report
+    from bayesify.bench.images.report import write_images_report
 
     torch.set_num_threads(1)
     t0 = time.time()

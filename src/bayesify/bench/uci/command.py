@@ -28,7 +28,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
-from bayesify.bench.experiments.uci_jobs import (
+from bayesify.bench.options import check_choices, command_line, option
+from bayesify.bench.search import SearchJob, SearchSettings
+from bayesify.bench.uci.jobs import (
     GAL_METHODS,
     PROTOCOLS,
     SMALL,
@@ -36,8 +38,6 @@ from bayesify.bench.experiments.uci_jobs import (
     gal_jobs,
     teye_jobs,
 )
-from bayesify.bench.options import check_choices, command_line, option
-from bayesify.bench.search import SearchJob, SearchSettings
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS, uci_n_splits
 from bayesify.methods.core.likelihood import Likelihood
 from bayesify.options import NoiseProtocol
@@ -176,7 +176,7 @@ class UCIBenchOptions:
     def _jobs(self) -> list[tuple[str, Any]]:
         methods, datasets = self.method_list(), self.dataset_list()
         if self.protocol == GAL2018:
-            from bayesify.bench.experiments.gal2018_protocol import gal2018_jobs
+            from bayesify.bench.uci.gal2018_protocol import gal2018_jobs
 
             return gal2018_jobs(datasets, self.split_count(), self.epochs)
         if self.protocol == "teye":
@@ -192,7 +192,10 @@ class UCIBenchOptions:
 
 def score_function(experiment: str) -> Any:
     """The module-level function that scores a job of ``experiment``."""
-    from bayesify.bench.experiments import gal2018_protocol, gal_uci, uci_gal_methods, uci_jobs
+    from bayesify.bench.uci import gal as gal_uci
+    from bayesify.bench.uci import gal2018_protocol
+    from bayesify.bench.uci import gal_methods as uci_gal_methods
+    from bayesify.bench.uci import jobs as uci_jobs
 
     return {
         gal2018_protocol.EXPERIMENT: gal2018_protocol.score_job,
@@ -216,14 +219,14 @@ def run(opts: UCIBenchOptions) -> str:
     """Run the jobs not yet in the store (unless ``report_only``), then write the page."""
     import torch
 
-    from bayesify.bench.experiments.uci_page import write_page
     from bayesify.bench.runner import run_jobs
+    from bayesify.bench.uci.page import write_page
 
     torch.set_num_threads(1)
     t0 = time.time()
     summaries: list[Any] = []
     if opts.seed_from:
-        from bayesify.bench.experiments.uci_recover import seed_store
+        from bayesify.bench.uci.recover import seed_store
 
         summaries.append(f"imported {seed_store(opts.store, opts.seed_from)}")
     if not opts.report_only:
@@ -247,7 +250,7 @@ def run(opts: UCIBenchOptions) -> str:
     _export(opts)
     note = "; ".join(str(s) for s in summaries) or "report only"
     if opts.protocol == GAL2018:
-        from bayesify.bench.experiments.gal2018_page import write_gal2018_page
+        from bayesify.bench.uci.gal2018_page import write_gal2018_page
 
         out = GAL2018_PAGE if opts.out == "benchmarks/uci.md" else opts.out
         preamble = Path(opts.preamble).read_text() if opts.preamble else ""

@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from bayesify.bench.experiments.images_scores import COVERAGE_GRID
+from bayesify.bench.images.scores import COVERAGE_GRID
 from bayesify.bench.machine import machine_description
 from bayesify.bench.options import command_line, write_report
 from bayesify.bench.store import ResultsStore, RowKey
@@ -156,7 +156,7 @@ def _niceness() -> str:
 
 def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -> str:
     """Write ``opts.out`` and its figures from the store rows of ``jobs``; returns the text."""
-    from bayesify.bench.experiments import images_figures as figs
+    from bayesify.bench.images import figures as figs
     from bayesify.bench.runner import job_key, stored_rows
 
     keys = {job_key("images", j): j for j in jobs}

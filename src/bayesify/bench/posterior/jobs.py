@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from bayesify.bench.experiments.posterior_problems import Problem, load_problem, log_scale
+from bayesify.bench.posterior.problems import Problem, load_problem, log_scale
 from bayesify.options import Task
 
 log = logging.getLogger(__name__)

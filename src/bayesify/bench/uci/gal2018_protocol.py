@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from bayesify.bench.experiments.gal_2018 import EPOCH_FACTOR, results_dir
+from bayesify.bench.uci.gal2018_results import EPOCH_FACTOR, results_dir
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Gal & Ghahramani's UCI protocol for MC dropout, homoscedastic and heteroscedastic: the job
 (one per dataset, split and likelihood), its scoring, and the published figures that
-``bayesify bench uci`` (:mod:`bayesify.bench.experiments.uci_bench`) puts beside ours.
+``bayesify bench uci`` (:mod:`bayesify.bench.uci.command`) puts beside ours.
 
 Protocol: the standard 90/10 splits (20 per dataset, 5 for protein); the last 20% of each
 training split is a validation part used for every choice (dropout rate from a grid by validation
@@ -55,7 +55,7 @@ ENSEMBLE_2017 = {
 }  # fmt: skip
 
 
-#: Gal's 2018 rerun (:mod:`bayesify.bench.experiments.gal_2018`): settings our rows' configs
+#: Gal's 2018 rerun (:mod:`bayesify.bench.uci.gal2018_results`): settings our rows' configs
 #: are compared with on the page (its epochs are read with its results)
 GAL_2018_SETTINGS: dict[str, Any] = {
     "batch_size": 128, "dropout_rates": (0.005, 0.01, 0.05, 0.1), "samples": 10_000,
@@ -135,7 +135,7 @@ def _rate_trial(job: GalUCIJob, data: Any, params: dict[str, Any], report: Any) 
 def score_job(job: GalUCIJob) -> dict[str, Any]:
     """Choose the dropout rate on the validation part (the job's search, by default the full
     grid), score the chosen net on the test split."""
-    from bayesify.bench.experiments.uci_gal_methods import score_predictive
+    from bayesify.bench.uci.gal_methods import score_predictive
     from bayesify.data import load_uci
 
     if not job.dropout_rates:

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from bayesify.bench.experiments.images_scores import COVERAGE_GRID
+from bayesify.bench.images.scores import COVERAGE_GRID
 
 KINDS = {"gaussian": "Gaussian mixing γ", "salt_pepper": "salt-and-pepper p"}
 DPI = 70

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from bayesify.atomic import atomic_open
-from bayesify.bench.experiments.uci_jobs import GAL_EXPERIMENT, METHODS_EXPERIMENT, TEYE_EXPERIMENT
 from bayesify.bench.store import ResultsStore, RowKey, StoreError
+from bayesify.bench.uci.jobs import GAL_EXPERIMENT, METHODS_EXPERIMENT, TEYE_EXPERIMENT
 
 PROTOCOL_OF = {GAL_EXPERIMENT: "gal", METHODS_EXPERIMENT: "gal", TEYE_EXPERIMENT: "teye"}
 #: metrics every finished row of each experiment holds (the page reads them); a row without

@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bayesify.bench.experiments.gal_2018 import Gal2018, Paired, paired_difference
-from bayesify.bench.experiments.gal_uci import DIFFERENCES_FROM_GAL_2018, GAL_2018_SETTINGS
-from bayesify.bench.experiments.uci_rows import Cell, mean_se, pm
+from bayesify.bench.uci.gal import DIFFERENCES_FROM_GAL_2018, GAL_2018_SETTINGS
+from bayesify.bench.uci.gal2018_results import Gal2018, Paired, paired_difference
+from bayesify.bench.uci.rows import Cell, mean_se, pm
 from bayesify.data.uci import UCI_DATASETS
 
 MCDO = "mc-dropout"

@@ -28,7 +28,7 @@ import torch
 
 from bayesify.bench.scores import NoiseFit, regression_scores
 from bayesify.bench.search import Dimension, SearchSettings, run_search
-from bayesify.bench.uci_cv import (
+from bayesify.bench.uci.teye_cv import (
     Fold,
     TrainSpec,
     cross_validate,

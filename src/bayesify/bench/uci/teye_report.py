@@ -17,7 +17,7 @@ from bayesify.atomic import write_text
 from bayesify.bench.machine import machine_description
 from bayesify.bench.store import ResultsStore
 from bayesify.bench.summary import markdown_table, significance
-from bayesify.bench.uci import UCISettings, run_mcbn_split
+from bayesify.bench.uci.teye import UCISettings, run_mcbn_split
 from bayesify.options import NoiseProtocol
 from bayesify.plots.uncertainty import uncertainty_error_plot
 from bayesify.posthoc.noise import teye_tau_range

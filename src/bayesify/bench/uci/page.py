@@ -17,15 +17,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bayesify.bench.experiments.gal_2018 import Gal2018, gal_2018_results
-from bayesify.bench.experiments.gal_uci import ENSEMBLE_2017, GAL_2016
-from bayesify.bench.experiments.uci_figures import uncertainty_error_figure
-from bayesify.bench.experiments.uci_gal2018 import gal_2018_cell, paired_section, summary_lines
-from bayesify.bench.experiments.uci_rows import Cell, cells, load_records, mean_se, pm, write_csv
 from bayesify.bench.machine import machine_description
 from bayesify.bench.options import write_report
 from bayesify.bench.summary import significance
-from bayesify.bench.uci_report import TEYE_STARS, TEYE_TABLE_1, TEYE_TABLE_1_MCDO
+from bayesify.bench.uci.figures import uncertainty_error_figure
+from bayesify.bench.uci.gal import ENSEMBLE_2017, GAL_2016
+from bayesify.bench.uci.gal2018_results import Gal2018, gal_2018_results
+from bayesify.bench.uci.gal2018_sections import gal_2018_cell, paired_section, summary_lines
+from bayesify.bench.uci.rows import Cell, cells, load_records, mean_se, pm, write_csv
+from bayesify.bench.uci.teye_report import TEYE_STARS, TEYE_TABLE_1, TEYE_TABLE_1_MCDO
 from bayesify.data.uci import UCI_DATASETS
 
 SHORT = {"homoscedastic": "homo", "heteroscedastic": "hetero"}

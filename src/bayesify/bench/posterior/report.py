@@ -114,7 +114,7 @@ def _figure(ref: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> None
     """One panel per method: HMC's predictive band (mean ± 2 std) and the method's."""
     import torch
 
-    from bayesify.bench.experiments.posterior_problems import load_problem
+    from bayesify.bench.posterior.problems import load_problem
     from bayesify.plots import new_figure, save_figure
 
     problem = load_problem("toy-1d", ref["split"])

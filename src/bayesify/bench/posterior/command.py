@@ -105,8 +105,8 @@ class PosteriorOptions:
     cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
 
     def __post_init__(self) -> None:
-        from bayesify.bench.experiments.posterior_jobs import METHODS
-        from bayesify.bench.experiments.posterior_problems import TOYS
+        from bayesify.bench.posterior.jobs import METHODS
+        from bayesify.bench.posterior.problems import TOYS
 
         check_choices("preset", (self.preset,), PRESETS)
         if self.datasets:
@@ -122,7 +122,7 @@ class PosteriorOptions:
 
     def jobs(self) -> tuple[list, list]:
         """(HMC jobs, method jobs)."""
-        from bayesify.bench.experiments.posterior_jobs import HMC, METHODS, PosteriorJob
+        from bayesify.bench.posterior.jobs import HMC, METHODS, PosteriorJob
 
         p = self.settings()
         hmc, methods = [], []
@@ -143,7 +143,7 @@ class PosteriorOptions:
 
 def _expected_cost(job: object) -> int:
     """A reference's cost in proportion: training rows × draws × the longest trajectory."""
-    from bayesify.bench.experiments.posterior_problems import load_problem
+    from bayesify.bench.posterior.problems import load_problem
 
     problem = load_problem(job.dataset, job.split)  # type: ignore[attr-defined]
     draws = job.warmup + job.samples  # type: ignore[attr-defined]
@@ -154,8 +154,8 @@ def run(opts: PosteriorOptions) -> str:
     """Run the references, then the methods, not yet in the store; write the page from it."""
     import torch
 
-    from bayesify.bench.experiments.posterior_jobs import score_job
-    from bayesify.bench.experiments.posterior_report import report
+    from bayesify.bench.posterior.jobs import score_job
+    from bayesify.bench.posterior.report import report
     from bayesify.bench.runner import run_jobs
     from bayesify.reference.hmc import require_extra
 

@@ -19,8 +19,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bayesify.bench.experiments.gal_uci import PRESETS
-from bayesify.bench.experiments.uci_jobs import (
+from bayesify.bench.runner import job_config, job_key
+from bayesify.bench.store_io import RECOVERED, ImportSummary, import_rows, read_rows
+from bayesify.bench.uci.gal import PRESETS
+from bayesify.bench.uci.jobs import (
     GAL_EXPERIMENT,
     METHODS_EXPERIMENT,
     TEYE_EXPERIMENT,
@@ -28,9 +30,7 @@ from bayesify.bench.experiments.uci_jobs import (
     mc_dropout_job,
     method_job,
 )
-from bayesify.bench.experiments.uci_rows import REQUIRED_METRICS
-from bayesify.bench.runner import job_config, job_key
-from bayesify.bench.store_io import RECOVERED, ImportSummary, import_rows, read_rows
+from bayesify.bench.uci.rows import REQUIRED_METRICS
 
 log = logging.getLogger(__name__)
 

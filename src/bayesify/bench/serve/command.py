@@ -31,8 +31,8 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from bayesify.bench.http_load import LoadResult, closed_loop, post_request, samples_used
 from bayesify.bench.options import command_line, option, write_report
+from bayesify.bench.serve.http_load import LoadResult, closed_loop, post_request, samples_used
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ def run(opts: ServeBenchOptions) -> str:
         f"{torch.__version__}, server threads {opts.threads}; load average at start "
         f"{load_avg[0]:.1f} / {load_avg[1]:.1f} / {load_avg[2]:.1f} (1/5/15 min); the clients "
         "run in the benchmark process on the same machine (keep-alive connections, requests "
-        "encoded once, answers parsed by httptools: `bayesify.bench.http_load`).  ",
+        "encoded once, answers parsed by httptools: `bayesify.bench.serve.http_load`).  ",
         f"Run took {time.time() - began:.0f} s.", "",
         "## Closed-loop load, single-image `/v1/predict` requests", "",
         f"{opts.requests} requests per row after 10 warm-up requests; each client sends its "

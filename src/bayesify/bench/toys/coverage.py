@@ -24,8 +24,8 @@ from typing import ClassVar
 
 import torch
 
-from bayesify.bench.experiments.uci_methods import Settings, build
 from bayesify.bench.options import check_choices, command_line, option, write_report
+from bayesify.bench.uci.methods import Settings, build
 from bayesify.data import load_fashion_mnist, load_uci
 from bayesify.methods import MCDropout, Method
 from bayesify.models import lenet

@@ -1,12 +1,12 @@
 """The jobs of ``bayesify bench uci``: which rows a preset runs for each protocol and method.
 
 Gal's protocol (standard 90/10 splits): MC dropout is a
-:class:`~bayesify.bench.experiments.gal_uci.GalUCIJob` in the experiment ``gal-uci`` (its fields
+:class:`~bayesify.bench.uci.gal.GalUCIJob` in the experiment ``gal-uci`` (its fields
 and values are those of the earlier ``bench gal-uci`` command, so rows already in a store are
 reused); every other method is a
-:class:`~bayesify.bench.experiments.uci_gal_methods.UCIMethodJob` in ``uci-gal``. Teye et al.'s
+:class:`~bayesify.bench.uci.gal_methods.UCIMethodJob` in ``uci-gal``. Teye et al.'s
 protocol (5 seeded 80/20 splits): MCBN (+CUBN) and MC dropout (+CUDO) as a :class:`TeyeUCIJob`
-in ``uci-teye``, scored with :mod:`bayesify.bench.uci`'s search and τ protocol.
+in ``uci-teye``, scored with :mod:`bayesify.bench.uci.teye`'s search and τ protocol.
 
 Quick grids are sized so that one method over all nine datasets and all splits runs in about
 half an hour on one CPU core (times per job in ``benchmarks/uci.md``): the five small datasets
@@ -19,10 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from bayesify.bench.experiments.gal_uci import PRESETS as GAL_PRESETS
-from bayesify.bench.experiments.gal_uci import GalUCIJob
-from bayesify.bench.experiments.uci_gal_methods import UCIMethodJob
 from bayesify.bench.search import SearchJob
+from bayesify.bench.uci.gal import PRESETS as GAL_PRESETS
+from bayesify.bench.uci.gal import GalUCIJob
+from bayesify.bench.uci.gal_methods import UCIMethodJob
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 
 GAL_EXPERIMENT = "gal-uci"  # MC dropout rows (the experiment name of the earlier command)
@@ -84,7 +84,7 @@ def method_job(method: str, dataset: str, split: int, likelihood: str, preset: s
 @dataclass(frozen=True)
 class TeyeUCIJob(SearchJob):
     """One row of Teye et al.'s protocol: MCBN (scored with CUBN) or MC dropout (with CUDO) on
-    one 80/20 split, searched and scored by :mod:`bayesify.bench.uci` under ``preset``."""
+    one 80/20 split, searched and scored by :mod:`bayesify.bench.uci.teye` under ``preset``."""
 
     method: str
     dataset: str
@@ -101,8 +101,8 @@ class TeyeUCIJob(SearchJob):
     test_seeds: int = 0
 
     def settings(self) -> Any:
-        """The :class:`~bayesify.bench.uci.UCISettings` of the preset with this job's values."""
-        from bayesify.bench.uci import UCISettings
+        """The preset's :class:`~bayesify.bench.uci.teye.UCISettings` with this job's values."""
+        from bayesify.bench.uci.teye import UCISettings
 
         given = {"epochs": self.epochs, "batch_sizes": self.batch_sizes,
                  "weight_decays": self.weight_decays, "dropout_rates": self.dropout_rates,
@@ -157,8 +157,8 @@ def teye_jobs(methods: tuple[str, ...], datasets: tuple[str, ...], splits: int, 
 def score_teye_job(job: TeyeUCIJob) -> dict[str, Any]:
     """Search, fit τ on validation, score on test (mean over the preset's test seeds); the
     constant baseline's scores as ``cu_*``, each seed's normalised scores for the t-test."""
-    from bayesify.bench.experiments.uci_gal_methods import uncertainty_error_bins
-    from bayesify.bench.uci import evaluate_kind
+    from bayesify.bench.uci.gal_methods import uncertainty_error_bins
+    from bayesify.bench.uci.teye import evaluate_kind
     from bayesify.data import load_uci
 
     kind = {"mcbn": "mcbn", "mc-dropout": "mcdo"}.get(job.method)

@@ -2,7 +2,7 @@
 memory, and training time per epoch relative to the deterministic network -> markdown.
 
 ``bayesify bench speed``; cases and measurements live in
-:mod:`bayesify.bench.experiments.speed_cases`.
+:mod:`bayesify.bench.speed.cases`.
 
 Timings are wall seconds of complete ``Predictive`` constructions; the variants of a cell run
 interleaved (rotating order) after warm-up, so the per-repetition ratios are paired and machine
@@ -21,7 +21,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from bayesify.bench.experiments.speed_cases import (
+from bayesify.bench.machine import machine_description
+from bayesify.bench.options import check_choices, command_line, option, write_report
+from bayesify.bench.speed.cases import (
     METHOD_CLASSES,
     MODELS,
     build_case,
@@ -32,8 +34,6 @@ from bayesify.bench.experiments.speed_cases import (
     time_interleaved,
     variants,
 )
-from bayesify.bench.machine import machine_description
-from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.methods import Method
 from bayesify.progress import progress_bar
 from bayesify.train import as_loader, make_optimizer, train_loop

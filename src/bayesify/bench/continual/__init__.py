@@ -1,0 +1,1 @@
+"""Variational continual learning on Permuted and Split MNIST: ``bayesify bench continual``."""

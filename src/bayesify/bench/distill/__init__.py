@@ -1,0 +1,1 @@
+"""Distilled students against their teachers: ``bayesify bench distill``."""
