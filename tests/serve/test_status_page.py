@@ -41,6 +41,17 @@ def browser():
         b.close()
 
 
+@pytest.fixture
+def page(browser):
+    """A page of the browser's; fails the test on any script error in it."""
+    page = browser.new_page(viewport={"width": 1240, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    yield page
+    page.close()
+    assert not errors, f"script errors on the page: {errors}"
+
+
 def cells(page, selector: str) -> list[str]:
     return page.locator(f"{selector} td").all_inner_texts()
 
@@ -50,8 +61,7 @@ def number(text: str) -> float:
     return float(text.replace(",", "").removesuffix("%").removesuffix("ms").strip())
 
 
-def test_status_page_shows_figures_and_updates(server, browser):
-    page = browser.new_page()
+def test_status_page_shows_figures_and_updates(server, page):
     page.goto(server.url + "/")
     page.wait_for_function("document.getElementById('name').textContent === 'toy'")
     assert "mc-dropout" in page.inner_text("#card")
@@ -78,7 +88,6 @@ def test_status_page_shows_figures_and_updates(server, browser):
     assert row[0] == "all" and number(row[1]) == status["all"]["n"]
     assert number(row[2]) == pytest.approx(100 * status["all"]["accuracy"], rel=5e-3)  # 3 s.f.
     assert page.locator("#chart rect.bar").count() >= 1  # the reliability plot has bars
-    page.close()
 
 
 @pytest.fixture(scope="module")
@@ -90,9 +99,8 @@ def keyed_server(regression_bundle, tmp_path_factory):
     stop_server(srv)
 
 
-def test_status_page_asks_for_the_api_key_then_shows_regression_figures(keyed_server, browser):
+def test_status_page_asks_for_the_api_key_then_shows_regression_figures(keyed_server, page):
     url, key = keyed_server.url, {"X-API-Key": API_KEY}
-    page = browser.new_page()
     page.goto(url + "/")
     page.wait_for_selector("#key-form", state="visible")
     assert page.is_hidden("#figures")  # no figures, and no claim about the policy
@@ -126,7 +134,6 @@ def test_status_page_asks_for_the_api_key_then_shows_regression_figures(keyed_se
     page.reload()
     page.wait_for_function("document.getElementById('name').textContent === 'reg'")
     assert page.is_hidden("#key-form")
-    page.close()
 
 
 # ---------------------------------------------------------------------- a folder of models
@@ -204,8 +211,7 @@ def visible_text_is_clean(page) -> None:
     assert not NOISE.search(text), f"float noise on the page: {NOISE.search(text).group()}"
 
 
-def test_reliability_chart_has_axes_and_bins_labelled_by_rows(folder_server, browser):
-    page = browser.new_page(viewport={"width": 1240, "height": 900})
+def test_reliability_chart_has_axes_and_bins_labelled_by_rows(folder_server, page):
     status = show(page, folder_server.url, "toy")
     curve = status["monitor"]["reliability"]
     xt, yt = ticks(page, "#chart", "x"), ticks(page, "#chart", "y")
@@ -227,11 +233,9 @@ def test_reliability_chart_has_axes_and_bins_labelled_by_rows(folder_server, bro
     if SHOTS:
         page.mouse.move(0, 0)  # no row highlighted under the pointer
         page.screenshot(path=str(Path(SHOTS) / "classification.png"), full_page=True)
-    page.close()
 
 
-def test_pit_chart_counts_rows_against_the_uniform_line(folder_server, browser):
-    page = browser.new_page(viewport={"width": 1240, "height": 900})
+def test_pit_chart_counts_rows_against_the_uniform_line(folder_server, page):
     status = show(page, folder_server.url, "reg")
     counts, n = status["monitor"]["pit"]["counts"], status["monitor"]["all"]["n"]
     page.wait_for_function(f"document.querySelectorAll('#chart text.count').length === "
@@ -247,11 +251,9 @@ def test_pit_chart_counts_rows_against_the_uniform_line(folder_server, browser):
     if SHOTS:
         page.mouse.move(0, 0)  # no row highlighted under the pointer
         page.screenshot(path=str(Path(SHOTS) / "regression.png"), full_page=True)
-    page.close()
 
 
-def test_no_policy_shows_a_dash_and_unavailable_model_its_reason(folder_server, browser):
-    page = browser.new_page(viewport={"width": 1240, "height": 900})
+def test_no_policy_shows_a_dash_and_unavailable_model_its_reason(folder_server, page):
     status = show(page, folder_server.url, "toy")
     rows = {m["name"]: m for m in status["models"]}
     assert rows["plain"]["deferral_policy"] is False and rows["toy"]["deferral_policy"] is True
@@ -277,11 +279,9 @@ def test_no_policy_shows_a_dash_and_unavailable_model_its_reason(folder_server, 
     assert page.locator("#ts-deferral circle.pt").count() == 0
     assert "no deferral policy" in page.text_content("#ts-deferral")
     visible_text_is_clean(page)
-    page.close()
 
 
-def test_time_series_draw_one_point_per_snapshot(folder_server, browser):
-    page = browser.new_page(viewport={"width": 1240, "height": 900})
+def test_time_series_draw_one_point_per_snapshot(folder_server, page):
     status = show(page, folder_server.url, "toy")
     hist = status["history"]
     assert len(hist) >= 2
@@ -314,7 +314,6 @@ def test_time_series_draw_one_point_per_snapshot(folder_server, browser):
     assert served == ROUNDS * 40 and hist[-1]["served"] == served
     assert last == pytest.approx(y_of(page, "#ts-rows", served), abs=0.5)
     visible_text_is_clean(page)
-    page.close()
 
 
 def fixture_history(now: float, n: int = 12) -> list[dict]:
@@ -332,10 +331,9 @@ def fixture_history(now: float, n: int = 12) -> list[dict]:
     return out
 
 
-def test_time_series_break_at_undefined_values_and_mark_drift(folder_server, browser):
+def test_time_series_break_at_undefined_values_and_mark_drift(folder_server, page):
     """The drawing on a history given to the page (the real server's, with snapshots made
     up): an undefined value is no point and breaks the line; drifting snapshots are marked."""
-    page = browser.new_page(viewport={"width": 1240, "height": 900})
     hist = fixture_history(time.time())
 
     def with_history(route):
@@ -361,4 +359,3 @@ def test_time_series_break_at_undefined_values_and_mark_drift(folder_server, bro
     for i, cy in enumerate(tops):
         assert cy == pytest.approx(y_of(page, "#ts-latency", 10.0 + i), abs=0.5)
     visible_text_is_clean(page)
-    page.close()
