@@ -39,3 +39,37 @@ def test_bench_serve_writes_every_configuration(tmp_path):
             assert float(samples) == 8
     for section in ("## Adaptive sampling against fixed T", "## int8 against float32"):
         assert section in text
+
+
+def test_bench_serve_two_workers(tmp_path):
+    """``--workers 2``, one configuration: the requests each worker answered add up to the
+    run's and the metrics request read before it."""
+    try:
+        data_root()
+    except DataError as e:
+        pytest.skip(f"shared data not found: {e}")
+    opts = bench_serve.ServeBenchOptions(limit=300, epochs=1, clients=(4,), requests=12,
+                                         samples=8, workers=(2,), sampling=("fixed",),
+                                         batching=("on",), int8=False, offline=False,
+                                         threads=1, out=str(tmp_path / "serve.md"))  # fmt: skip
+    text = bench_serve.run(opts)
+    assert "## Adaptive sampling" not in text
+    (row,) = [line for line in text.splitlines() if line.startswith("| fixed T = 8")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    label, clients, p50, p95, p99, rps, samples, errors, _, _, per_worker = cells
+    assert label == "fixed T = 8, batching on, 2 workers" and clients == "4" and errors == "0"
+    assert 0 < float(p50) <= float(p95) <= float(p99) and float(rps) > 0
+    assert sum(int(n) for n in per_worker.split("/")) == 12 + 1
+
+
+def test_rows_of_several_rounds_show_medians_and_each_round():
+    def run(p99: float, rate: float, errors: int = 0) -> bench_serve._Run:
+        return bench_serve._Run(p50=1.0, p95=2.0, p99=p99, rate=rate, mean_used=8.0,
+                                errors=errors, server_cpu=None, client_cpu=0.25,
+                                per_worker="5/7")  # fmt: skip
+
+    cells = bench_serve._cells([run(30.0, 300.0), run(50.0, 200.0, 1), run(40.0, 250.0)], True)
+    assert cells == ["1.0", "2.0", "40.0", "250.0", "8.0", "1", "–", "0.25",
+                     "300.0 / 200.0 / 250.0", "5/7"]  # fmt: skip
+    assert bench_serve._cells([run(30.0, 300.0)], False) == [
+        "1.0", "2.0", "30.0", "300.0", "8.0", "0", "–", "0.25"]  # fmt: skip
