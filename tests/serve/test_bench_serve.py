@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from bayesify.bench.experiments import serve as bench_serve
+from bayesify.bench.serve import command as bench_serve
 from bayesify.data import data_root
 from bayesify.data.errors import DataError
 
