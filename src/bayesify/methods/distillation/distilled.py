@@ -216,7 +216,7 @@ class Distilled(Method):
         if self.config.task is Task.CLASSIFICATION:
             return dirichlet_summaries(self.concentrations(out).double())
         mu, ve, va = self.moments(out)
-        if prep is not None and prep.y_mean is not None:
+        if prep is not None and prep.y_mean is not None and prep.y_std is not None:
             mu, scale = mu * prep.y_std + prep.y_mean, prep.y_std**2
             ve, va = ve * scale, va * scale
         return {"mean": mu, "epistemic_variance": ve, "aleatoric_variance": va,

@@ -63,10 +63,10 @@ class TTAConfig(MethodConfig):
 
 def _member_class(method: Any) -> type[Method]:
     """The member method class; a name, an ensemble or a TTA is a clear error."""
-    method = member_class(method, "TTA")
-    if method.name in ("ensemble", "tta"):
-        raise ValueError(f"TTA cannot wrap {method.name!r}: the member must be a single method")
-    return method
+    member = member_class(method, "TTA")
+    if member.name in ("ensemble", "tta"):
+        raise ValueError(f"TTA cannot wrap {member.name!r}: the member must be a single method")
+    return member
 
 
 def _check_member_options(member: Method, options: dict[str, Any]) -> None:
@@ -92,7 +92,8 @@ class Augmented(nn.Module):
         self.net = net
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.net(self.augment(x))
+        out: Tensor = self.net(self.augment(x))
+        return out
 
 
 class TTA(Method):
@@ -104,7 +105,7 @@ class TTA(Method):
 
     def _prepare(self, net: nn.Module) -> None:
         cfg = self.config
-        options = {"task": cfg.task, "noise_objective": cfg.noise_objective,
+        options: dict[str, Any] = {"task": cfg.task, "noise_objective": cfg.noise_objective,
                    "noise_samples": cfg.noise_samples, "likelihood": cfg.likelihood}  # fmt: skip
         options.update(cfg.method_options)
         self.member = _member_class(cfg.method)(net, inplace=True, **options)
