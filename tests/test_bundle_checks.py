@@ -42,10 +42,10 @@ def test_a_huge_layer_beside_a_small_weights_file_is_refused_without_allocating(
         in_features=30000, out_features=30000))  # fmt: skip
     assert (bundle / "weights.safetensors").stat().st_size < 1000
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
-    start = time.perf_counter()
+    start = time.process_time()  # CPU seconds, whatever else runs on the machine
     with pytest.raises(BundleError, match=r"'0.weight' has shape \[3, 2\] .* \[30000, 30000\]"):
         bayesify.load(bundle)
-    assert time.perf_counter() - start < 1.0
+    assert time.process_time() - start < 1.0
     # Linear(30000, 30000) is 3.6 GB of float32: the peak grew by far less
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak < 200 * 1024
 
