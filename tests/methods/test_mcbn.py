@@ -101,23 +101,36 @@ def _trained_convnet() -> tuple[nn.Module, torch.Tensor, torch.Tensor]:
     return net.eval(), x, y
 
 
+@pytest.mark.parametrize("bank_draw", ["row", "call"])
 @pytest.mark.parametrize("T", [1, 5, 12])
-def test_one_pass_equals_teye_algorithm_1(T):
+def test_one_pass_equals_teye_algorithm_1(T, bank_draw):
+    """Each data row's sample t is Algorithm 1 with the mini-batch of its bank row: per row
+    (the default) or one draw shared by the call's rows."""
     net, x, y = _trained_convnet()
     reference_net = copy.deepcopy(net)
     b = 16
     batches: list[torch.Tensor] = []  # the bank's mini-batches, as they are forwarded
     hook = net.register_forward_pre_hook(lambda _m, args: batches.append(args[0].clone()))
     method = bayesify.MCBN.from_pretrained(
-        net, (x, y), batch_size=b, task="classification", bank_size=8
+        net, (x, y), batch_size=b, task="classification", bank_size=8, bank_draw=bank_draw
     )
     hook.remove()
     assert [len(xb) for xb in batches] == [b] * 8
     query = torch.randn(7, 1, 8, 8, generator=torch.Generator().manual_seed(9))
-    rows = method.draw_rows(T, torch.Generator().manual_seed(11))
+    rows = method.bank_rows(T, len(query), torch.Generator().manual_seed(11))  # [T, N]
     one_pass = method.sample(query, T, generator=torch.Generator().manual_seed(11))
-    expected = teye_algorithm_1(reference_net, query, [batches[r] for r in rows])
-    torch.testing.assert_close(one_pass, expected, rtol=1e-5, atol=1e-5)
+    for i in range(len(query)):
+        expected = teye_algorithm_1(
+            reference_net, query[i : i + 1], [batches[r] for r in rows[:, i]]
+        )
+        torch.testing.assert_close(one_pass[:, i : i + 1], expected, rtol=1e-5, atol=1e-5)
+    if bank_draw == "call":
+        assert (rows == rows[:, :1]).all()
+        torch.testing.assert_close(
+            rows[:, 0], method.draw_rows(T, torch.Generator().manual_seed(11))
+        )
+    elif T > 1:
+        assert (rows != rows[:, :1]).any()
 
 
 def test_bank_leaves_weights_and_running_stats_alone():

@@ -1,9 +1,12 @@
 """Monte Carlo Batch Normalisation (Teye, Azizpour & Smith 2018).
 
 Train as an ordinary batch-norm network. Afterwards, record a bank of the batch-norm statistics
-of ``bank_size`` random training mini-batches of size b (the training batch size). Sample t of a
-prediction normalises every batch-norm layer with bank row ``rows[t]``: the same mini-batch for
-every layer, as in Teye et al.'s Algorithm 1, but for all T samples in one forward pass.
+of ``bank_size`` random training mini-batches of size b (the training batch size). Sample t of
+data row i normalises every batch-norm layer with one bank row: the same mini-batch for every
+layer, as in Teye et al.'s Algorithm 1, but for all T samples in one forward pass. By default
+(``bank_draw="row"``) each data row draws its own T bank rows, so the rows of one call carry
+independent Monte Carlo errors; ``bank_draw="call"`` draws T rows once per call, shared by every
+data row (all rows then move together with the call's seed; ``benchmarks/deferral.md``).
 
 ``statistics="gaussian"`` replaces the bank by the large-sample law of the statistics (see
 :mod:`bayesify.nn.mc_batchnorm`) with effective batch size ``effective_batch_size`` (default: the
@@ -26,9 +29,10 @@ from torch.utils.data import DataLoader
 from bayesify.methods.core.base import Method, MethodConfig
 from bayesify.methods.mcbn.tuning import tune_effective_batch_size
 from bayesify.nn import MCBatchNorm, convert_batchnorm, generator_device, sampling
+from bayesify.nn.bank_draw import BankRowDraw
 from bayesify.nn.mc_batchnorm import StatisticsPlan
 from bayesify.nn.modes import eval_mode, kept_modes
-from bayesify.options import Statistics, shown
+from bayesify.options import BankDraw, Statistics, shown
 from bayesify.progress import progress_bar
 from bayesify.train import Data, Strategy, as_dataset, as_loader, loader_batch_size
 
@@ -40,12 +44,14 @@ class MCBNConfig(MethodConfig):
     """``bank_size``: mini-batches recorded (T_bank); ``bank_batch_size``: their size b
     (defaults to the training batch size, as the posterior was trained with it);
     ``statistics``: bank | gaussian; ``effective_batch_size``: b of the Gaussian model (a float;
-    defaults to the training batch size)."""
+    defaults to the training batch size); ``bank_draw``: row | call, bank rows drawn per data row
+    or once per call and shared by its rows (the bank model only)."""
 
     bank_size: int = 256
     bank_batch_size: int | None = None
     statistics: Statistics = Statistics.BANK
     effective_batch_size: float | None = None
+    bank_draw: BankDraw = BankDraw.ROW
 
     def __post_init__(self) -> None:
         super().__post_init__()  # checks and converts every field by its type
@@ -216,7 +222,8 @@ class MCBN(Method):
         log.info("MCBN bank: %d mini-batches of %d", bank_size, batch_size)
 
     def draw_rows(self, samples: int, generator: torch.Generator | None) -> Tensor:
-        """Bank rows for T samples: distinct rows while T <= bank size, then with replacement."""
+        """Bank rows ``[T]`` of one call shared by all its rows (``bank_draw="call"``): distinct
+        rows while T <= bank size, then with replacement."""
         n = self.bank_size
         if n == 0:
             raise RuntimeError("the MCBN statistics bank is empty: call fit() or fill_bank()")
@@ -227,12 +234,29 @@ class MCBN(Method):
 
     def statistics_plan(self, samples: int, generator: torch.Generator | None) -> StatisticsPlan:
         """How every batch-norm layer chooses its statistics for ``samples`` groups: bank rows
-        drawn now (the same rows for every layer), or the Gaussian model's batch size."""
+        per data row (a key drawn now) or per call (drawn now), the same for every layer, or the
+        Gaussian model's batch size."""
         if self.gaussian:
             return StatisticsPlan(
                 Statistics.GAUSSIAN, effective_batch_size=self.effective_batch_size
             )
-        return StatisticsPlan(Statistics.BANK, rows=self.draw_rows(samples, generator))
+        if self.config.bank_draw is BankDraw.CALL:
+            return StatisticsPlan(Statistics.BANK, rows=self.draw_rows(samples, generator))
+        if self.bank_size == 0:
+            raise RuntimeError("the MCBN statistics bank is empty: call fit() or fill_bank()")
+        dev = generator_device(generator)
+        key = int(torch.randint(0, 2**32, (1,), generator=generator, device=dev))
+        return StatisticsPlan(Statistics.BANK, row_draw=BankRowDraw(self.bank_size, key))
+
+    def bank_rows(self, samples: int, rows: int, generator: torch.Generator | None) -> Tensor:
+        """The bank rows ``[T, N]`` that :meth:`sample` with ``generator`` uses for T samples of
+        N data rows (each column the same under ``bank_draw="call"``)."""
+        plan = self.statistics_plan(samples, generator)
+        if plan.row_draw is not None:
+            return plan.row_draw.rows(0, samples, 0, rows)
+        if plan.rows is None:
+            raise RuntimeError("the Gaussian statistics model draws no bank rows")
+        return plan.rows.view(-1, 1).expand(samples, rows)
 
     @contextmanager
     def sampling(self, samples: int, generator: torch.Generator | None) -> Iterator[None]:
