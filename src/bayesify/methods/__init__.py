@@ -1,5 +1,6 @@
 """Posterior approximations behind one interface; registry by name."""
 
+from bayesify.methods.batch_ensemble.batch_ensemble import BatchEnsemble, BatchEnsembleConfig
 from bayesify.methods.bbb.bayes_by_backprop import BayesByBackprop, BBBConfig
 from bayesify.methods.continual.vcl import VCL, VCLConfig
 from bayesify.methods.core.base import Method, MethodConfig
@@ -42,6 +43,8 @@ __all__ = [
     "KLSchedule",
     "DeepEnsemble",
     "EnsembleConfig",
+    "BatchEnsemble",
+    "BatchEnsembleConfig",
     "Deterministic",
     "Method",
     "MethodConfig",

@@ -17,6 +17,7 @@ from torch import nn
 
 from bayesify.data.preprocessing import Preprocessing
 from bayesify.io import BundleError, read_config, read_weights, tensor_specs
+from bayesify.methods.batch_ensemble.batch_ensemble import BatchEnsemble
 from bayesify.methods.bbb.bayes_by_backprop import BayesByBackprop
 from bayesify.methods.continual.vcl import VCL
 from bayesify.methods.core.base import Method, MethodConfig
@@ -48,6 +49,7 @@ METHODS: dict[str, type[Method]] = {
     "mc-dropout": MCDropout,
     "bbb": BayesByBackprop,
     "ensemble": DeepEnsemble,
+    "batch-ensemble": BatchEnsemble,
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
     "laplace": Laplace,

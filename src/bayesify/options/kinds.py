@@ -307,3 +307,22 @@ class Augment(StrEnum):
     """On images: a noise copy, then copies whose class semantics are destroyed (patch and
     pixel shuffles, rotations, inversions, heavy zooms, noise; the teacher labels them and its
     samples disagree there); on other inputs, noise copies."""
+
+
+class FastWeightInit(StrEnum):
+    """How BatchEnsemble's per-member fast weights ``r_i``, ``s_i`` start (Wen et al. 2020)."""
+
+    NORMAL = "normal"
+    """Each entry drawn from N(1, init_std²): members start near the shared weight, apart."""
+    SIGN = "sign"
+    """Each entry a random sign, +1 or -1 with probability 1/2."""
+
+
+class MemberBatch(StrEnum):
+    """Which rows of a training mini-batch each BatchEnsemble member sees."""
+
+    REPEAT = "repeat"
+    """Every member sees every row: the mini-batch is repeated M times in one pass."""
+    SPLIT = "split"
+    """The mini-batch is cut into M equal parts, one per member (rows beyond a multiple of M
+    are left out of that step)."""
