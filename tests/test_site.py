@@ -98,3 +98,14 @@ def test_sections_moved_from_the_readme_are_on_the_site():
         headings = {line.lstrip("#").strip() for line in text.splitlines() if line[:1] == "#"}
         assert title in headings or f"Running the {title.lower()}" in headings, (title, page)
         assert f": {page}" in nav, page
+
+
+def test_site_is_browsable_offline():
+    """File URLs, no web fonts, the offline plugin's search, and its Web Worker shim served
+    from the site itself (the plugin would otherwise load it from unpkg.com)."""
+    yaml = pytest.importorskip("yaml")
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text())
+    assert config["use_directory_urls"] is False and config["theme"]["font"] is False
+    assert "offline" in [p if isinstance(p, str) else next(iter(p)) for p in config["plugins"]]
+    for shim in config["extra"]["polyfills"]:
+        assert "iframe-worker" in shim and (ROOT / "docs" / shim).is_file()
