@@ -272,7 +272,7 @@ def reading(results: list[tuple[Problem, dict, list[Fit]]]) -> list[str]:
         best = min(flows, key=lambda f: f.w2)
         verdict = "closer to" if best.w2 < mf.w2 else "not closer to"
         if abs(mf.w2 - best.w2) < grid["floor"]:  # two exact samples differ as much
-            verdict = "within the floor of"
+            verdict = "no closer (within the floor) to"
         ties = [f.kind for f in flows if f is not best and f.w2 - best.w2 < grid["floor"]]
         tie = f"; {', '.join(ties)} within the floor of it" if ties else ""
         out.append(
