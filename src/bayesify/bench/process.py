@@ -6,6 +6,7 @@ starts the CLI, so it imports nothing of the server).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -67,7 +68,6 @@ def start_server(
     (a ``RuntimeError`` with the log if it exits or times out). Unless ``args`` name a
     ``--store``, the server's record is a new file beside its log (``LOG.record.sqlite3``),
     never the one beside the bundle: each run starts from an empty record."""
-    port = free_port()
     log = Path(log)
     named = ["--name", name] if name is not None else []
     if "--store" not in args:
@@ -75,22 +75,68 @@ def start_server(
         for leftover in (record, Path(f"{record}-wal"), Path(f"{record}-shm")):
             leftover.unlink(missing_ok=True)
         args = (*args, "--store", str(record))
-    cmd = [cli_path(), "serve", str(bundle), *named, "--port", str(port), *args]
     environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
-    server = ServerProcess(f"http://127.0.0.1:{port}", proc, Path(bundle), name or "", log)
-    if not wait:
-        return server
+    for attempt in range(PORT_ATTEMPTS):
+        port = free_port()
+        cmd = [cli_path(), "serve", str(bundle), *named, "--port", str(port), *args]
+        with log.open("w") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
+        server = ServerProcess(f"http://127.0.0.1:{port}", proc, Path(bundle), name or "", log)
+        if not wait:
+            return server
+        try:
+            return _ready(server, port, timeout)
+        except RuntimeError:
+            taken = "address already in use" in server.output().lower()
+            if not taken or attempt == PORT_ATTEMPTS - 1:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+#: starts on a new free port when another process took the last one first
+PORT_ATTEMPTS = 3
+
+
+def _ready(server: ServerProcess, port: int, timeout: float) -> ServerProcess:
+    """``server`` once ``/v2/health/ready`` answers 200 from it: the answering process must be
+    the one started, holding the port, since between :func:`free_port` and the server's bind
+    another process may take the port (two test processes starting servers at once), and its
+    server would answer in this one's place. A ``RuntimeError`` with the log if it exits or
+    times out."""
+    proc = server.process
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}: {server.output()}")
         try:
-            if httpx.get(f"{server.url}/v2/health/ready", timeout=2).status_code == 200:
-                return server
+            ready = httpx.get(f"{server.url}/v2/health/ready", timeout=2).status_code == 200
         except httpx.HTTPError:
-            pass
+            ready = False
+        if ready and listens(proc.pid, port):
+            return server
         time.sleep(0.2)
     server.stop()
     raise RuntimeError(f"server not ready after {timeout:.0f} s: {server.output()}")
+
+
+def listens(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a listening TCP socket on ``port`` (Linux's /proc: its
+    socket inodes against /proc/net/tcp and tcp6; True where /proc cannot tell)."""
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return not Path("/proc/self/fd").is_dir()  # no /proc here: cannot tell
+    inodes = set()
+    for fd in fds:
+        with contextlib.suppress(OSError):  # closed meanwhile
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()  # sl, local address:port (hex), remote, state, ... inode
+                if (int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A"
+                        and fields[9] in inodes):  # fmt: skip
+                    return True
+    return False
