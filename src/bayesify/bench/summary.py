@@ -34,7 +34,8 @@ def summarise(
 def markdown_table(
     rows: Sequence[dict[str, Any]], keys: Sequence[str], headers: Sequence[str] | None = None
 ) -> str:
-    """A markdown table: one line per (dataset, method), ``mean ± s.e.`` per metric."""
+    """A markdown table: one line per (dataset, method), ``mean ± s.e.`` per metric (``mean ±
+    –`` from one split: no standard error)."""
     headers = list(headers or keys)
     summary = summarise(rows, keys)
     lines = [
@@ -43,9 +44,14 @@ def markdown_table(
     ]
     for (dataset, method), stats in summary.items():
         n = max((s[2] for s in stats.values()), default=0)
-        cells = [f"{stats[k][0]:.3f} ± {stats[k][1]:.3f}" if k in stats else "" for k in keys]
+        cells = [_mean_se(*stats[k]) if k in stats else "" for k in keys]
         lines.append(f"| {dataset} | {method} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def _mean_se(mean: float, se: float, n: int) -> str:
+    """``mean ± s.e.``; one value has no standard error: ``mean ± –``."""
+    return f"{mean:.3f} ± {se:.3f}" if n > 1 else f"{mean:.3f} ± –"
 
 
 #: p-value thresholds of the significance stars (the usual GraphPad convention)

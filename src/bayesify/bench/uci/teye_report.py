@@ -175,7 +175,8 @@ def render_markdown(
         "",
         noise_protocol_text(settings),
         "",
-        "Mean ± standard error over splits (each split: mean over its test seeds); RMSE, PLL and "
+        "Mean ± standard error over splits (each split: mean over its test seeds; ± – where "
+        "one split ran, n = 1, so there is no standard error); RMSE, PLL and "
         "CRPS in original target units. Normalised scores ×100: 0 = the constant-variance "
         "baseline, 100 = per-point optimal variance (Teye et al. 2018 §4.2).",
         "",
