@@ -13,7 +13,8 @@ import bayesify
 from bayesify import Predictive
 from bayesify.methods import MCDropout
 from bayesify.models import mlp
-from bayesify.posthoc.conformal import Conformal, calibrate_conformal, class_scores
+from bayesify.posthoc.conformal import Conformal, calibrate_conformal
+from bayesify.posthoc.conformal_scores import class_scores
 
 
 def test_threshold_is_the_finite_sample_quantile():

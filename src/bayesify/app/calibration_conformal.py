@@ -2,7 +2,7 @@
 on its validation rows under each sampling policy it will be served with (``bayesify calibrate
 --conformal``) and stored in its metadata, where the predictor and the server read them.
 
-``conformal_method`` picks the score (:class:`~bayesify.posthoc.conformal.ConformalMethod`):
+``conformal_method`` picks the score (:class:`~bayesify.posthoc.conformal_scores.ConformalMethod`):
 ``split`` (regression: normalized residuals; classification: ``1 - p̂_y``, Sadinle et al.
 2019), ``aps`` and ``aps-randomized`` (Romano et al. 2020), ``raps`` (Angelopoulos et al.
 2021), ``auto`` (normalized, or APS). The choice and its options are stored with the scores.
@@ -22,7 +22,8 @@ from bayesify.app.calibration_tables import TableRows, check_classes, rows_of
 from bayesify.data.errors import DataError
 from bayesify.methods import Method
 from bayesify.posthoc.conformal import METADATA_KEY as CONFORMAL_KEY
-from bayesify.posthoc.conformal import Conformal, ConformalByPolicy, ConformalMethod
+from bayesify.posthoc.conformal import Conformal, ConformalByPolicy
+from bayesify.posthoc.conformal_scores import ConformalMethod
 from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.predictive import Predictive, Task
 from bayesify.predictor import Predictor

@@ -30,91 +30,26 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from bayesify.posthoc.conformal_lac import lac_scores
+from bayesify.posthoc.conformal_scores import (
+    CLASSIFICATION_KINDS,
+    REGRESSION_KINDS,
+    ConformalMethod,
+    check_level,
+    class_labels,
+    kind_scores,
+    regression_parts,
+)
 from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.predictive import Predictive, Task
 
 FORMAT_VERSION = 1
 #: calibrations for several sampling policies (:class:`ConformalByPolicy`)
 POLICIES_VERSION = 2
-
-
-class ConformalMethod(StrEnum):
-    """Which conformity score is used (``auto``: normalized for regression, aps otherwise)."""
-
-    AUTO = "auto"
-    NORMALIZED = "normalized"
-    APS = "aps"
-    RAPS = "raps"
-    LAC = "lac"  # split conformal's score 1 - p_y (Sadinle et al. 2019; conformal_lac.py)
-
-
-_REGRESSION = (ConformalMethod.NORMALIZED,)
-_CLASSIFICATION = (ConformalMethod.APS, ConformalMethod.RAPS, ConformalMethod.LAC)
-
-
-def _check_level(level: float) -> float:
-    if isinstance(level, bool) or not isinstance(level, int | float) or not 0 < level < 1:
-        raise ValueError(f"level must be a float strictly between 0 and 1, got {level!r}")
-    return float(level)
-
-
-def _labels(pred: Predictive, y: Tensor) -> Tensor:
-    y = pred._targets(y)
-    classes = pred.samples.shape[-1]
-    labels = y.long()
-    bad = (labels != y) | (labels < 0) | (labels >= classes)
-    if bad.any():
-        raise ValueError(
-            f"class labels must be whole numbers in 0..{classes - 1}, got {y[bad][:5].tolist()}"
-        )
-    return labels
-
-
-def _regression_parts(pred: Predictive) -> tuple[Tensor, Tensor]:
-    mean, std = pred.mean.to(torch.float64), pred.std.to(torch.float64)
-    if (std <= 0).any():
-        raise ValueError(
-            f"normalized conformal scores need a positive predictive std; {int((std <= 0).sum())}"
-            " row(s) have std 0 (fit the noise variance, or use more samples)"
-        )
-    return mean, std
-
-
-def class_scores(
-    probs: Tensor,
-    randomized: bool = False,
-    k_reg: int = 0,
-    lam: float = 0.0,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """Every class's APS / RAPS score for class probabilities ``[N, C]``: ``[N, C]`` float64.
-
-    The probability mass of the classes ranked above it (ties: lower index first), plus
-    ``U ·`` its own probability when ``randomized`` (U ~ U(0, 1), one per row shared by its
-    classes), plus ``lam · max(0, rank − k_reg)`` with ranks from 1. The set ``{score ≤ q̂}``
-    of the non-randomized score is the smallest top set whose mass reaches q̂: never empty.
-    """
-    probs = probs.to(torch.float64)
-    ranked, order = probs.sort(dim=-1, descending=True, stable=True)  # [N, C]
-    score = torch.cat([torch.zeros_like(ranked[:, :1]), ranked.cumsum(-1)[:, :-1]], -1)
-    if randomized:
-        u = torch.rand((len(probs), 1), generator=generator, dtype=torch.float64)
-        score = score + u.to(probs.device) * ranked
-    rank = torch.arange(1, probs.shape[-1] + 1, device=probs.device, dtype=torch.float64)
-    score = score + lam * (rank - k_reg).clamp_min(0)
-    return torch.empty_like(score).scatter(-1, order, score)
-
-
-def _class_scores(kind: ConformalMethod, probs: Tensor, *options: Any) -> Tensor:
-    """Every class's score ``[N, C]`` under ``kind`` (lac, else APS / RAPS's options)."""
-    return lac_scores(probs) if kind is ConformalMethod.LAC else class_scores(probs, *options)
 
 
 @dataclass(frozen=True, eq=False)  # scores are a tensor: compare fields, not objects
@@ -171,7 +106,7 @@ class Conformal:
         regression = pred_val.task is Task.REGRESSION
         if kind is ConformalMethod.AUTO:
             kind = ConformalMethod.NORMALIZED if regression else ConformalMethod.APS
-        allowed = _REGRESSION if regression else _CLASSIFICATION
+        allowed = REGRESSION_KINDS if regression else CLASSIFICATION_KINDS
         if kind not in allowed:
             valid = ", ".join(m.value for m in allowed)
             raise ValueError(
@@ -183,12 +118,12 @@ class Conformal:
         if kind is ConformalMethod.LAC and randomized:
             raise ValueError("randomized scores are APS's and RAPS's, not lac's")
         if regression:
-            mean, std = _regression_parts(pred_val)
+            mean, std = regression_parts(pred_val)
             y = pred_val._targets(y_val).to(torch.float64)
             scores = (y - mean).abs() / std
             return cls(kind, scores, samples=pred_val.num_samples)
-        labels = _labels(pred_val, y_val)
-        score = _class_scores(kind, pred_val.mean, randomized, k_reg, lam, generator)  # [N, C]
+        labels = class_labels(pred_val, y_val)
+        score = kind_scores(kind, pred_val.mean, randomized, k_reg, lam, generator)  # [N, C]
         picked = score.gather(1, labels[:, None]).squeeze(1)
         return cls(kind, picked, randomized, k_reg, float(lam), pred_val.num_samples)
 
@@ -200,7 +135,7 @@ class Conformal:
 
     def threshold(self, level: float) -> float:
         """q̂: the ⌈(n+1)·level⌉-th smallest calibration score (``inf`` when that exceeds n)."""
-        level = _check_level(level)
+        level = check_level(level)
         k = math.ceil((self.n + 1) * level - 1e-9)
         return math.inf if k > self.n else float(self.scores[k - 1])
 
@@ -217,8 +152,8 @@ class Conformal:
 
     def interval(self, pred: Predictive, level: float = 0.9) -> tuple[Tensor, Tensor]:
         """Conformal interval ``μ ± q̂ σ`` at ``level``: ``(lower [N], upper [N])``."""
-        self._require(pred, _REGRESSION)
-        mean, std = _regression_parts(pred)
+        self._require(pred, REGRESSION_KINDS)
+        mean, std = regression_parts(pred)
         half = self.threshold(level) * std
         dtype = pred.samples.dtype
         return (mean - half).to(dtype), (mean + half).to(dtype)
@@ -228,9 +163,9 @@ class Conformal:
     ) -> Tensor:
         """Conformal prediction set at ``level``: bool ``[N, C]`` (every class whose score is
         ≤ q̂; ``generator`` draws U for randomized sets)."""
-        self._require(pred, _CLASSIFICATION)
+        self._require(pred, CLASSIFICATION_KINDS)
         tau = self.threshold(level)
-        score = _class_scores(self.method, pred.mean, self.randomized, self.k_reg, self.lam,
+        score = kind_scores(self.method, pred.mean, self.randomized, self.k_reg, self.lam,
                               generator)  # fmt: skip
         if math.isinf(tau):
             return torch.ones_like(score, dtype=torch.bool)
@@ -238,13 +173,13 @@ class Conformal:
 
     def _require(self, pred: Predictive, allowed: tuple[ConformalMethod, ...]) -> None:
         if self.method not in allowed:
-            what = "interval" if allowed == _REGRESSION else "prediction_set"
+            what = "interval" if allowed == REGRESSION_KINDS else "prediction_set"
             raise ValueError(
                 f"{what} needs a conformal calibration for "
-                f"{'regression' if allowed == _REGRESSION else 'classification'}; "
+                f"{'regression' if allowed == REGRESSION_KINDS else 'classification'}; "
                 f"this one is {self.method.value!r}"
             )
-        expected = Task.REGRESSION if allowed == _REGRESSION else Task.CLASSIFICATION
+        expected = Task.REGRESSION if allowed == REGRESSION_KINDS else Task.CLASSIFICATION
         if pred.task is not expected:
             raise ValueError(f"a {self.method.value!r} calibration takes a {expected.value} "
                              f"predictive, got {pred.task.value}")  # fmt: skip

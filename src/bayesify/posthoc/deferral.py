@@ -26,13 +26,23 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from bayesify import metrics
+from bayesify.posthoc.deferral_scores import (
+    METRICS_FOR,
+    SCORES_FOR,
+    DeferralScore,
+    ErrorMetric,
+    accepted_error,
+    checked_targets,
+    parse_kind,
+    row_loss,
+    uncertainty_score,
+)
 from bayesify.posthoc.sequential import (
     CachedDraw,
     Draw,
@@ -44,89 +54,6 @@ from bayesify.predictive import Predictive, Task
 
 METADATA_KEY = "deferral"
 FORMAT_VERSION = 1
-
-
-class DeferralScore(StrEnum):
-    """The uncertainty score a policy thresholds (higher = less certain)."""
-
-    MI = "mi"  # mutual information (epistemic), classification
-    ENTROPY = "entropy"  # predictive entropy (total), classification
-    MAX_PROB = "max_prob"  # 1 - the largest mean class probability, classification
-    STD = "std"  # predictive standard deviation (total), regression
-    EPISTEMIC_VARIANCE = "epistemic_variance"  # variance over samples (summed over classes)
-
-
-class ErrorMetric(StrEnum):
-    """How the error on accepted rows is measured for a target error."""
-
-    ERROR = "error"  # 0/1 error rate, classification
-    RMSE = "rmse"  # root mean squared error, regression
-    MAE = "mae"  # mean absolute error, regression
-
-
-_SCORES_FOR = {
-    Task.CLASSIFICATION: (DeferralScore.MI, DeferralScore.ENTROPY, DeferralScore.MAX_PROB,
-                          DeferralScore.EPISTEMIC_VARIANCE),
-    Task.REGRESSION: (DeferralScore.STD, DeferralScore.EPISTEMIC_VARIANCE),
-}  # fmt: skip
-_METRICS_FOR = {
-    Task.CLASSIFICATION: (ErrorMetric.ERROR,),
-    Task.REGRESSION: (ErrorMetric.RMSE, ErrorMetric.MAE),
-}
-
-
-def _parse(kind: type[StrEnum], value: Any, name: str, allowed: tuple) -> Any:
-    try:
-        parsed = kind(value)
-    except ValueError:
-        parsed = None
-    if parsed not in allowed:
-        valid = ", ".join(a.value for a in allowed)
-        raise ValueError(f"{name} must be one of {valid} for this task, got {value!r}")
-    return parsed
-
-
-def uncertainty_score(pred: Predictive, score: DeferralScore | str) -> Tensor:
-    """The per-row score ``[N]`` (float64) a policy thresholds."""
-    score = _parse(DeferralScore, score, "score", _SCORES_FOR[pred.task])
-    if score is DeferralScore.MI:
-        out = pred.mutual_information
-    elif score is DeferralScore.ENTROPY:
-        out = pred.entropy
-    elif score is DeferralScore.MAX_PROB:
-        out = 1.0 - pred.mean.max(-1).values
-    elif score is DeferralScore.STD:
-        out = pred.std
-    else:
-        ev = pred.epistemic_variance
-        out = ev.sum(-1) if pred.task is Task.CLASSIFICATION else ev
-    return out.detach().to(torch.float64).cpu()
-
-
-def _row_loss(pred: Predictive, y: Tensor, metric: ErrorMetric) -> Tensor:
-    """Per-row loss ``[N]`` whose mean (RMSE: whose root mean) is the error."""
-    if metric is ErrorMetric.ERROR:
-        return (pred.predicted_class.cpu() != y.long().cpu()).to(torch.float64)
-    diff = pred.mean.detach().cpu().double() - y.cpu().double()
-    return diff**2 if metric is ErrorMetric.RMSE else diff.abs()
-
-
-def _error(loss: Tensor, metric: ErrorMetric) -> float:
-    if len(loss) == 0:
-        return float("nan")
-    m = float(loss.mean())
-    return math.sqrt(m) if metric is ErrorMetric.RMSE else m
-
-
-def _targets(pred: Predictive, y: Any) -> Tensor:
-    y = torch.as_tensor(y)
-    if y.dim() == 2 and y.shape[-1] == 1:
-        y = y.squeeze(-1)
-    if y.shape != (len(pred),):
-        raise ValueError(f"y must have shape [N] = [{len(pred)}], got {list(y.shape)}")
-    if not torch.isfinite(y.double()).all():
-        raise ValueError("y contains non-finite values")
-    return y
 
 
 def _json_float(v: float) -> float | None:
@@ -178,8 +105,9 @@ class DeferralPolicy:
             raise TypeError(f"fit takes a Predictive, got {type(pred).__name__}")
         if (target_coverage is None) == (target_error is None):
             raise ValueError("give exactly one of target_coverage and target_error")
-        y = _targets(pred, y)
-        s = uncertainty_score(pred, _parse(DeferralScore, score, "score", _SCORES_FOR[pred.task]))
+        y = checked_targets(pred, y)
+        kind = parse_kind(DeferralScore, score, "score", SCORES_FOR[pred.task])
+        s = uncertainty_score(pred, kind)
         policy, metric = cls._from_scores(pred, y, s, score, target_coverage, target_error,
                                           error_metric)  # fmt: skip
         policy.validation = policy.evaluate(pred, y, error_metric=metric)
@@ -199,10 +127,10 @@ class DeferralPolicy:
         """The policy whose threshold fits the target on the row scores ``s [N]`` (errors of
         the rows from ``pred``), and the error metric."""
         task = pred.task
-        score = _parse(DeferralScore, score, "score", _SCORES_FOR[task])
+        score = parse_kind(DeferralScore, score, "score", SCORES_FOR[task])
         default_metric = ErrorMetric.ERROR if task is Task.CLASSIFICATION else ErrorMetric.RMSE
-        metric = _parse(ErrorMetric, error_metric or default_metric, "error_metric",
-                        _METRICS_FOR[task])  # fmt: skip
+        metric = parse_kind(ErrorMetric, error_metric or default_metric, "error_metric",
+                        METRICS_FOR[task])  # fmt: skip
         order = torch.argsort(s, stable=True)
         s_sorted = s[order]
         n = len(s)
@@ -216,7 +144,7 @@ class DeferralPolicy:
             e = float(target_error)  # type: ignore[arg-type]
             if not (math.isfinite(e) and e > 0):
                 raise ValueError(f"target_error must be a positive number, got {target_error!r}")
-            loss = _row_loss(pred, y, metric)[order]
+            loss = row_loss(pred, y, metric)[order]
             k = _largest_accepted(s_sorted, loss, e, metric)
             target = {"error": e, "metric": metric.value}
         # accept score <= threshold: halfway to the next higher score keeps the k rows (ties
@@ -258,7 +186,7 @@ class DeferralPolicy:
         n = len(y_t)
         cache = CachedDraw(draw, n)
         first = cache(torch.arange(n), 0, decision.start)
-        y_t = _targets(first, y_t)
+        y_t = checked_targets(first, y_t)
         policy = cls.fit(first, y_t, score=score, target_coverage=target_coverage,
                          target_error=target_error, error_metric=error_metric)  # fmt: skip
         seen: set[float] = set()
@@ -323,19 +251,19 @@ class DeferralPolicy:
         """Coverage and error, NLL (and ECE) on all and on accepted rows of ``pred`` with
         targets ``y``: the figures a policy is fitted on, or checked against on held-out data.
         ``defer [N]``: the decisions (e.g. sequential ones), default ``decide(pred)``."""
-        y = _targets(pred, y)
+        y = checked_targets(pred, y)
         metric = ErrorMetric(error_metric or self._metric())
         if defer is None:
             defer, _ = self.decide(pred)
         defer = torch.as_tensor(defer, dtype=torch.bool).cpu()
         keep = ~defer
-        loss = _row_loss(pred, y, metric)
+        loss = row_loss(pred, y, metric)
         out: dict[str, Any] = {
             "n": len(pred),
             "coverage": float(keep.double().mean()),
             "error_metric": metric.value,
-            "error_all": _error(loss, metric),
-            "error_accepted": _error(loss[keep], metric),
+            "error_all": accepted_error(loss, metric),
+            "error_accepted": accepted_error(loss[keep], metric),
         }
         moments: dict[str, Any] = {}
         for part, mask in (("all", torch.ones_like(keep)), ("accepted", keep)):
@@ -378,7 +306,7 @@ class DeferralPolicy:
             raise ValueError(f"not a deferral policy (format {FORMAT_VERSION}): {d!r:.80}")
         try:
             task = Task(d["task"])
-            score = _parse(DeferralScore, d["score"], "score", _SCORES_FOR[task])
+            score = parse_kind(DeferralScore, d["score"], "score", SCORES_FOR[task])
             threshold = float(d["threshold"])
             decision = d.get("decision")
             decision = SequentialDecision.from_dict(decision) if decision else None
