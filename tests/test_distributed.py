@@ -98,17 +98,17 @@ def _raised_in_replica(index: int, error: Exception) -> ProcessRaisedException:
 
 def test_an_error_inside_a_spawned_replica_reaches_the_caller_as_one_line() -> None:
     from bayesify.data.errors import DataError
-    from bayesify.train.distributed import ReplicasDiffer, _replica_error
+    from bayesify.train.replica_errors import ReplicasDiffer, replica_error
 
-    err = _replica_error(_raised_in_replica(1, DataError("12 training rows are too few")))
+    err = replica_error(_raised_in_replica(1, DataError("12 training rows are too few")))
     assert type(err) is ValueError
     assert str(err) == "training replica 1: 12 training rows are too few"
     differ = _raised_in_replica(1, ReplicasDiffer("replica 1 differs from replica 0 in epochs"))
-    assert type(_replica_error(differ)) is ValueError
-    err = _replica_error(_raised_in_replica(0, KeyError("weight")))
+    assert type(replica_error(differ)) is ValueError
+    err = replica_error(_raised_in_replica(0, KeyError("weight")))
     assert type(err) is RuntimeError and str(err) == "training replica 0: KeyError: 'weight'"
     killed = ProcessExitedException("process 1 terminated", 1, 4242, -9, "SIGKILL")
-    assert str(_replica_error(killed)) == (
+    assert str(replica_error(killed)) == (
         "training replica 1 ended with signal SIGKILL before it finished"
     )
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from bayesify.bench.images import command as images
+from bayesify.bench.images import jobs as ij
 from bayesify.bench.images.report import SECTIONS
 from bayesify.bench.images.scores import COVERAGE_GRID, coverage_scores
 from bayesify.data import DataError, data_root
@@ -73,8 +74,8 @@ def test_coverage_scores_match_a_sorted_reference():
         assert got[name]["error"][-1] == pytest.approx(wrong.mean())
 
 
-def _tiny_preset() -> images.Preset:
-    return replace(images.PRESETS["quick"], epochs=1, samples=3, n_calib=60, n_ood=80,
+def _tiny_preset() -> ij.Preset:
+    return replace(ij.PRESETS["quick"], epochs=1, samples=3, n_calib=60, n_ood=80,
                    n_corrupt=40, gammas=(0.0, 1.0), ps=(0.0, 0.5), bank_batches=(16, 32),
                    members=2, bank_size=8)  # fmt: skip
 
@@ -84,7 +85,7 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
         data_root()
     except DataError as e:
         pytest.skip(f"shared data not found: {e}")
-    monkeypatch.setitem(images.PRESETS, "quick", _tiny_preset())
+    monkeypatch.setitem(ij.PRESETS, "quick", _tiny_preset())
     opts = images.ImagesOptions(store=str(tmp_path / "r.db"), out=str(tmp_path / "images.md"),
                                 checkpoints=str(tmp_path / "nets"), n_val=200,
                                 n_train=200, n_test=100)  # fmt: skip
@@ -111,7 +112,7 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
         rows = {r["method"]: r["metrics"] for r in db.records("images")}
     assert set(rows) == {"deterministic", "mc-dropout", "mcbn", "ensemble"}
     job = opts.jobs()[0]
-    data = images._data(job.split, job.n_val, job.n_train, job.n_test, job.n_ood)
+    data = ij._data(job.split, job.n_val, job.n_train, job.n_test, job.n_ood)
     folder = next(p for p in (tmp_path / "nets").iterdir() if "deterministic-s0-" in p.name)
     net = lenet(norm="batch")
     net.load_state_dict(read_bundle(folder)[0])
@@ -136,18 +137,18 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
         assert rows[name]["uncertainty"]["test"] != rows["deterministic"]["uncertainty"]["test"]
 
 
-@pytest.mark.parametrize("model", images.MODELS)
+@pytest.mark.parametrize("model", ij.MODELS)
 def test_every_paper_method_trains_and_samples_on_both_models(model):
     """The paper preset is too long to run in tests: each of its methods builds on each model,
     takes a training step and draws samples ``[T, N, C]`` that differ across T."""
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(16, 1, 28, 28, generator=g), torch.randint(0, 10, (16,), generator=g)
-    for method in images.METHODS:
-        from_another_net = ("mcbn", "ensemble", *images.TTA_OVER, "swag", "multiswag")
+    for method in ij.METHODS:
+        from_another_net = ("mcbn", "ensemble", *ij.TTA_OVER, "swag", "multiswag")
         if method in from_another_net or method.startswith("laplace"):  # (the tiny run)
             continue
-        job = images.ImagesJob(method, images.DATASET, 0, 0, model=model)
-        m = images._build(method, job)
+        job = ij.ImagesJob(method, ij.DATASET, 0, 0, model=model)
+        m = ij._build(method, job)
         m.fit((x, y), epochs=1, batch_size=16, progress=False)
         samples = m.predict(x[:4], samples=4, seed=0).samples
         assert samples.shape == (4, 4, 10), method
@@ -159,9 +160,9 @@ def test_swag_and_multiswag_start_from_the_deterministic_network():
     x, y = torch.randn(48, 1, 28, 28, generator=g), torch.randint(0, 10, (48,), generator=g)
     data = {"train": (x[:32], y[:32]), "val": (x[32:], y[32:])}
     for method, members in (("swag", 1), ("multiswag", 2)):
-        job = images.ImagesJob(method, images.DATASET, 0, 0, epochs=1, batch_size=16, members=2)
-        m, info = images._method(job, data, None)
-        assert m.net.counts.tolist() == [2 * images.SWAG_EPOCHS] * members
+        job = ij.ImagesJob(method, ij.DATASET, 0, 0, epochs=1, batch_size=16, members=2)
+        m, info = ij._method(job, data, None)
+        assert m.net.counts.tolist() == [2 * ij.SWAG_EPOCHS] * members
         assert info["swag_seconds"] > 0
         samples = m.predict(x[:3], samples=2, seed=0).samples
         assert samples.shape == (2, 3, 10) and (samples != samples[0]).any()
@@ -171,7 +172,7 @@ def test_overrides_reach_every_job_and_bad_values_are_refused():
     opts = images.ImagesOptions(epochs=30, patience=3, members=4)
     jobs = opts.jobs()
     assert {(j.epochs, j.patience, j.members) for j in jobs} == {(30, 3, 4)}
-    quick = images.PRESETS["quick"]
+    quick = ij.PRESETS["quick"]
     default = images.ImagesOptions().jobs()
     assert {(j.patience, j.members) for j in default} == {(quick.patience, quick.members)}
     with pytest.raises(ValueError, match="--patience"):

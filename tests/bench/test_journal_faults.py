@@ -18,12 +18,8 @@ pytest.importorskip("optuna")
 
 from bayesify.bench.options import add_bench_command, option  # noqa: E402
 from bayesify.bench.runner import run_jobs  # noqa: E402
-from bayesify.bench.search import (  # noqa: E402
-    SearchJournalError,
-    SearchSettings,
-    check_journal,
-    run_search,
-)
+from bayesify.bench.search import SearchSettings, run_search  # noqa: E402
+from bayesify.bench.search_journal import SearchJournalError, check_journal  # noqa: E402
 from bayesify.bench.store import ResultsStore, StoreError  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))

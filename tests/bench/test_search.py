@@ -214,11 +214,12 @@ def test_bench_uci_puts_each_jobs_study_in_a_journal_beside_the_store(tmp_path):
 
 
 def test_a_trial_killed_before_its_values_were_drawn_still_runs(tmp_path):
-    from bayesify.bench.search import _storage, _study, optuna_module
+    from bayesify.bench.search import _study, optuna_module
+    from bayesify.bench.search_journal import journal_storage
 
     optuna = optuna_module()
     settings = SearchSettings(storage=str(tmp_path / "s.journal"), study="e")
-    study = _study(optuna, SPACE, settings, "minimize", _storage(optuna, settings.storage))
+    study = _study(optuna, SPACE, settings, "minimize", journal_storage(optuna, settings.storage))
     study.ask()  # the grid sampler gave it a point; the process died before drawing it
     calls = []
 

@@ -20,12 +20,12 @@ pytest.importorskip("optuna")
 from bayesify.bench.search import (  # noqa: E402
     Dimension,
     SearchSettings,
-    _storage,
     _study,
     grid_points,
     optuna_module,
     run_search,
 )
+from bayesify.bench.search_journal import journal_storage  # noqa: E402
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
@@ -59,7 +59,7 @@ def _finished(storage: Path) -> list[dict]:
     """The configurations with a finished (complete) trial in the journal."""
     optuna = optuna_module()
     try:
-        study = optuna.load_study(study_name="kill", storage=_storage(optuna, str(storage)))
+        study = optuna.load_study(study_name="kill", storage=journal_storage(optuna, str(storage)))
     except KeyError:  # killed before it made the study
         return []
     S = optuna.trial.TrialState
@@ -118,7 +118,7 @@ def test_a_trial_killed_with_one_grid_point_left_after_it_resumes(tmp_path):
     optuna = optuna_module()
     space = [Dimension("a", (0, 1, 2))]
     settings = SearchSettings(storage=str(tmp_path / "s.journal"), study="one-left")
-    study = _study(optuna, space, settings, "minimize", _storage(optuna, settings.storage))
+    study = _study(optuna, space, settings, "minimize", journal_storage(optuna, settings.storage))
     first = study.ask()
     study.tell(first, float((first.suggest_categorical("a", [0, 1, 2]) - 1) ** 2))
     study.ask().suggest_categorical("a", [0, 1, 2])  # the process dies in this trial

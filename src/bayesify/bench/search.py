@@ -22,7 +22,6 @@ run, it is trained again here, once, from the same seeds.
 from __future__ import annotations
 
 import itertools
-import json
 import logging
 import math
 import multiprocessing
@@ -32,12 +31,11 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from bayesify.bench.engines import _exit_with_parent
 from bayesify.bench.jobs import config_hash, job_config, key_field
-from bayesify.bench.store import StoreError
+from bayesify.bench.search_journal import journal_storage
 from bayesify.reference.hmc import MissingExtra
 
 log = logging.getLogger(__name__)
@@ -164,41 +162,6 @@ def _sampler(optuna: Any, space: Sequence[Dimension], settings: SearchSettings) 
     return optuna.samplers.TPESampler(seed=settings.seed)
 
 
-class SearchJournalError(StoreError):
-    """A search journal that cannot be read (cut short or garbled): one line naming it and
-    how to recover; it stops the run (every search of the run shares the file)."""
-
-
-def check_journal(path: str | Path) -> None:
-    """Raise :class:`SearchJournalError` unless every line of the journal file at ``path``
-    (if any) is a whole JSON object ending in a newline, as Optuna writes them."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        return
-    for n, line in enumerate(data.splitlines(keepends=True), 1):
-        why = "" if line.endswith(b"\n") else "cut short"
-        if not why:
-            try:
-                why = "" if isinstance(json.loads(line), dict) else "not a JSON object"
-            except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-                why = "not JSON"
-        if why:
-            keep = (f"keep its first {n - 1} line(s) (head -n {n - 1}: the trials logged "
-                    "before it) to resume the searches, or " if n > 1 else "")  # fmt: skip
-            raise SearchJournalError(f"the search journal {path} is damaged: line {n} is "
-                                     f"{why}; {keep}move it aside to run them again")  # fmt: skip
-
-
-def _storage(optuna: Any, path: str) -> Any:
-    if not path:
-        return None
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    check_journal(path)
-    backend = optuna.storages.journal.JournalFileBackend(path)
-    return optuna.storages.journal.JournalStorage(backend)
-
-
 def _study(optuna: Any, space: Sequence[Dimension], settings: SearchSettings,
            direction: str, storage: Any) -> Any:  # fmt: skip
     pruner = optuna.pruners.MedianPruner() if settings.prune else optuna.pruners.NopPruner()
@@ -292,7 +255,7 @@ def _optimize(objective: Objective, space: Sequence[Dimension], settings: Search
     import torch
 
     torch.set_num_threads(threads)
-    study = _study(optuna, space, settings, direction, _storage(optuna, settings.storage))
+    study = _study(optuna, space, settings, direction, journal_storage(optuna, settings.storage))
     _loop(optuna, study, objective, space, settings, None)
 
 
@@ -355,7 +318,7 @@ def run_search(objective: Objective, space: Sequence[Dimension],
         with tempfile.TemporaryDirectory(prefix="bayesify-search-") as tmp:
             return run_search(objective, space, replace(s, storage=f"{tmp}/study.journal"),
                               direction=direction)  # fmt: skip
-    storage = _storage(optuna, s.storage)
+    storage = journal_storage(optuna, s.storage)
     study = _study(optuna, space, s, direction, storage)
     _prepare(optuna, study, points, s)
     best = _Best(sign)

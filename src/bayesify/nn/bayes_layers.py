@@ -248,7 +248,7 @@ class BayesConv2d(_BayesLayer):
         self.in_channels, self.out_channels = in_channels, out_channels
         self.stride, self.padding, self.dilation = ref.stride, ref.padding, ref.dilation
         self.conv_groups = conv_groups
-        self.train_estimator = _conv_estimator(train_estimator)
+        self.train_estimator = parse_option(ConvEstimator, train_estimator, option="conv_estimator")
         self._init_params(ref.weight, ref.bias, prior or Prior(), init_rho)
 
     @classmethod
@@ -372,7 +372,7 @@ def bayesianize(
     rest stay deterministic. ``conv_estimator``: the convolutions' training noise, ``"shared"``
     or ``"flipout"`` (see :class:`BayesConv2d`). Returns all Bayesian layers in order.
     """
-    conv_estimator = _conv_estimator(conv_estimator)
+    conv_estimator = parse_option(ConvEstimator, conv_estimator, option="conv_estimator")
     found = [
         (parent, name, child)
         for parent in model.modules()
@@ -394,10 +394,6 @@ def bayesianize(
             f"Bayes by Backprop needs Linear or Conv2d layers; {type(model).__name__} has none"
         )
     return layers
-
-
-def _conv_estimator(value: ConvEstimator | str) -> ConvEstimator:
-    return parse_option(ConvEstimator, value, option="conv_estimator")
 
 
 BayesLayer = _BayesLayer

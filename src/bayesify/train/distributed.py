@@ -61,14 +61,16 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.multiprocessing.spawn import ProcessException, ProcessExitedException
+from torch.multiprocessing.spawn import ProcessException
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 from bayesify.io import read_bundle, write_bundle
 from bayesify.options import BatchNormMode, parse_option
+from bayesify.train.fingerprint import run_fingerprint
 from bayesify.train.loop import Data, History, as_dataset
+from bayesify.train.replica_errors import ReplicasDiffer, replica_error
 from bayesify.train.strategy import LoopOptions, Replica, Strategy, Trained
 
 log = logging.getLogger(__name__)
@@ -144,7 +146,7 @@ class DDP(Strategy):
                     nprocs=self.nproc,
                 )  # fmt: skip
             except ProcessException as e:
-                raise _replica_error(e) from None
+                raise replica_error(e) from None
             tensors, cfg = read_bundle(out)
         net.load_state_dict(tensors)
         return History(**cfg["history"])
@@ -179,37 +181,6 @@ class DDP(Strategy):
             _leave_group()
             raise
         return trained.history
-
-
-#: a replica's error type (the last line of its traceback) -> the one the caller sees
-_ERROR_TYPES: dict[str, type[Exception]] = {
-    "ValueError": ValueError,
-    "ReplicasDiffer": ValueError,
-    "DataError": ValueError,
-    "TypeError": TypeError,
-    "OSError": OSError,
-    "FileNotFoundError": OSError,
-    "PermissionError": OSError,
-}
-
-
-def _replica_error(e: ProcessException) -> Exception:
-    """A spawned replica's failure as one line (torch hands the parent the child's whole
-    traceback as text): its own error type and message, or how the process ended."""
-    who = f"training replica {e.error_index}"
-    if isinstance(e, ProcessExitedException):
-        how = f"signal {e.signal_name}" if e.signal_name else f"exit code {e.exit_code}"
-        return RuntimeError(f"{who} ended with {how} before it finished")
-    last = next((ln.strip() for ln in reversed(e.msg.splitlines()) if ln.strip()), "")
-    name, _, message = last.partition(": ")
-    kind = _ERROR_TYPES.get(name.rsplit(".", 1)[-1])
-    if kind is None or not message:  # not the user's error: its type says what went wrong
-        return RuntimeError(f"{who}: {last}")
-    return kind(f"{who}: {message}")
-
-
-class ReplicasDiffer(ValueError):
-    """Replicas would train on other rows or options (raised by every replica at once)."""
 
 
 #: "broken": this process left torchrun's group after a fit that stopped out of step
@@ -333,39 +304,6 @@ def _worker(
         dist.barrier()
     finally:
         dist.destroy_process_group()
-
-
-def run_fingerprint(train: Data, val: Data | None, loop: LoopOptions) -> dict[str, float]:
-    """What every replica must share: rows and an order-sensitive float64 checksum of the
-    training and validation data (NaN for a Dataset that is not in-memory tensors), and the
-    loop options that decide the steps."""
-    out: dict[str, float] = {}
-    for name, data in (("training rows", train), ("validation rows", val)):
-        rows, checksum = (0.0, 0.0) if data is None else _rows_checksum(as_dataset(data))
-        out[f"{name} (count)"], out[f"{name} (checksum)"] = rows, checksum
-    out |= {
-        "epochs": loop.epochs,
-        "batch size": loop.batch_size,
-        "learning rate": loop.lr,
-        "weight decay": loop.weight_decay,
-        "patience": -1 if loop.patience is None else loop.patience,
-        "seed": loop.seed,
-    }
-    return out
-
-
-def _rows_checksum(ds: Any) -> tuple[float, float]:
-    """``(rows, Σ_i (i+1) · Σ row i)`` in float64 over a TensorDataset's tensors."""
-    n = len(ds)
-    if not isinstance(ds, torch.utils.data.TensorDataset):
-        return float(n), float("nan")
-    total, chunk = 0.0, 4096  # rows at a time: no float64 copy of a whole image set
-    for t in ds.tensors:
-        for start in range(0, n, chunk):
-            rows = t[start : start + chunk].detach().cpu().double()
-            weights = torch.arange(start + 1, start + len(rows) + 1, dtype=torch.float64)
-            total += float(rows.reshape(len(rows), -1).sum(1) @ weights)
-    return float(n), total
 
 
 @dataclass(frozen=True)
