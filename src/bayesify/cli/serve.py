@@ -190,7 +190,7 @@ def serve(
         from bayesify.serve.repository import BatchSettings, Repository
     except ModuleNotFoundError as e:
         raise fail(escape(f'bayesify serve needs {e.name}: pip install -e ".[serve]"')) from None
-    from bayesify.methods.adaptive import check_options
+    from bayesify.methods.core.adaptive import check_options
 
     first = worker is None or worker.index == 0  # the process that announces
     if not os.environ.get(API_KEY_ENV) and not _loopback(host) and first:
