@@ -301,6 +301,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--replays", type=int, default=400, help="unshifted replays per dataset")
     ap.add_argument("--delay-replays", type=int, default=40, help="replays per shift")
+    ap.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="unshifted replays are seeds first-seed .. replays - 1 (to extend a run)",
+    )
     ap.add_argument("--val", type=int, default=142, help="validation rows per replay")
     ap.add_argument("--level", type=float, default=0.01)
     ap.add_argument(
@@ -323,10 +329,21 @@ def main() -> None:
     )
     ap.add_argument("--datasets", default="fashion-mnist,power-plant")
     ap.add_argument("--out", type=Path, default=None, help="JSON lines, one per replay")
-    ap.add_argument("--summary", action="store_true", help="only summarise --out")
+    ap.add_argument(
+        "--summary",
+        nargs="+",
+        type=Path,
+        default=None,
+        help="only summarise these JSON-lines files (a seed repeated: the first)",
+    )
     args = ap.parse_args()
     if args.summary:
-        print(summary([json.loads(x) for x in args.out.read_text().splitlines()]))
+        seen: dict[tuple, dict] = {}
+        for path in args.summary:
+            for line in path.read_text().splitlines():
+                r = json.loads(line)
+                seen.setdefault((r["dataset"], r["stream"], r["seed"]), r)
+        print(summary(list(seen.values())))
         return
     torch.set_num_threads(1)
     logging.getLogger("bayesify").setLevel(logging.ERROR)  # the monitor logs every alarm
@@ -340,7 +357,7 @@ def main() -> None:
         print(f"{name}: trained and predicted in {time.time() - t0:.0f} s", flush=True)
         prepare(ds)
         plan = [("unshifted", s, "monitor" if s < args.monitor_replays else "direct",
-                 s < args.every_check) for s in range(args.replays)]  # fmt: skip
+                 s < args.every_check) for s in range(args.first_seed, args.replays)]  # fmt: skip
         plan += [(st, 10_000 + s, "monitor" if s < 2 else "direct", True)
                  for st in ("covariate", "label") for s in range(args.delay_replays)]  # fmt: skip
         for stream, seed, via, every in plan:
