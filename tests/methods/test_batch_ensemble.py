@@ -41,23 +41,28 @@ class TestBatchEnsembleConvClassificationWithBN(MethodConformance):
 
 
 @pytest.mark.parametrize(
-    "layer", [torch.nn.Linear(6, 4), torch.nn.Conv2d(3, 5, 3, padding=1, stride=2)]
+    ("layer", "n"),
+    [
+        (torch.nn.Linear(6, 4), 2),  # few rows: the members' factors applied to the rows
+        (torch.nn.Linear(6, 4), 9),  # more: each group's weight W ∘ s rᵀ built, one bmm
+        (torch.nn.Conv2d(3, 5, 3, padding=1, stride=2), 2),
+    ],
 )
-def test_each_group_runs_its_member_with_the_explicit_weight(layer):
+def test_each_group_runs_its_member_with_the_explicit_weight(layer, n):
     be = BatchEnsembleLayer(copy.deepcopy(layer), members=3)
     be.init_fast_weights("normal", 0.5, torch.Generator().manual_seed(0))
     assert torch.equal(be.layer.weight, layer.weight)  # W is the layer's weight
     assert torch.equal(be.bias, layer.bias.expand(3, -1))  # every member starts at its bias
-    x = torch.randn(2, 6) if isinstance(layer, torch.nn.Linear) else torch.randn(2, 3, 7, 7)
+    x = torch.randn(n, 6) if isinstance(layer, torch.nn.Linear) else torch.randn(n, 3, 7, 7)
     with torch.no_grad(), sampling(be, 5):  # 5 groups: members 0, 1, 2, 0, 1
         out = be(x.repeat(5, *(1,) * (x.dim() - 1)))
-        out = out.reshape(5, 2, *out.shape[1:])
+        out = out.reshape(5, n, *out.shape[1:])
         for g in range(5):
             torch.testing.assert_close(out[g], member_forward_reference(be, x, g % 3))
         be.select_groups(2, 4)  # groups 2, 3 alone: members 2, 0
         out = be(torch.cat([x, x]))
-        torch.testing.assert_close(out[:2], member_forward_reference(be, x, 2))
-        torch.testing.assert_close(out[2:], member_forward_reference(be, x, 0))
+        torch.testing.assert_close(out[:n], member_forward_reference(be, x, 2))
+        torch.testing.assert_close(out[n:], member_forward_reference(be, x, 0))
     with torch.no_grad():  # outside a sampling block: member 0
         torch.testing.assert_close(be(x), member_forward_reference(be, x, 0))
 

@@ -25,7 +25,7 @@ class BatchEnsembleLayer(StochasticModule):
     """An ``nn.Linear`` or ``nn.Conv2d`` (``layer``, whose weight becomes the shared W; its bias
     is replaced by one per member) with M members' rank-1 fast weights."""
 
-    _plain_attrs = StochasticModule._plain_attrs | {"first"}
+    _plain_attrs = StochasticModule._plain_attrs | {"first", "_index_cache"}
 
     def __init__(self, layer: nn.Linear | nn.Conv2d, members: int) -> None:
         super().__init__()
@@ -42,6 +42,7 @@ class BatchEnsembleLayer(StochasticModule):
         self.layer = layer
         self.members = members
         self.first = 0
+        self._index_cache: dict = {}
         self.r = nn.Parameter(torch.ones(members, n_in, dtype=like.dtype, device=like.device))
         self.s = nn.Parameter(torch.ones(members, n_out, dtype=like.dtype, device=like.device))
         b = torch.zeros(members, n_out, dtype=like.dtype, device=like.device)
@@ -73,21 +74,37 @@ class BatchEnsembleLayer(StochasticModule):
         super().end_sampling()
         self.first = 0
 
+    def _factors(self, groups: int, device: torch.device) -> tuple[Tensor, Tensor, Tensor]:
+        """``r [G, in]``, ``s [G, out]``, ``b [G, out]`` of the members the G groups run."""
+        if self.first == 0 and groups == self.members:
+            return self.r, self.s, self.bias
+        key = (self.first, groups, device)
+        idx = self._index_cache.get(key)
+        if idx is None:
+            idx = (self.first + torch.arange(groups, device=device)) % self.members
+            self._index_cache = {key: idx}
+        return self.r[idx], self.s[idx], self.bias[idx]
+
     def forward(self, x: Tensor) -> Tensor:
         """``x [G*n, in, ...]`` -> ``[G*n, out, ...]``, group g by member ``(first+g) mod M``."""
         groups = self.groups if self.stochastic else 1
         if x.shape[0] % groups:
             raise ValueError(f"{x.shape[0]} rows do not split into {groups} sample groups")
-        idx = (self.first + torch.arange(groups, device=x.device)) % self.members
-        # member factors broadcast over the rows of their group and the feature axis
-        if isinstance(self.layer, nn.Conv2d):  # channels: [G, 1, C, 1, 1]
-            shape = (groups, 1, -1, 1, 1)
-        else:  # features last: [G, 1, ..., F]
-            shape = (groups, 1, *(1,) * (x.dim() - 2), -1)
-        r, s, b = (p[idx].view(shape) for p in (self.r, self.s, self.bias))
-        xg = x.reshape(groups, -1, *x.shape[1:]) * r
+        r, s, b = self._factors(groups, x.device)
+        w = self.layer.weight
+        if isinstance(self.layer, nn.Linear):
+            xg = x.reshape(groups, -1, x.shape[-1])  # [G, n, in]
+            n, (n_out, n_in) = xg.shape[1], w.shape
+            if n_out * n_in <= n * (n_in + n_out):  # the members' weights cost less than rows
+                wg = w * s[:, :, None] * r[:, None, :]  # [G, out, in]: W ∘ s rᵀ
+                out = torch.baddbmm(b[:, None, :], xg, wg.transpose(1, 2))
+            else:
+                out = F.linear(xg * r[:, None, :], w) * s[:, None, :] + b[:, None, :]
+            return out.reshape(*x.shape[:-1], n_out)
+        shape = (groups, 1, -1, 1, 1)  # channels of a group's rows: [G, 1, C, 1, 1]
+        xg = x.reshape(groups, -1, *x.shape[1:]) * r.view(shape)
         h = self.layer(xg.reshape(x.shape))
-        out = h.reshape(groups, -1, *h.shape[1:]) * s + b
+        out = h.reshape(groups, -1, *h.shape[1:]) * s.view(shape) + b.view(shape)
         return out.reshape(h.shape)
 
 

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from bayesify.methods.core.base import Method, MethodConfig
-from bayesify.nn import sampling
+from bayesify.nn import check_sample_bytes, sampling
 from bayesify.nn.batch_ensemble import BatchEnsembleLayer, convert_layers
 from bayesify.options import FastWeightInit, MemberBatch
 from bayesify.train import Data
@@ -107,11 +107,43 @@ class BatchEnsemble(Method):
         start: int = 0,
         max_bytes: int | None = None,
     ) -> Tensor:
-        """The M members in one pass, ``[M, N, ...]``, repeated to ``[T, N, ...]`` k-major."""
+        """The M members in one pass per chunk of rows, ``[M, N, ...]``, repeated to
+        ``[T, N, ...]`` k-major. A chunk of n rows is repeated to ``[M*n, ...]`` and run once
+        (at most ``max_rows`` rows a forward); fewer than M rows a forward falls back to the
+        shared chunked pass, which splits the members too."""
         m = self.members
-        out = super()._draw_samples(x, m, generator, max_rows, start, max_bytes)
+        if start or (max_rows is not None and max_rows < m):
+            out = super()._draw_samples(x, m, generator, max_rows, start, max_bytes)
+        else:
+            out = self._members_pass(x, generator, len(x) if max_rows is None else max_rows // m,
+                                     samples, max_bytes)  # fmt: skip
         k = samples // m
         return out.unsqueeze(0).expand(k, *out.shape).reshape(samples, *out.shape[1:])
+
+    def _members_pass(
+        self,
+        x: Tensor,
+        generator: torch.Generator | None,
+        per_chunk: int,
+        samples: int,
+        max_bytes: int | None,
+    ) -> Tensor:
+        """``[M, N, ...]``: chunks of ``per_chunk`` rows, each repeated M times and run in one
+        forward, written into one output allocated after the first chunk (refused first when
+        the call's T samples would exceed ``max_bytes``)."""
+        m, out = self.members, None
+        with self.sampling(m, generator):
+            for i in range(0, len(x), per_chunk):
+                c = x[i : i + per_chunk]
+                y = self.net(c.repeat(m, *(1,) * (c.dim() - 1)))
+                y = y.reshape(m, len(c), *y.shape[1:])
+                if out is None:
+                    row = math.prod(y.shape[2:])
+                    check_sample_bytes(samples, len(x), row, y.element_size(), 0, max_bytes)
+                    out = y.new_empty((m, len(x), *y.shape[2:]))
+                out[:, i : i + len(c)] = y
+        assert out is not None
+        return out
 
     def _from_pretrained(
         self,
