@@ -32,14 +32,19 @@ def main() -> None:
     split = load_uci("yacht", 0, protocol="teye")
     methods = {p.name: bayesify.load(p) for p in args.bundles}
     print(f"torch {torch.__version__}, threads {torch.get_num_threads()}")
-    print("| method | parameters | per member | weights file bytes | epistemic share (test) |")
+    print(
+        "| method | parameters | added per member | weights file bytes | epistemic share (test) |"
+    )
     print("| --- | ---: | ---: | ---: | ---: |")
     for name, m in methods.items():
         params = sum(p.numel() for p in m.net.parameters())
+        own = params  # a deep ensemble's members own all their parameters
+        if isinstance(m, bayesify.BatchEnsemble):  # only r, s and the bias are a member's
+            own = sum(t.numel() for layer in m.layers for t in (layer.r, layer.s, layer.bias))
         size = (args.bundles[list(methods).index(name)] / "weights.safetensors").stat().st_size
         pred = m.to_predictive(m.sample(split.x_test, 4, seed=0))
         share = epistemic_share(pred)
-        print(f"| {name} | {params} | {params / 4:.0f} | {size} | {share:.3f} |")
+        print(f"| {name} | {params} | {own / 4:.0f} | {size} | {share:.3f} |")
     print()
     print("| N | " + " | ".join(f"{k} ms" for k in methods) + " | ratio |")
     print("| ---: |" + " ---: |" * (len(methods) + 1))
