@@ -83,6 +83,20 @@ def _accuracy_table(methods: dict[str, list]) -> list[str]:
     return lines
 
 
+def _epistemic_share(methods: dict[str, list]) -> str:
+    """Each method's epistemic share of its predictive entropy on the test images: mean mutual
+    information / mean entropy (mean over seeds)."""
+    parts = []
+    for method, ms in methods.items():
+        test = [m["uncertainty"]["test"] for m in ms]
+        entropy = _mean([t.get("entropy") for t in test])
+        mi = _mean([t.get("epistemic") for t in test])
+        share = mi / entropy if entropy and entropy > 0 and not math.isnan(mi) else math.nan
+        parts.append(f"{method} {100 * share:.1f}%" if math.isfinite(share) else f"{method} –")
+    return ("Epistemic share of the predictive entropy on the test images (mean mutual "
+            "information / mean entropy): " + ", ".join(parts) + ".")  # fmt: skip
+
+
 def _ood_rows(methods: dict[str, list]) -> list[tuple[str, str, dict[str, float], list]]:
     """(method, score, mean metrics, per-seed metrics): the deterministic baseline first."""
     out = []
@@ -217,7 +231,7 @@ def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -
         "",
     ]
     for model, methods in grouped.items():
-        lines += [f"**{model}**", "", *_accuracy_table(methods), ""]
+        lines += [f"**{model}**", "", *_accuracy_table(methods), "", _epistemic_share(methods), ""]
         if "deterministic" in methods and model == "lenet":
             err = min(_mean([m["error"] for m in ms]) for ms in methods.values())
             ok = "met" if err <= ERROR_TARGET else "**not met**"
