@@ -33,16 +33,16 @@ class BatchEnsembleLayer(StochasticModule):
             raise TypeError(f"BatchEnsembleLayer wraps nn.Linear or nn.Conv2d, got {layer}")
         if members < 1:
             raise ValueError(f"members must be >= 1, got {members}")
-        conv = isinstance(layer, nn.Conv2d)
-        n_in = layer.in_channels if conv else layer.in_features
-        n_out = layer.out_channels if conv else layer.out_features
+        n_in, n_out = layer.weight.shape[1], layer.weight.shape[0]
+        if isinstance(layer, nn.Conv2d):
+            n_in, n_out = layer.in_channels, layer.out_channels
         like = layer.weight
         bias = layer.bias
         layer.bias = None
         self.layer = layer
         self.members = members
         self.first = 0
-        self._index_cache: dict = {}
+        self._index_cache: dict[tuple[int, int, torch.device], Tensor] = {}
         self.r = nn.Parameter(torch.ones(members, n_in, dtype=like.dtype, device=like.device))
         self.s = nn.Parameter(torch.ones(members, n_out, dtype=like.dtype, device=like.device))
         b = torch.zeros(members, n_out, dtype=like.dtype, device=like.device)
@@ -103,7 +103,7 @@ class BatchEnsembleLayer(StochasticModule):
             return out.reshape(*x.shape[:-1], n_out)
         shape = (groups, 1, -1, 1, 1)  # channels of a group's rows: [G, 1, C, 1, 1]
         xg = x.reshape(groups, -1, *x.shape[1:]) * r.view(shape)
-        h = self.layer(xg.reshape(x.shape))
+        h: Tensor = self.layer(xg.reshape(x.shape))
         out = h.reshape(groups, -1, *h.shape[1:]) * s.view(shape) + b.view(shape)
         return out.reshape(h.shape)
 
@@ -115,7 +115,7 @@ def convert_layers(net: nn.Module, members: int, conv: bool = True) -> list[Batc
     swaps = [(parent, name, child)
              for parent in net.modules()
              for name, child in parent.named_children()
-             if type(child) in kinds]  # fmt: skip
+             if type(child) in kinds and isinstance(child, nn.Linear | nn.Conv2d)]  # fmt: skip
     if not swaps:
         raise ValueError("BatchEnsemble needs nn.Linear or nn.Conv2d layers; the network has none")
     layers = []

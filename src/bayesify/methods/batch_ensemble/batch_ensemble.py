@@ -135,7 +135,7 @@ class BatchEnsemble(Method):
         with self.sampling(m, generator):
             for i in range(0, len(x), per_chunk):
                 c = x[i : i + per_chunk]
-                y = self.net(c.repeat(m, *(1,) * (c.dim() - 1)))
+                y: Tensor = self.net(c.repeat(m, *(1,) * (c.dim() - 1)))
                 y = y.reshape(m, len(c), *y.shape[1:])
                 if out is None:
                     row = math.prod(y.shape[2:])
