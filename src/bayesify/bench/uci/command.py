@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -253,7 +254,7 @@ def run(opts: UCIBenchOptions) -> str:
         from bayesify.bench.uci.gal2018_page import write_gal2018_page
 
         out = GAL2018_PAGE if opts.out == "benchmarks/uci.md" else opts.out
-        preamble = Path(opts.preamble).read_text() if opts.preamble else ""
+        preamble = _preamble(opts.preamble, out)
         return write_gal2018_page(out, (opts.store, *opts.read), command_line(opts),
                                   f"{note}, {time.time() - t0:.0f} s wall", preamble)  # fmt: skip
     return write_page(
@@ -261,5 +262,22 @@ def run(opts: UCIBenchOptions) -> str:
         stores=(opts.store, *opts.read),
         command=command_line(opts),
         run_note=f"{note}, {time.time() - t0:.0f} s wall",
-        preamble=Path(opts.preamble).read_text() if opts.preamble else "",
+        preamble=_preamble(opts.preamble, opts.out),
     )
+
+
+def _preamble(path: str, page: str) -> str:
+    """The markdown file ``path`` with its relative links rewritten to hold from ``page``'s
+    folder (``benchmarks/uci/runs.md``'s ``(store.jsonl.gz)`` is ``(uci/store.jsonl.gz)``
+    in ``benchmarks/uci.md``)."""
+    if not path:
+        return ""
+    source, target = Path(path).resolve().parent, Path(page).resolve().parent
+
+    def rebase(m: re.Match[str]) -> str:
+        link = m.group(2)
+        if re.match(r"[a-z][a-z0-9+.-]*:|[#/]", link):  # a URL, an anchor or an absolute path
+            return m.group(0)
+        return f"{m.group(1)}({os.path.relpath(source / link, target)})"
+
+    return re.sub(r"(\[[^\]]*\])\(([^)\s]+)\)", rebase, Path(path).read_text())
