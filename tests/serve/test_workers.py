@@ -257,8 +257,11 @@ def test_killed_worker_is_replaced_and_sigterm_drains_both(workers):
 
 
 def test_workers_stop_when_their_parent_is_killed(toy_bundle, tmp_path):
-    """The parent killed while its first worker starts: the worker stops by itself."""
-    srv = start_server(toy_bundle, tmp_path / "server.log", "--workers", "2", wait=False)
+    """The parent killed while its first worker starts: the worker stops by itself. (Its
+    metrics folder, which the parent would remove, is given here: made if missing.)"""
+    metrics = tmp_path / "metrics"
+    srv = start_server(toy_bundle, tmp_path / "server.log", "--workers", "2", wait=False,
+                       env={"PROMETHEUS_MULTIPROC_DIR": str(metrics)})  # fmt: skip
     try:
         (started,) = wait_log(srv, r"worker 0 started \(pid (\d+)\)")
         srv.process.kill()
@@ -267,5 +270,6 @@ def test_workers_stop_when_their_parent_is_killed(toy_bundle, tmp_path):
         while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not alive(pid), srv.output()
+        assert metrics.is_dir()
     finally:
         stop_server(srv)

@@ -18,7 +18,8 @@ worker: N workers hold up to N times as many connections), micro-batcher and mon
   worker, each draining as one server does (``--grace-period``); workers still running
   ``grace + 10`` s later are killed.
 - **The parent killed** (``kill -9``): each worker holds the read end of a pipe whose only
-  write end is the parent's; at its end of file the worker stops itself as on SIGTERM.
+  write end is the parent's; at its end of file the worker stops itself as on SIGTERM. The
+  metrics folder the parent made is then left in the temporary directory.
 - **Metrics**: the workers write prometheus_client's multiprocess files in one folder
   (``PROMETHEUS_MULTIPROC_DIR``: a fresh temporary one, or the caller's, emptied at start) and
   any worker's ``/metrics`` reads them all (:mod:`.metrics`); a dead worker's live gauges are
@@ -124,6 +125,7 @@ class Supervisor:
         """Start the workers, keep them running until SIGTERM or SIGINT; the exit code."""
         own_dir = self.metrics_dir is None
         folder = Path(self.metrics_dir or tempfile.mkdtemp(prefix="bayesify-metrics-"))
+        folder.mkdir(parents=True, exist_ok=True)
         for stale in folder.glob("*.db"):  # a previous server's counts are not this one's
             stale.unlink()
         self.metrics_dir = str(folder)
