@@ -40,15 +40,19 @@ BAYESIFY = shutil.which("bayesify") or str(Path(sys.executable).with_name("bayes
 server = subprocess.Popen(
     [BAYESIFY, "serve", "digits-model", "--name", "digits", "--host", "127.0.0.1", "--port",
      str(port), "--threads", "1", "--samples", "32"],
-    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    stdout=subprocess.DEVNULL, stderr=open("server.log", "w"),  # noqa: SIM115
 )  # fmt: skip
 try:
-    for _ in range(300):  # ready within a minute
+    deadline = time.monotonic() + 240  # seconds on a quiet machine; minutes on a loaded one
+    while True:
+        if server.poll() is not None:
+            raise SystemExit(f"bayesify serve exited: {Path('server.log').read_text()}")
         try:
             if httpx.get(f"{url}/v2/health/ready").status_code == 200:
                 break
         except httpx.TransportError:
-            pass
+            if time.monotonic() > deadline:
+                raise
         time.sleep(0.2)
     answers = []
     for rows in test.split(100):  # three requests of 100 digits
