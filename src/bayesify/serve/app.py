@@ -45,7 +45,7 @@ from bayesify.serve.docs import add_docs
 from bayesify.serve.gate import Drain, _Gate
 from bayesify.serve.metrics import ServerMetrics
 from bayesify.serve.model import Adaptive, InputError, PassKey, ServedModel
-from bayesify.serve.monitor import ACCEPTED, ALREADY, FLAGGED, AmbiguousId
+from bayesify.serve.monitor import ACCEPTED, ALREADY, FLAGGED, INVALID, AmbiguousId
 from bayesify.serve.repository import BatchSettings, Entry, ModelRequired, Repository, UnknownModel
 from bayesify.serve.sampling import requested_sampling
 from bayesify.serve.schemas import (
@@ -279,20 +279,21 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
             except ValueError as e:
                 return field_error(["body", "outcomes", i, "outcome"], str(e))
         accepted, unknown, already, flagged = 0, [], [], []
-        try:
-            for i, (item, value) in enumerate(zip(req.outcomes, values, strict=True)):
-                try:
-                    status, reason = monitor.feedback(item.request_id, value)
-                except ValueError as e:  # a class index beyond the row's classes (no names)
-                    return field_error(["body", "outcomes", i, "outcome"], str(e))
+        ids = [item.request_id for item in req.outcomes]
+        try:  # one transaction; an invalid row ends the list (a class beyond the row's)
+            for i, (status, reason) in enumerate(
+                monitor.feedback_many(list(zip(ids, values, strict=True)))
+            ):
+                if status == INVALID:
+                    return field_error(["body", "outcomes", i, "outcome"], str(reason))
                 if status == ACCEPTED:
                     accepted += 1
                 elif status == ALREADY:
-                    already.append(item.request_id)
+                    already.append(ids[i])
                 elif status == FLAGGED:
-                    flagged.append({"request_id": item.request_id, "reason": reason})
+                    flagged.append({"request_id": ids[i], "reason": reason})
                 else:
-                    unknown.append(item.request_id)
+                    unknown.append(ids[i])
         finally:
             metrics.feedback(accepted, len(flagged))
             monitor.refresh()

@@ -55,6 +55,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -75,6 +76,7 @@ from bayesify.serve.record_rows import (
     ACCEPTED,
     ALREADY,
     FLAGGED,
+    INVALID,
     UNKNOWN,
     AmbiguousId,
     ClassScore,
@@ -82,8 +84,8 @@ from bayesify.serve.record_rows import (
     ServedRow,
 )
 
-__all__ = ["ACCEPTED", "ALREADY", "FLAGGED", "STD_BOUND", "UNKNOWN", "AmbiguousId", "Monitor",
-           "target_range"]  # fmt: skip
+__all__ = ["ACCEPTED", "ALREADY", "FLAGGED", "INVALID", "STD_BOUND", "UNKNOWN", "AmbiguousId",
+           "Monitor", "target_range"]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -251,26 +253,34 @@ class Monitor:
         self._ledger.resolve(request_id)
 
     def feedback(self, request_id: str, outcome: float) -> tuple[str, str | None]:
-        """Score the served row ``request_id`` names against ``outcome``: ``(status,
-        reason)``, status one of ``accepted``, ``flagged`` (with the reason), ``unknown``
-        (never served or no longer remembered) and ``already_received``. Call
-        :meth:`refresh` after a request's outcomes."""
+        """One outcome as :meth:`feedback_many`; a ``ValueError`` for a refused one."""
+        ((status, reason),) = self.feedback_many([(request_id, outcome)])
+        if status != INVALID:
+            return status, reason
+        raise ValueError(reason)
 
-        def judge(item: ServedRow) -> tuple[str | None, Score | None]:
-            if item.probs is not None and not 0 <= outcome < len(item.probs):
-                raise ValueError(f"class index must be in 0..{len(item.probs) - 1}, "
-                                 f"got {int(outcome)}")  # fmt: skip
-            reason = self._out_of_range(item, outcome)
-            if reason is not None:
-                return reason, None
-            if item.mix is not None:
-                return None, score_regression(item.mix, outcome, item.lower, item.upper,
-                                              item.level, item.defer)  # fmt: skip
-            return None, ClassScore(item.defer, item.probs, int(outcome))  # type: ignore[arg-type]
+    def feedback_many(self, items: list[tuple[str, float]]) -> list[tuple[str, str | None]]:
+        """Score the rows ``(request_id, outcome)`` name in one transaction: ``[(status, reason)]``
+        (``accepted``, ``flagged``, ``unknown``: never served or forgotten, ``already_received``;
+        last ``invalid``: a class beyond the row's, it and the rest untouched). Then refresh."""
+
+        def judge(outcome: float) -> Callable[[ServedRow], tuple[str | None, Score | None]]:
+            def check(item: ServedRow) -> tuple[str | None, Score | None]:
+                if item.probs is not None and not 0 <= outcome < (n := len(item.probs)):
+                    raise ValueError(f"class index must be in 0..{n - 1}, got {int(outcome)}")
+                reason = self._out_of_range(item, outcome)
+                if reason is not None:
+                    return reason, None
+                if item.mix is not None:
+                    return None, score_regression(item.mix, outcome, item.lower, item.upper,
+                                                  item.level, item.defer)  # fmt: skip
+                return None, ClassScore(item.defer, item.probs, int(outcome))  # type: ignore[arg-type]
+
+            return check
 
         with self._lock:
-            status, reason, self._batch = self._ledger.take(request_id, judge, self._batch)
-        return status, reason
+            out, self._batch = self._ledger.take([(r, judge(y)) for r, y in items], self._batch)
+            return out
 
     def _out_of_range(self, item: ServedRow, y: float) -> str | None:
         mix = item.mix

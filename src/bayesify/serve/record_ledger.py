@@ -18,6 +18,7 @@ from bayesify.serve.record_rows import (
     ACCEPTED,
     ALREADY,
     FLAGGED,
+    INVALID,
     SCORE_COLUMNS,
     SERVED_COLUMNS,
     UNKNOWN,
@@ -167,45 +168,60 @@ class Ledger:
             return f"{rids[0][0]}-0"
         return request_id
 
-    def take(self, request_id: str, judge: Judge,
-             batch: int | None) -> tuple[str, str | None, int | None]:  # fmt: skip
-        """Receive the outcome of the row ``request_id`` names: ``(status, reason, batch)``.
-        ``judge`` flags or scores the row (a ``ValueError`` from it leaves everything as it
-        was); a scored row joins feedback request ``batch``, a new number when None."""
+    def take(self, items: list[tuple[str, Judge]],
+             batch: int | None) -> tuple[list[tuple[str, str | None]], int | None]:  # fmt: skip
+        """Receive the outcomes of the rows ``(request_id, judge)`` name, in one transaction
+        (one commit): ``([(status, reason)], batch)``. ``judge`` flags or scores its row; a
+        ``ValueError`` from it ends the list there with ``(INVALID, message)`` and leaves that
+        row and the rest untouched (the rows before it are committed). Scored rows join
+        feedback request ``batch``, a new number when None."""
+        out: list[tuple[str, str | None]] = []
         with self.backend.transaction() as cur:
             self._lock(cur)
-            row_id = self.resolve(request_id, cur)
-            seen = cur.execute(f"SELECT 1 FROM received WHERE {_KEY} AND row_id = ?",
-                               (*self.key, row_id)).fetchone()  # fmt: skip
-            if seen is not None:
-                return ALREADY, None, batch
-            values = cur.execute(f"SELECT {_SERVED} FROM pending WHERE {_KEY} AND row_id = ?",
-                                 (*self.key, row_id)).fetchone()  # fmt: skip
-            if values is None:
-                return UNKNOWN, None, batch
-            row = served_row(tuple(values))
-            reason, score = judge(row)
-            gone = cur.execute(f"DELETE FROM pending WHERE {_KEY} AND row_id = ?",
-                               (*self.key, row_id)).rowcount  # fmt: skip
-            if gone != 1:  # cannot happen while the counters row is locked; never score twice
-                return ALREADY, None, batch
-            cur.execute("INSERT INTO received (model, version, row_id, time) VALUES (?, ?, ?, ?)",
-                        (*self.key, row_id, time.time()))  # fmt: skip
-            (held,) = self._add(cur, "received_rows", pending_rows=-1,
-                                pending_values=-row.size, received_rows=1)  # fmt: skip
-            self._trim_oldest(cur, "received", "received_rows", int(held), self.max_pending)
-            if score is None:
-                self._add(cur, flagged=1)
-                return FLAGGED, reason, batch
-            if batch is None:
-                (batch,) = self._add(cur, "batches", batches=1)
-            marks = ", ".join("?" * (len(SCORE_COLUMNS) + 2))
-            (seq,) = cur.execute(f"INSERT INTO scored (model, version, {_SCORED}) VALUES "
-                                 f"({marks}) RETURNING seq",
-                                 (*self.key, *score_values(batch, score))).fetchone()  # fmt: skip
-            cur.execute(f"UPDATE counters SET scored_seq = ? WHERE {_KEY}", (seq, *self.key))
-            (held,) = self._add(cur, "scored_rows", accepted=1, scored_rows=1)
-            self._trim_oldest(cur, "scored", "scored_rows", int(held), self.window)
+            for request_id, judge in items:
+                try:
+                    status, reason, batch = self._take(cur, request_id, judge, batch)
+                except ValueError as e:  # judge raises before this row is written
+                    out.append((INVALID, str(e)))
+                    break
+                out.append((status, reason))
+        return out, batch
+
+    def _take(self, cur: Any, request_id: str, judge: Judge,
+              batch: int | None) -> tuple[str, str | None, int | None]:  # fmt: skip
+        """One row's part of :meth:`take`, inside its transaction."""
+        row_id = self.resolve(request_id, cur)
+        seen = cur.execute(f"SELECT 1 FROM received WHERE {_KEY} AND row_id = ?",
+                           (*self.key, row_id)).fetchone()  # fmt: skip
+        if seen is not None:
+            return ALREADY, None, batch
+        values = cur.execute(f"SELECT {_SERVED} FROM pending WHERE {_KEY} AND row_id = ?",
+                             (*self.key, row_id)).fetchone()  # fmt: skip
+        if values is None:
+            return UNKNOWN, None, batch
+        row = served_row(tuple(values))
+        reason, score = judge(row)
+        gone = cur.execute(f"DELETE FROM pending WHERE {_KEY} AND row_id = ?",
+                           (*self.key, row_id)).rowcount  # fmt: skip
+        if gone != 1:  # cannot happen while the counters row is locked; never score twice
+            return ALREADY, None, batch
+        cur.execute("INSERT INTO received (model, version, row_id, time) VALUES (?, ?, ?, ?)",
+                    (*self.key, row_id, time.time()))  # fmt: skip
+        (held,) = self._add(cur, "received_rows", pending_rows=-1,
+                            pending_values=-row.size, received_rows=1)  # fmt: skip
+        self._trim_oldest(cur, "received", "received_rows", int(held), self.max_pending)
+        if score is None:
+            self._add(cur, flagged=1)
+            return FLAGGED, reason, batch
+        if batch is None:
+            (batch,) = self._add(cur, "batches", batches=1)
+        marks = ", ".join("?" * (len(SCORE_COLUMNS) + 2))
+        (seq,) = cur.execute(f"INSERT INTO scored (model, version, {_SCORED}) VALUES "
+                             f"({marks}) RETURNING seq",
+                             (*self.key, *score_values(batch, score))).fetchone()  # fmt: skip
+        cur.execute(f"UPDATE counters SET scored_seq = ? WHERE {_KEY}", (seq, *self.key))
+        (held,) = self._add(cur, "scored_rows", accepted=1, scored_rows=1)
+        self._trim_oldest(cur, "scored", "scored_rows", int(held), self.window)
         return ACCEPTED, None, batch
 
     # ------------------------------------------------------------------ reading

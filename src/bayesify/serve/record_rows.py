@@ -20,6 +20,8 @@ from bayesify.serve.figures import Mixture, RegressionScore
 
 #: feedback statuses per outcome
 ACCEPTED, FLAGGED, ALREADY, UNKNOWN = "accepted", "flagged", "already_received", "unknown"
+#: a row's outcome refused (a class index beyond its classes); nothing of it was written
+INVALID = "invalid"
 
 
 class AmbiguousId(ValueError):
