@@ -12,6 +12,8 @@ from bayesify.bench.process import ServerProcess
 from bayesify.bench.process import start_server as _start
 
 CLASSES = ["low", "mid", "high"]
+#: the columns of :func:`toy_table`
+FEATURES = ["a", "b", "c", "d"]
 API_KEY = "test-key-123"
 
 
@@ -21,6 +23,28 @@ def toy_data(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     y = torch.bucketize(x[:, 0] + 0.5 * x[:, 1] + 0.3 * torch.randn(n, generator=g),
                         torch.tensor([-0.5, 0.5]))  # fmt: skip
     return x, y
+
+
+def toy_table(path: Path, n: int, seed: int) -> Path:
+    """:func:`toy_data` as a CSV file: the :data:`FEATURES` and the class name in ``grade``."""
+    import pandas as pd
+
+    x, y = toy_data(n, seed)
+    frame = pd.DataFrame(x.numpy(), columns=FEATURES)
+    frame["grade"] = [CLASSES[int(i)] for i in y]
+    frame.to_csv(path, index=False)
+    return path
+
+
+def invoke_ok(args: list) -> object:
+    """``bayesify ARGS`` in this process; it must exit 0."""
+    from typer.testing import CliRunner
+
+    from bayesify.cli import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args])
+    assert result.exit_code == 0, result.output
+    return result
 
 
 def make_bundle(path: Path, classes: list[str] = CLASSES, seed: int = 0) -> Path:

@@ -8,40 +8,30 @@ import httpx
 import numpy as np
 import pandas as pd
 import pytest
-from typer.testing import CliRunner
 
 import bayesify
-from bayesify.cli import app
 from bayesify.predictor import Predictor
 
-from .conftest import CLASSES, start_server, stop_server, toy_data
-
-runner = CliRunner()
-FEATURES = ["a", "b", "c", "d"]
-
-
-def _table(path, n, seed):
-    x, y = toy_data(n, seed)
-    frame = pd.DataFrame(x.numpy(), columns=FEATURES)
-    frame["grade"] = [CLASSES[int(i)] for i in y]
-    frame.to_csv(path, index=False)
-    return path
-
-
-def _invoke(args):
-    result = runner.invoke(app, [str(a) for a in args])
-    assert result.exit_code == 0, result.output
-    return result
+from .conftest import (
+    CLASSES,
+    FEATURES,
+    invoke_ok,
+    start_server,
+    stop_server,
+    toy_data,
+    toy_table,
+)
 
 
 @pytest.fixture(scope="module")
 def be_bundle(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("batch-ensemble")
     out = tmp / "bundle"
-    _invoke(["train", "--method", "batch-ensemble", "--data", _table(tmp / "train.csv", 400, 0),
+    train = toy_table(tmp / "train.csv", 400, 0)
+    invoke_ok(["train", "--method", "batch-ensemble", "--data", train,
              "--target", "grade", "--hidden", "16", "--epochs", "5", "--lr", "0.01",
              "--option", "members=3", "--out", out, "--no-eval"])  # fmt: skip
-    _invoke(["calibrate", out, "--data", _table(tmp / "val.csv", 300, 1), "--coverage", "0.8",
+    invoke_ok(["calibrate", out, "--data", toy_table(tmp / "val.csv", 300, 1), "--coverage", "0.8",
              "--conformal", "--samples", "3"])  # fmt: skip
     return out
 
@@ -49,9 +39,9 @@ def be_bundle(tmp_path_factory):
 def test_the_cli_trains_calibrates_and_predicts_a_file(be_bundle, tmp_path):
     method = bayesify.load(be_bundle)
     assert type(method) is bayesify.BatchEnsemble and method.members == 3
-    rows = _table(tmp_path / "rows.csv", 40, 2)
+    rows = toy_table(tmp_path / "rows.csv", 40, 2)
     out = tmp_path / "pred.csv"
-    _invoke(["predict", be_bundle, rows, "--out", out, "--samples", "3", "--no-progress"])
+    invoke_ok(["predict", be_bundle, rows, "--out", out, "--samples", "3", "--no-progress"])
     pred = pd.read_csv(out)
     assert len(pred) == 40 and set(pred["label"]) <= set(CLASSES)
     assert pred["defer"].dtype == bool and 0 < pred["defer"].mean() < 1
