@@ -84,9 +84,13 @@ def test_readme_is_a_front_page_with_the_two_commands():
     )
     install_test = (
         'python3 -m venv .venv && . .venv/bin/activate && pip install -c constraints.txt -e ".'
-        '[test]" && pip install --no-deps -r requirements-reference.txt && python -m pytest -q'
+        '[test]" && pip install --no-deps -r requirements-reference.txt && python -m pytest -q '
+        "-n 2 --dist loadfile"
     )
     assert install_demo in text and install_test in text
+    # .ci/run runs the same test command (its extra flags: no cache, one torch thread each)
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "python -m pytest -q -p no:cacheprovider -n 2 --dist loadfile" in ci
     for link in re.findall(r"\]\(((?:docs/)?[\w./-]+\.md)\)", text):
         assert (ROOT / link).is_file(), link
 
