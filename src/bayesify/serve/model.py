@@ -20,7 +20,13 @@ from bayesify.data.preprocessing import FLOAT32_MAX, describe_row_errors, overfl
 from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.predictor.result import finite_rows
-from bayesify.serve.rows import InputError, check_table_rows, not_a_number, too_large
+from bayesify.serve.rows import (
+    InputError,
+    boolean_features,
+    check_table_rows,
+    not_a_number,
+    too_large,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +89,9 @@ class ServedModel:
         self.adaptive = adaptive
         self.int8 = int8
         self.policy = DeferralPolicy.from_metadata(predictor.method.metadata)
+        prep = predictor.preprocessing
+        #: per true/false feature, the category each boolean stands for (:mod:`.rows`)
+        self.booleans = boolean_features(prep) if prep is not None else {}
         shape = predictor.input_shape
         self.input_shape: tuple[int, ...] | None = tuple(shape) if shape else None
         dtype = next((q.dtype for q in predictor.method.net.parameters()), torch.float32)
@@ -168,7 +177,7 @@ class ServedModel:
         return arr
 
     def _encode_table(self, inputs: list, loc: list[str | int]) -> np.ndarray:
-        rows = check_table_rows(self.predictor.preprocessing, inputs, loc)
+        rows = check_table_rows(self.predictor.preprocessing, inputs, loc, self.booleans)
         # values beyond float32 or the bundle's bounds: the predictor's own per-row errors
         return self.encode_frame(rows, loc)
 

@@ -86,15 +86,16 @@ def boolean_text(categories: dict[bool, str], value: str) -> str:
     return value if spelled is None else categories[spelled]
 
 
-def check_table_rows(prep: Preprocessing, inputs: list, loc: list[str | int]) -> list:
+def check_table_rows(prep: Preprocessing, inputs: list, loc: list[str | int],
+                     booleans: dict[str, dict[bool, str]]) -> list:  # fmt: skip
     """Table rows (``{feature: value}`` objects, or lists in feature order) checked field by
     field: every feature present and no other field, values that are numbers or category
     names (not lists, objects, NaN or numbers beyond float64), JSON booleans only in boolean
-    features, where the text ``"true"``/``"false"`` in any case is read as the boolean.
-    Returns the rows, booleans written as their feature's category names."""
+    features (``booleans``, from :func:`boolean_features`), where the text
+    ``"true"``/``"false"`` in any case is read as the boolean. Returns the rows, booleans
+    written as their feature's category names."""
     names = prep.features or []
     known = set(names)
-    booleans = boolean_features(prep)
     named = isinstance(inputs[0], dict)
     out = []
     for i, row in enumerate(inputs):

@@ -16,7 +16,6 @@ import numpy as np
 from bayesify.serve.model import ServedModel
 from bayesify.serve.rows import (
     InputError,
-    boolean_features,
     boolean_text,
     names_listed,
     not_a_number,
@@ -79,7 +78,7 @@ def _feature_column(model: ServedModel, t: Any, raw: bytes | None, loc: list[str
                 raise InputError([*loc, "data"], "a BYTES tensor's data are strings")
             if len(flat) != n:
                 raise InputError([*loc, "data"], f"{len(flat)} values for shape {t.shape}")
-        spelled = boolean_features(prep).get(t.name)
+        spelled = model.booleans.get(t.name)
         if spelled:
             flat = np.asarray([boolean_text(spelled, v) for v in flat], dtype=object)
         return flat
