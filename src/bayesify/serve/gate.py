@@ -74,12 +74,22 @@ class _Gate:
             return await self.app(scope, receive, send)
         start = time.perf_counter()
         status = 500
-        started = False
+        started = counted = False
+
+        def count() -> None:
+            nonlocal counted
+            if not counted:
+                counted = True
+                self.on_response(scope, status, time.perf_counter() - start)
 
         async def send_counted(message: dict) -> None:
             nonlocal status, started
             if message["type"] == "http.response.start":
                 status, started = message["status"], True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                # counted before the last byte leaves: a client that has its answer and then
+                # scrapes /metrics (of this process or another worker) finds it counted
+                count()
             await send(message)
 
         try:
@@ -105,7 +115,7 @@ class _Gate:
                 raise
             await self._unavailable(scope)(scope, receive, send_counted)
         finally:
-            self.on_response(scope, status, time.perf_counter() - start)
+            count()
 
     def _unavailable(self, scope: dict) -> Response:
         return refusal(scope.get("path", ""), 503, "the server is shutting down; try again",
