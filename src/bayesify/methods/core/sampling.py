@@ -158,6 +158,12 @@ class Sampling:
         components): ``pred.num_samples`` says how many there are."""
         return samples
 
+    def distinct_samples(self) -> int | None:
+        """How many different samples the method can draw, where that is finite (the members of
+        an ensemble of deterministic networks): its predictive is exact once each is drawn, and
+        more samples only repeat them. None: every draw is new."""
+        return None
+
     def reference_samples(
         self, x: Tensor, samples: int, generator: torch.Generator | None = None
     ) -> Tensor:

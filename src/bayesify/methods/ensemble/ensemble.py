@@ -245,6 +245,11 @@ class DeepEnsemble(Method):
         """T rounded up to a multiple of M: every member gives ceil(T/M) samples."""
         return self.members * math.ceil(samples / self.members)
 
+    def distinct_samples(self) -> int | None:
+        """M for members that are plain networks (each gives one answer); None for members
+        that sample."""
+        return self.members if self.config.method is Deterministic else None
+
     def _draw_samples(
         self,
         x: Tensor,
