@@ -48,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "MultiSWAG": "bayesify.methods",
     "VCL": "bayesify.methods",
     "MultiHeadMLP": "bayesify.models.multihead",
+    "NegligibleSpreadWarning": "bayesify.methods.core.spread",
 }  # fmt: skip
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "set_stochastic",
     "VCL",
     "MultiHeadMLP",
+    "NegligibleSpreadWarning",
 ]
 
 if TYPE_CHECKING:
@@ -111,6 +113,7 @@ if TYPE_CHECKING:
         load,
         register_method,
     )
+    from bayesify.methods.core.spread import NegligibleSpreadWarning
     from bayesify.models.multihead import MultiHeadMLP
     from bayesify.nn import sampling, set_stochastic
     from bayesify.posthoc.conformal import Conformal, calibrate_conformal
