@@ -100,7 +100,7 @@ class FlowPosterior(Method):
         """``q(w)`` over the last layer's weights and bias."""
         return self.layer.posterior  # type: ignore[return-value]
 
-    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]]:
         """The network's own weights (``fit`` trains them by the NLL); ``q`` is fitted after."""
         flow = {id(p) for p in self.posterior.parameters()}
         params = [p for p in self.net.parameters() if p.requires_grad and id(p) not in flow]
