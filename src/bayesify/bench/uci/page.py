@@ -8,7 +8,8 @@ same splits) and, paired with it split by split, our MC dropout and best other m
 (:mod:`uci_gal2018`); also the published Gal & Ghahramani 2016 figures (± a std over splits, as
 that table printed) and Lakshminarayanan et al. 2017 (deep ensembles). Teye's protocol:
 normalised CRPS / PLL (×100) with one-sided one-sample t-test stars over (split, test seed)
-values, beside Teye et al.'s Table 1 with their stars.
+values, beside Teye et al.'s Table 1 with their stars. Under Gal's protocol also risk–coverage
+curves and AURC per method (:mod:`~bayesify.bench.uci.selective`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from bayesify.bench.uci.gal import ENSEMBLE_2017, GAL_2016
 from bayesify.bench.uci.gal2018_results import Gal2018, gal_2018_results
 from bayesify.bench.uci.gal2018_sections import gal_2018_cell, paired_section, summary_lines
 from bayesify.bench.uci.rows import Cell, cells, load_records, mean_se, pm, write_csv
+from bayesify.bench.uci.selective import selective_section
 from bayesify.bench.uci.teye_report import TEYE_STARS, TEYE_TABLE_1, TEYE_TABLE_1_MCDO
 from bayesify.data.uci import UCI_DATASETS
 
@@ -134,6 +136,8 @@ def _gal_section(table: dict[Cell, list], figures: Path, page_dir: Path,
             rows = table.get(("gal", m, lik, d))
             if rows:
                 lines.append(_detail_line(d, m, lik, rows))
+    lines += ["", *selective_section(table, "gal", variants, SHORT,
+                                     figures / "risk_coverage_gal.png", page_dir)]  # fmt: skip
     lines += ["", *_figure_lines(table, "gal", variants, figures, page_dir)]
     return lines
 
