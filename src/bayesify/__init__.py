@@ -49,6 +49,9 @@ _EXPORTS: dict[str, str] = {
     "VCL": "bayesify.methods",
     "MultiHeadMLP": "bayesify.models.multihead",
     "NegligibleSpreadWarning": "bayesify.methods.core.spread",
+    "OOD_SCORES": "bayesify.predictive.ood",
+    "fit_mahalanobis": "bayesify.methods.core.ood",
+    "ood_scores": "bayesify.methods.core.ood",
 }  # fmt: skip
 
 __all__ = [
@@ -85,6 +88,9 @@ __all__ = [
     "VCL",
     "MultiHeadMLP",
     "NegligibleSpreadWarning",
+    "OOD_SCORES",
+    "fit_mahalanobis",
+    "ood_scores",
 ]
 
 if TYPE_CHECKING:
@@ -113,11 +119,13 @@ if TYPE_CHECKING:
         load,
         register_method,
     )
+    from bayesify.methods.core.ood import fit_mahalanobis, ood_scores
     from bayesify.methods.core.spread import NegligibleSpreadWarning
     from bayesify.models.multihead import MultiHeadMLP
     from bayesify.nn import sampling, set_stochastic
     from bayesify.posthoc.conformal import Conformal, calibrate_conformal
     from bayesify.predictive import CRPSForm, Predictive, Task
+    from bayesify.predictive.ood import OOD_SCORES
     from bayesify.predictor import Predictor
 
 

@@ -163,6 +163,7 @@ def predict_adaptive(
     pred = returned(draws)  # e.g. a bundle's map back to the user's target units
     if pred.task is Task.CLASSIFICATION:
         out = AdaptivePredictive.classification(pred.samples)
+        out.max_logits = pred.max_logits
     else:
         out = AdaptivePredictive.regression(pred.samples, pred.noise_variance)
     out.samples_used = used if distinct is None else used.clamp(max=distinct)
