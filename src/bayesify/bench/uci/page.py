@@ -126,11 +126,13 @@ def _gal_section(table: dict[Cell, list], figures: Path, page_dir: Path,
     lines += ["", *paired_section(table, gal2018)]
     lines += ["", "Normalised PLL / CRPS (×100) against each method's constant-uncertainty "
               "baseline (same mean, one variance fitted on validation; 0 = baseline, 100 = "
-              "per-point optimum), mean over splits, t-test stars over splits; mean seconds per "
-              "job (all grid points).", "",
-              "| dataset | method | likelihood | splits | norm. PLL | norm. CRPS | chosen "
-              "| s/job |",
-              "| --- | --- | --- | ---: | ---: | ---: | --- | ---: |"]  # fmt: skip
+              "per-point optimum), mean over splits, t-test stars over splits; epistemic share: "
+              "the weights' part of each test point's predictive variance, mean over points and "
+              "splits (– for rows scored before it was stored; (k/n): k of the n splits have it); "
+              "mean seconds per job (all grid points).", "",
+              "| dataset | method | likelihood | splits | norm. PLL | norm. CRPS | epistemic "
+              "share | chosen | s/job |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"]  # fmt: skip
     for d in UCI_DATASETS:
         for m, lik in variants:
             rows = table.get(("gal", m, lik, d))
@@ -179,11 +181,14 @@ def _detail_line(d: str, m: str, lik: str, rows: list[dict[str, Any]]) -> str:
         _, stars = significance(vals)
         return f"{sum(vals) / len(vals):.1f}" + ("" if stars == "n/a" else f" {stars}")
 
+    shares = [r["epistemic_share"] for r in rows if r.get("epistemic_share") is not None]
+    share = "–" if not shares else f"{100 * sum(shares) / len(shares):.1f}%" + (
+        "" if len(shares) == len(rows) else f" ({len(shares)}/{len(rows)})")  # fmt: skip
     chosen = sorted({str(r.get("chosen")) for r in rows if r.get("chosen") is not None})
     secs = [r["seconds"] for r in rows if r.get("seconds") is not None]
     mean_s = f"{sum(secs) / len(secs):.1f}" if secs else "–"
     return (f"| {d} | {m} | {lik} | {len(rows)} | {norm('pll_norm')} | {norm('crps_norm')} | "
-            f"{', '.join(chosen) or '–'} | {mean_s} |")  # fmt: skip
+            f"{share} | {', '.join(chosen) or '–'} | {mean_s} |")  # fmt: skip
 
 
 def _teye_section(table: dict[Cell, list], figures: Path, page_dir: Path) -> list[str]:
