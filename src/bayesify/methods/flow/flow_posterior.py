@@ -98,7 +98,9 @@ class FlowPosterior(Method):
     @property
     def posterior(self) -> WeightFlow:
         """``q(w)`` over the last layer's weights and bias."""
-        return self.layer.posterior  # type: ignore[return-value]
+        posterior = self.layer.posterior
+        assert isinstance(posterior, WeightFlow)  # set by _prepare and fit_posterior
+        return posterior
 
     def param_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]]:
         """The network's own weights (``fit`` trains them by the NLL); ``q`` is fitted after."""
