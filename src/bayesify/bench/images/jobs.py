@@ -259,6 +259,27 @@ def _swag(job: ImagesJob, data: dict[str, Any], cache: Path | None) -> tuple[Any
 
 
 # ---------------------------------------------------------------------------------- one job
+def _feature_scores(method: Any, data: dict[str, Any], preds: dict[str, Any]) -> tuple[dict, dict]:
+    """The feature OOD scores of the test and OOD images (``preds``: their predictives):
+    ``mahalanobis`` fitted on the training images, ``density`` where the method has its own;
+    returns ``({"test": {name: [N]}, "ood": ...}, {name: why it is missing})``."""
+    from bayesify.methods import Method
+    from bayesify.methods.core.ood import fit_mahalanobis, ood_scores
+
+    if not isinstance(method, Method):
+        return {}, {"mahalanobis": f"{type(method).__name__} is not a bayesify method"}
+    names, missing = ["mahalanobis"], {}
+    if callable(getattr(method, "density_score", None)):
+        names.append("density")
+    try:
+        fit_mahalanobis(method, *data["train"])
+    except ValueError as e:
+        names.remove("mahalanobis")
+        missing["mahalanobis"] = str(e)
+    x = {"test": data["test"][0], "ood": data["ood"]}
+    return {k: ood_scores(method, x[k], names, pred=preds[k]) for k in x}, missing
+
+
 def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
     """Train (or load) ``job``'s method and score it: the runner's job function."""
     from bayesify.bench.toys.mcbn_collapse import ood_scores as collapse_scores
@@ -299,12 +320,14 @@ def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
             lambda x, p, gen: salt_and_pepper(x, p, low=low, high=high, generator=gen),
             seed=job.split),
     }  # fmt: skip
+    features, missing = _feature_scores(method, data, {"test": p_test, "ood": p_ood})
     out: dict[str, Any] = {
         **sc.accuracy_scores(p_test, y_test),
         "temperature": temperature,
         "scaled": scaled,
         "samples_drawn": p_test.num_samples,
-        "ood": sc.ood_scores(p_test, p_ood),
+        "ood": sc.ood_scores(p_test, p_ood, features.get("test"), features.get("ood")),
+        "ood_missing": missing,
         "uncertainty": {"test": sc.mean_uncertainty(p_test), "ood": sc.mean_uncertainty(p_ood)},
         "coverage": sc.coverage_scores(p_test, y_test),
         "reliability": sc.reliability(p_test, y_test),
