@@ -39,8 +39,9 @@ PREDICTIVE_SCORES = ("max_prob", "max_logit", "energy", "entropy", "mutual_infor
 LOGIT_SCORES = ("max_logit", "energy")
 #: scores of the inputs' features (they need the method and the inputs)
 FEATURE_SCORES = ("mahalanobis", "density")
-#: every OOD score name, higher = more likely out of distribution
 OOD_SCORES = PREDICTIVE_SCORES + FEATURE_SCORES
+"""Every OOD score name, higher = more likely out of distribution: ``max_prob``, ``max_logit``,
+``energy``, ``entropy``, ``mutual_information``, ``mahalanobis``, ``density``."""
 
 
 def check_names(names: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
