@@ -160,3 +160,19 @@ def test_adaptive_sampling_keeps_the_logits():
     raw = torch.cat([m.sample(x[:6], 2, generator=g), m.sample(x[:6], 2, generator=g)])
     energy = -logsumexp(raw.double().numpy(), axis=-1).mean(0)
     np.testing.assert_allclose(pred.ood_score("energy").numpy(), energy, rtol=1e-5)
+
+
+def test_a_dirichlet_student_has_no_logits_and_says_so():
+    torch.manual_seed(0)
+    x = torch.randn(80, 4)
+    y = (x[:, 0] > 0).long() + (x[:, 1] > 0).long()
+    net = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Dropout(0.2), nn.Linear(8, 3))
+    teacher = bayesify.MCDropout(net, task="classification")
+    teacher.fit((x, y), epochs=2, progress=False)
+    student = bayesify.distill(teacher, x, epochs=1, samples=4, progress=False)
+    pred = student.predict(x[:5], samples=4, seed=0)
+    assert pred.max_logits is None  # its samples are Dirichlet draws of probabilities
+    scores = bayesify.ood_scores(student, x[:5], pred=pred)
+    assert set(scores) == {"max_prob", "entropy", "mutual_information"}
+    with pytest.raises(ValueError, match="^energy: Distilled gives class probabilities"):
+        bayesify.ood_scores(student, x[:5], ["energy"], pred=pred)
