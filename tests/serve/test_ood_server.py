@@ -79,6 +79,11 @@ def test_a_served_request_returns_the_scores_it_names(scored_bundle, tmp_path):
         plain = httpx.post(f"{server.url}/v1/predict", json={"inputs": x.tolist()})
         bad = httpx.post(f"{server.url}/v1/predict",
                          json={"inputs": x.tolist(), "scores": ["density"]})  # fmt: skip
+        tensor = {"name": "x", "shape": [4, 4], "datatype": "FP32", "data": x.flatten().tolist()}
+        v2 = httpx.post(
+            f"{server.url}/v2/models/toy/infer",
+            json={"inputs": [tensor], "parameters": {"samples": 8, "seed": 3, "scores": "energy"}},
+        )
     finally:
         stop_server(server)
     ref = Predictor.load(scored_bundle).predict(x.numpy(), samples=8, seed=3, scores=NAMES)
@@ -90,3 +95,7 @@ def test_a_served_request_returns_the_scores_it_names(scored_bundle, tmp_path):
     detail = bad.json()["detail"][0]
     assert detail["loc"] == ["body", "scores", 0] and "density is not available" in detail["msg"]
     assert torch.isfinite(torch.tensor([p["ood_energy"] for p in preds])).all()
+    assert v2.status_code == 200, v2.text
+    out = {o["name"]: o for o in v2.json()["outputs"]}
+    np.testing.assert_allclose(out["ood_energy"]["data"], ref.columns["ood_energy"], rtol=1e-5)
+    assert out["ood_energy"]["datatype"] == "FP64" and "ood_mahalanobis" not in out
