@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import torch
 from torch import Tensor, nn
@@ -104,6 +104,9 @@ class DDU(Method):
     Config = DDUConfig
     config: DDUConfig
     net: DDUNet
+    #: what ``bayesify calibrate`` thresholds unless told: the samples are equal, so the
+    #: mutual information is 0 and the softmax entropy is the score a Predictive holds
+    deferral_score: ClassVar[str] = "entropy"
 
     def _prepare(self, net: nn.Module) -> None:
         cfg = self.config
