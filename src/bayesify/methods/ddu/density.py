@@ -92,7 +92,8 @@ class ClassDensity(nn.Module):
         logdet = 2 * torch.diagonal(self.cholesky, dim1=-2, dim2=-1).log().sum(-1)  # [C]
         d = z.shape[1]
         log_n = -0.5 * (maha + logdet[:, None] + d * math.log(2 * math.pi))  # [C, N]
-        return (log_n + self.log_priors[:, None]).T
+        out: Tensor = (log_n + self.log_priors[:, None]).T
+        return out
 
     def log_density(self, z: Tensor) -> Tensor:
         """``log q(z)`` for features ``z [N, D]``: ``[N]`` (float64)."""
