@@ -13,7 +13,12 @@ import torch
 from bayesify.bench.images import command as images
 from bayesify.bench.images import jobs as ij
 from bayesify.bench.images.report import SECTIONS
-from bayesify.bench.images.scores import COVERAGE_GRID, coverage_scores
+from bayesify.bench.images.scores import (
+    COVERAGE_GRID,
+    add_density_scores,
+    coverage_scores,
+    ood_scores,
+)
 from bayesify.data import DataError, data_root
 from bayesify.data.corruptions import gaussian_mix, salt_and_pepper
 from bayesify.metrics import calibration_error_of_curve, expected_calibration_error
@@ -72,6 +77,19 @@ def test_coverage_scores_match_a_sorted_reference():
         ref = [wrong[order[: round(c * 300)]].mean() for c in COVERAGE_GRID]
         np.testing.assert_allclose(got[name]["error"], ref, rtol=1e-12)
         assert got[name]["error"][-1] == pytest.approx(wrong.mean())
+
+
+def test_a_density_score_is_scored_as_the_predictive_scores_are():
+    """DDU's density joins a job's OOD and coverage results: fed the entropy as its score, it
+    gives exactly the entropy's entries."""
+    g = torch.Generator().manual_seed(3)
+    p_in = Predictive.classification(torch.softmax(torch.randn(1, 200, 4, generator=g), -1))
+    p_out = Predictive.classification(torch.softmax(torch.randn(1, 90, 4, generator=g) / 3, -1))
+    y = torch.randint(0, 4, (200,), generator=g)
+    out = {"ood": ood_scores(p_in, p_out), "coverage": coverage_scores(p_in, y)}
+    add_density_scores(out, p_in.entropy, p_out.entropy, p_in, y)
+    assert out["ood"]["density"] == out["ood"]["entropy"]
+    assert out["coverage"]["density"] == out["coverage"]["entropy"]
 
 
 def _tiny_preset() -> ij.Preset:
@@ -152,7 +170,8 @@ def test_every_paper_method_trains_and_samples_on_both_models(model):
         m.fit((x, y), epochs=1, batch_size=16, progress=False)
         samples = m.predict(x[:4], samples=4, seed=0).samples
         assert samples.shape == (4, 4, 10), method
-        assert (method == "deterministic") == bool((samples == samples[0]).all()), method
+        deterministic = method in ("deterministic", "ddu")
+        assert deterministic == bool((samples == samples[0]).all()), method
 
 
 def test_swag_and_multiswag_start_from_the_deterministic_network():

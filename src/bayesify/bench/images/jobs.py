@@ -23,7 +23,7 @@ DATASET = "fashion-mnist"
 MODELS = ("lenet", "resnet")
 METHODS = ("deterministic", "mc-dropout", "mcbn", "ensemble", "bbb", "ibnn", "stochastic-norm",
            "laplace", "laplace-sampled", "laplace-torch", "tta", "mc-dropout-tta",
-           "swag", "multiswag")  # fmt: skip
+           "swag", "multiswag", "ddu")  # fmt: skip
 #: test-time augmentation (Ashukha et al. 2020) over the network of another method, without
 #: retraining: "tta" on the deterministic network, "mc-dropout-tta" on the MC dropout one
 TTA_OVER = {"tta": "deterministic", "mc-dropout-tta": "mc-dropout"}
@@ -154,6 +154,8 @@ def _build(method: str, job: ImagesJob) -> Any:
                                  variational_lr=1e-2, **cls)  # fmt: skip
         if method == "stochastic-norm":
             return bayesify.StochasticNorm(_factory(job.model, norm=None), **cls)
+        if method == "ddu":  # hidden layers spectrally bounded, the feature density after fit
+            return bayesify.DDU(_factory(job.model), **cls)
     raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
 
 
@@ -269,7 +271,7 @@ def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
 
     data = _data(job.split, job.n_val, job.n_train, job.n_test, job.n_ood)
     method, training = _method(job, data, Path(cache) if cache else None)
-    samples = 1 if job.method == "deterministic" else job.samples
+    samples = 1 if job.method in ("deterministic", "ddu") else job.samples  # equal samples
 
     def predict(x: torch.Tensor, seed_offset: int = 0) -> Any:
         return method.predict(x, samples=samples, seed=job.seed + seed_offset)
@@ -315,6 +317,9 @@ def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
         "n": {"train": len(data["train"][1]), "val": len(yv), "test": len(y_test),
               "ood": len(data["ood"]), "corrupt": len(yc)},
     }  # fmt: skip
+    if hasattr(method, "density_score"):  # DDU: its epistemic score is the feature density
+        u_test, u_ood = -method.density_score(x_test), -method.density_score(data["ood"])
+        sc.add_density_scores(out, u_test, u_ood, p_test, y_test)
     if job.method == "mcbn":  # Mukhoti et al. Fig. 1: the bank filled with batches of b
         sweep = []
         x_in, x_out = x_test[: job.n_corrupt], data["ood"][: job.n_corrupt]

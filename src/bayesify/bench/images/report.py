@@ -27,7 +27,8 @@ SECTIONS = (
     "## Reliability diagrams",
     "## MCBN batch-size sweep",
 )
-SCORE_NAMES = {"entropy": "entropy", "mi": "mutual information", "max_prob": "1 − max prob"}
+SCORE_NAMES = {"entropy": "entropy", "mi": "mutual information", "max_prob": "1 − max prob",
+               "density": "−log feature density"}  # fmt: skip
 ERROR_TARGET, AUROC_TARGET = 0.10, 0.95
 
 
@@ -102,6 +103,8 @@ def _ood_rows(methods: dict[str, list]) -> list[tuple[str, str, dict[str, float]
     out = []
     for method, ms in methods.items():
         scores = ("entropy", "max_prob") if method == "deterministic" else ("mi", "entropy")
+        if method == "ddu":  # deterministic: its epistemic score is the feature density
+            scores = ("density", "entropy")
         for s in scores:
             per_seed = [m["ood"][s] for m in ms]
             mean = {k: _mean([p[k] for p in per_seed]) for k in ("auroc", "aupr", "fpr95")}
@@ -162,7 +165,8 @@ def _coverage_table(methods: dict[str, list]) -> list[str]:
     lines = ["| method | score | AURC | error at 100% | at 90% | at 80% | at 50% |",
              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for method, ms in methods.items():
-        for s in ("max_prob", "entropy") if method == "deterministic" else ("entropy", "mi"):
+        scores = ("max_prob", "entropy") if method == "deterministic" else ("entropy", "mi")
+        for s in ("entropy", "density") if method == "ddu" else scores:
             cov = [m["coverage"][s] for m in ms]
             cells = [_cell([c["aurc"] for c in cov])]
             cells += [_cell([c["error"][at[f]] for c in cov]) for f in (1.0, 0.9, 0.8, 0.5)]

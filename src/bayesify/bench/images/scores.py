@@ -10,6 +10,7 @@ Uncertainty scores (higher = less certain): ``entropy`` (total, of the mean pred
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -108,3 +109,21 @@ def corruption_sweep(
         rows.append({"level": float(level), **mean_uncertainty(pred),
                      "error": float(metrics.error_rate(pred.mean, y))})  # fmt: skip
     return rows
+
+
+def add_density_scores(
+    out: dict[str, Any], u_test: Tensor, u_ood: Tensor, pred: Predictive, y: Tensor
+) -> None:
+    """Add a ``density`` score (``u``: minus the log feature density, higher = less certain,
+    ``[N]`` per set) to a job's ``ood`` and ``coverage`` results, as the scores of
+    :func:`ood_scores` and :func:`coverage_scores` are."""
+    out["ood"]["density"] = {
+        "auroc": float(metrics.auroc(u_test, u_ood)),
+        "aupr": float(metrics.aupr(u_test, u_ood)),
+        "fpr95": float(metrics.fpr_at_tpr(u_test, u_ood, 0.95)),
+    }
+    wrong = (pred.mean.argmax(-1) != y).to(torch.float64)
+    u = u_test.to(torch.float64)
+    curve = metrics.risk_coverage_curve(u, wrong)
+    at = [float(curve.risk[max(1, round(c * len(y))) - 1]) for c in COVERAGE_GRID]
+    out["coverage"]["density"] = {"error": at, "aurc": float(metrics.aurc(u, wrong))}
