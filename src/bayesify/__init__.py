@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     ),
     "Laplace": "bayesify.methods",
     "BatchEnsemble": "bayesify.methods",
+    "DDU": "bayesify.methods",
     "FlowPosterior": "bayesify.methods",
     "Distilled": "bayesify.methods",
     "distill": "bayesify.methods",
@@ -62,6 +63,7 @@ __all__ = [
     "BatchEnsemble",
     "BayesByBackprop",
     "CRPSForm",
+    "DDU",
     "Conformal",
     "DeepEnsemble",
     "Deterministic",
@@ -95,6 +97,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from bayesify.methods import (
+        DDU,
         IBNN,
         MCBN,
         METHODS,

@@ -116,6 +116,20 @@ def test_ood_section_shows_each_methods_default_and_best_score():
     assert "mcbn (MI, 0.8600), beats the deterministic baseline (1 − max prob, 0.8000)" in text
 
 
+def test_a_density_score_is_scored_as_the_predictive_scores_are():
+    """DDU's density joins a job's OOD and coverage results: fed the entropy as its score, it
+    gives exactly the entropy's entries."""
+    g = torch.Generator().manual_seed(3)
+    p_in = Predictive.classification(torch.softmax(torch.randn(1, 200, 4, generator=g), -1))
+    p_out = Predictive.classification(torch.softmax(torch.randn(1, 90, 4, generator=g) / 3, -1))
+    y = torch.randint(0, 4, (200,), generator=g)
+    e_in, e_out = p_in.ood_score("entropy"), p_out.ood_score("entropy")
+    ood = ood_scores(p_in, p_out, {"density": e_in}, {"density": e_out})
+    assert ood["density"] == ood["entropy"]
+    coverage = coverage_scores(p_in, y, {"density": e_in})
+    assert coverage["density"] == coverage["entropy"]
+
+
 def _tiny_preset() -> ij.Preset:
     return replace(ij.PRESETS["quick"], epochs=1, samples=3, n_calib=60, n_ood=80,
                    n_corrupt=40, gammas=(0.0, 1.0), ps=(0.0, 0.5), bank_batches=(16, 32),
@@ -198,7 +212,8 @@ def test_every_paper_method_trains_and_samples_on_both_models(model):
         m.fit((x, y), epochs=1, batch_size=16, progress=False)
         samples = m.predict(x[:4], samples=4, seed=0).samples
         assert samples.shape == (4, 4, 10), method
-        assert (method == "deterministic") == bool((samples == samples[0]).all()), method
+        deterministic = method in ("deterministic", "ddu")
+        assert deterministic == bool((samples == samples[0]).all()), method
 
 
 def test_swag_and_multiswag_start_from_the_deterministic_network():

@@ -5,6 +5,7 @@ from bayesify.methods.bbb.bayes_by_backprop import BayesByBackprop, BBBConfig
 from bayesify.methods.continual.vcl import VCL, VCLConfig
 from bayesify.methods.core.base import Method, MethodConfig
 from bayesify.methods.core.deterministic import Deterministic
+from bayesify.methods.ddu.ddu import DDU, DDUConfig
 from bayesify.methods.distillation.distill import distill
 from bayesify.methods.distillation.distilled import Distilled, DistilledConfig
 from bayesify.methods.dropout.mc_dropout import MCDropout, MCDropoutConfig
@@ -45,6 +46,8 @@ __all__ = [
     "EnsembleConfig",
     "BatchEnsemble",
     "BatchEnsembleConfig",
+    "DDU",
+    "DDUConfig",
     "Deterministic",
     "Method",
     "MethodConfig",

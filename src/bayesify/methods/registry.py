@@ -31,6 +31,7 @@ from bayesify.methods.core.bundle_checks import (
 )
 from bayesify.methods.core.deterministic import Deterministic
 from bayesify.methods.core.inputs import check_device
+from bayesify.methods.ddu.ddu import DDU
 from bayesify.methods.distillation.distilled import Distilled
 from bayesify.methods.dropout.mc_dropout import MCDropout
 from bayesify.methods.ensemble.ensemble import DeepEnsemble
@@ -50,6 +51,7 @@ METHODS: dict[str, type[Method]] = {
     "bbb": BayesByBackprop,
     "ensemble": DeepEnsemble,
     "batch-ensemble": BatchEnsemble,
+    "ddu": DDU,
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
     "laplace": Laplace,

@@ -23,7 +23,7 @@ DATASET = "fashion-mnist"
 MODELS = ("lenet", "resnet")
 METHODS = ("deterministic", "mc-dropout", "mcbn", "ensemble", "bbb", "ibnn", "stochastic-norm",
            "laplace", "laplace-sampled", "laplace-torch", "tta", "mc-dropout-tta",
-           "swag", "multiswag")  # fmt: skip
+           "swag", "multiswag", "ddu")  # fmt: skip
 #: test-time augmentation (Ashukha et al. 2020) over the network of another method, without
 #: retraining: "tta" on the deterministic network, "mc-dropout-tta" on the MC dropout one
 TTA_OVER = {"tta": "deterministic", "mc-dropout-tta": "mc-dropout"}
@@ -154,6 +154,8 @@ def _build(method: str, job: ImagesJob) -> Any:
                                  variational_lr=1e-2, **cls)  # fmt: skip
         if method == "stochastic-norm":
             return bayesify.StochasticNorm(_factory(job.model, norm=None), **cls)
+        if method == "ddu":  # hidden layers spectrally bounded, the feature density after fit
+            return bayesify.DDU(_factory(job.model), **cls)
     raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
 
 
@@ -290,7 +292,7 @@ def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
 
     data = _data(job.split, job.n_val, job.n_train, job.n_test, job.n_ood)
     method, training = _method(job, data, Path(cache) if cache else None)
-    samples = 1 if job.method == "deterministic" else job.samples
+    samples = 1 if job.method in ("deterministic", "ddu") else job.samples  # equal samples
 
     def predict(x: torch.Tensor, seed_offset: int = 0) -> Any:
         return method.predict(x, samples=samples, seed=job.seed + seed_offset)
@@ -329,7 +331,9 @@ def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
         "ood": sc.ood_scores(p_test, p_ood, features.get("test"), features.get("ood")),
         "ood_missing": missing,
         "uncertainty": {"test": sc.mean_uncertainty(p_test), "ood": sc.mean_uncertainty(p_ood)},
-        "coverage": sc.coverage_scores(p_test, y_test),
+        # deferral by a method's own feature density too (DDU's epistemic score)
+        "coverage": sc.coverage_scores(p_test, y_test, {k: v for k, v in features.get(
+            "test", {}).items() if k == "density"}),
         "reliability": sc.reliability(p_test, y_test),
         "corruption": corruption,
         "training": training,

@@ -97,13 +97,17 @@ def mean_uncertainty(pred: Predictive) -> dict[str, float]:
     }
 
 
-def coverage_scores(pred: Predictive, y: Tensor) -> dict[str, dict[str, object]]:
+def coverage_scores(
+    pred: Predictive, y: Tensor, extra: dict[str, Tensor] | None = None
+) -> dict[str, dict[str, object]]:
     """Per score: the error on the retained rows at :data:`COVERAGE_GRID` (most certain kept
-    first; Shekhovtsov & Flach Fig. A.3) and the area under the whole curve (AURC)."""
+    first; Shekhovtsov & Flach Fig. A.3) and the area under the whole curve (AURC). ``extra``:
+    more per-row scores ``[N]`` (higher = less certain), e.g. a method's feature density."""
     wrong = (pred.mean.argmax(-1) != y).to(torch.float64)  # [N] 0/1 loss
     n = len(y)
     out: dict[str, dict[str, object]] = {}
-    for name, u in uncertainty_scores(pred).items():
+    for name, u in {**uncertainty_scores(pred), **(extra or {})}.items():
+        u = u.to(torch.float64)
         curve = metrics.risk_coverage_curve(u, wrong)
         at = [float(curve.risk[max(1, round(c * n)) - 1]) for c in COVERAGE_GRID]
         out[name] = {"error": at, "aurc": float(metrics.aurc(u, wrong))}
