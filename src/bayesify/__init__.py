@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     ),
     "Laplace": "bayesify.methods",
     "BatchEnsemble": "bayesify.methods",
+    "SNGP": "bayesify.methods",
     "FlowPosterior": "bayesify.methods",
     "Distilled": "bayesify.methods",
     "distill": "bayesify.methods",
@@ -83,6 +84,7 @@ __all__ = [
     "set_stochastic",
     "VCL",
     "MultiHeadMLP",
+    "SNGP",
 ]
 
 if TYPE_CHECKING:
@@ -90,6 +92,7 @@ if TYPE_CHECKING:
         IBNN,
         MCBN,
         METHODS,
+        SNGP,
         SWAG,
         TTA,
         VCL,

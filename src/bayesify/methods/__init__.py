@@ -21,6 +21,7 @@ from bayesify.methods.registry import (
     register_method,
     resolve_method_names,
 )
+from bayesify.methods.sngp.sngp import SNGP, SNGPConfig
 from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm, StochasticNormConfig
 from bayesify.methods.swag.swag import SWAG, MultiSWAG, MultiSWAGConfig, SWAGConfig
 from bayesify.methods.tta.tta import TTA, TTAConfig
@@ -45,6 +46,8 @@ __all__ = [
     "EnsembleConfig",
     "BatchEnsemble",
     "BatchEnsembleConfig",
+    "SNGP",
+    "SNGPConfig",
     "Deterministic",
     "Method",
     "MethodConfig",
