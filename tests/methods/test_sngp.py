@@ -261,3 +261,11 @@ def test_bad_options_are_one_line_errors():
         bayesify.SNGP(mlp(2, 2), likelihood="heteroscedastic")
     with pytest.raises(ValueError, match="nn.Linear output layer"):
         bayesify.SNGP(torch.nn.Sequential(torch.nn.ReLU()))
+
+
+def test_the_paper_preset_is_mean_field_with_the_authors_bound():
+    m = bayesify.SNGP(mlp(2, 2, (8,), norm=None), task="classification", preset="paper")
+    cfg = m.config
+    assert cfg.prediction == "mean-field" and cfg.spec_norm_bound == 6.0
+    assert cfg.num_features == 1024 and cfg.mean_field_factor == pytest.approx(math.pi / 8)
+    assert all(layer.bound.item() == 6.0 for layer in m.spectral)
