@@ -65,14 +65,14 @@ class TestSNGPMeanFieldConvWithBN(MethodConformance):
         return method, x[:8]
 
 
-@pytest.mark.parametrize(
-    "layer", [torch.nn.Linear(7, 5), torch.nn.Conv2d(3, 4, 3, padding=1)], ids=["linear", "conv"]
-)
-def test_spectral_norm_is_bounded_by_c_and_leaves_small_weights_alone(layer):
+@pytest.mark.parametrize("kind", ["linear", "conv"])
+def test_spectral_norm_is_bounded_by_c_and_leaves_small_weights_alone(kind):
     torch.manual_seed(0)
+    layer = torch.nn.Linear(7, 5) if kind == "linear" else torch.nn.Conv2d(3, 4, 3, padding=1)
     with torch.no_grad():
         layer.weight.mul_(10)  # norm well above the bound
     sn = SpectralNormLayer(copy.deepcopy(layer), bound=0.9).eval()
+    sn.power_iteration(200)  # converged whatever the gap between the top singular values
     matrix = layer.weight.detach().reshape(layer.weight.shape[0], -1)
     sigma = torch.linalg.matrix_norm(matrix, ord=2)
     torch.testing.assert_close(sn.sigma(), sigma, rtol=1e-4, atol=0)  # power iteration

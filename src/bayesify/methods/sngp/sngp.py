@@ -36,6 +36,7 @@ from torch import Tensor, nn
 from torch.utils.data import DataLoader
 
 from bayesify.methods.core.base import Method, MethodConfig
+from bayesify.nn import check_sample_bytes, sampling
 from bayesify.nn.modes import eval_mode
 from bayesify.nn.random_feature_gp import RandomFeatureGP
 from bayesify.nn.spectral_norm import SpectralNormLayer, spectral_normalize
@@ -166,6 +167,40 @@ class SNGP(Method):
             precision += cfg.ridge * torch.eye(m, dtype=torch.float64, device=dev)
         head.set_precision(precision, cfg.ridge)
         return precision
+
+    def _draw_samples(
+        self,
+        x: Tensor,
+        samples: int,
+        generator: torch.Generator | None,
+        max_rows: int | None,
+        start: int = 0,
+        max_bytes: int | None = None,
+    ) -> Tensor:
+        """``[T, N, C]``. Where the GP layer is the last child of an ``nn.Sequential`` (the
+        body before it deterministic) the body runs once per chunk of at most ``max_rows``
+        rows and the layer gives all T groups' logits of the chunk's features at once, the
+        moments computed once per row, not once per range of groups; otherwise the shared
+        chunked pass (the same numbers)."""
+        net, head = self.net, self.head
+        last = isinstance(net, nn.Sequential) and net[-1] is head
+        if start or not last or head._forward_hooks or head._forward_pre_hooks:
+            return super()._draw_samples(x, samples, generator, max_rows, start, max_bytes)
+        per_chunk = len(x) if max_rows is None else max(1, max_rows)
+        out: Tensor | None = None
+        with sampling(head, samples, generator, layers=(head,)):
+            for i in range(0, len(x), per_chunk):
+                h = x[i : i + per_chunk]
+                for module in list(net.children())[:-1]:
+                    h = module(h)
+                y = head.group_outputs(h.reshape(h.shape[0], -1))  # [T, n, C]
+                if out is None:
+                    check_sample_bytes(samples, len(x), y.shape[-1], y.element_size(),
+                                       head.group_bytes(), max_bytes)  # fmt: skip
+                    out = y.new_empty((samples, len(x), y.shape[-1]))
+                out[:, i : i + len(h)] = y
+        assert out is not None
+        return out
 
     def gp_variance(self, x: Tensor) -> Tensor:
         """The GP variance ``φΣφᵀ`` ``[N]`` of network inputs ``x [N, ...]`` (the same for every
