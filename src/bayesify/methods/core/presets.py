@@ -94,7 +94,7 @@ _PRESETS = [
             "mixture_sigma2": 0.0024787521766663585,
             "kl_schedule": "constant",
             "conv_estimator": "shared",
-        },
+        },  # fmt: skip
         fit={"optimizer": "sgd", "lr": 1e-3, "batch_size": 128, "epochs": 600},
     ),
     Preset(
@@ -118,7 +118,7 @@ _PRESETS = [
             "sigma_init_std": 0.02,
             "variational_lr": 1.2,
             "kl_anneal": 200 / 300,
-        },
+        },  # fmt: skip
         # SGD with momentum 0.9; λ0 = 0.05 for the weights, weight decay 5e-4 on the weights
         # only; 300 epochs of batch 128; β annealed over the first 200 epochs
         fit={
@@ -127,7 +127,7 @@ _PRESETS = [
             "weight_decay": 5e-4,
             "batch_size": 128,
             "epochs": 300,
-        },
+        },  # fmt: skip
         samples=5 * 4,  # 5 per component
     ),
     Preset(
@@ -142,7 +142,7 @@ _PRESETS = [
             "variational_lr": 0.2,
             "sigma_init": 0.05,
             "sigma_init_std": 0.02,
-        },
+        },  # fmt: skip
         fit={"optimizer": "sgd", "lr": 1e-4, "batch_size": 256, "epochs": 15},
         # the weights fine-tuned at 1e-4 for 15 epochs
         from_pretrained={"finetune_lr": 1e-4, "epochs": 15, "batch_size": 256},
@@ -169,7 +169,7 @@ _PRESETS = [
             "hessian": "kfac",
             "prior_fit": "marglik",
             "predictive": "glm",
-        },
+        },  # fmt: skip
     ),
     Preset(
         "tta",
@@ -218,7 +218,7 @@ _PRESETS.append(
             "prior_sigma": 1.0,
             "elbo_steps": 4000,
             "elbo_samples": 16,
-        },
+        },  # fmt: skip
     )
 )
 
@@ -237,7 +237,7 @@ _PRESETS.append(
             "init_rho": math.log(math.expm1(math.exp(-3.0))),
             "coreset": "random",
             "coreset_size": 200,
-        },
+        },  # fmt: skip
         fit={"lr": 1e-3, "batch_size": 256, "epochs": 100},
         samples=100,
     )
