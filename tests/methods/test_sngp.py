@@ -150,7 +150,11 @@ def test_classification_precision_weights_rows_by_p_times_one_minus_p():
     method = bayesify.SNGP(mlp(2, 3, (8,), norm=None), task="classification", num_features=32,
                            cov_weighting="logistic")  # fmt: skip
     method.fit((x, y), epochs=2, batch_size=20, progress=False)
+    method.net.train()
+    method.net[0].eval()  # a mix of modes, left as it was
+    modes = [m.training for m in method.net.modules()]
     precision = method.fit_covariance((x, y), batch_size=7)
+    assert [m.training for m in method.net.modules()] == modes
     with torch.no_grad():
         h = _body(method.net.eval() and method, x).double().numpy()
     phi = _features_numpy(method.head, h)

@@ -141,28 +141,26 @@ class SNGP(Method):
             precision = torch.zeros_like(precision)
         captured: list[Tensor] = []
         hook = head.register_forward_pre_hook(lambda _, args: captured.append(args[0]))
-        was_training = net.training
-        net.eval()
         try:
-            loader = DataLoader(as_dataset(train), batch_size=batch_size, shuffle=False)
-            for batch in loader:
-                captured.clear()
-                net(batch[0].to(device=dev, dtype=self._dtype()))
-                h = captured[0].reshape(-1, head.in_features)
-                phi = head.features(h).double()  # [B, M]
-                w = torch.ones(len(phi), dtype=phi.dtype, device=dev)
-                if logistic:
-                    p = F.softmax((phi @ head.beta.t().double()), -1).amax(-1)
-                    w = p * (1 - p)
-                step = (phi * w[:, None]).t() @ phi
-                if exact:
-                    precision += step
-                else:
-                    mom = cfg.cov_momentum
-                    precision = mom * precision + (1 - mom) * step / len(phi)
+            with eval_mode(net):  # every module's mode restored after
+                loader = DataLoader(as_dataset(train), batch_size=batch_size, shuffle=False)
+                for batch in loader:
+                    captured.clear()
+                    net(batch[0].to(device=dev, dtype=self._dtype()))
+                    h = captured[0].reshape(-1, head.in_features)
+                    phi = head.features(h).double()  # [B, M]
+                    w = torch.ones(len(phi), dtype=phi.dtype, device=dev)
+                    if logistic:
+                        p = F.softmax((phi @ head.beta.t().double()), -1).amax(-1)
+                        w = p * (1 - p)
+                    step = (phi * w[:, None]).t() @ phi
+                    if exact:
+                        precision += step
+                    else:
+                        mom = cfg.cov_momentum
+                        precision = mom * precision + (1 - mom) * step / len(phi)
         finally:
             hook.remove()
-            net.train(was_training)
         if exact:
             precision += cfg.ridge * torch.eye(m, dtype=torch.float64, device=dev)
         head.set_precision(precision, cfg.ridge)
