@@ -11,8 +11,8 @@ every class; before it is set Σ = I, the prior.
 Inside a sampling block of G groups (the rows of every group being the same feature rows, the
 body before the layer being deterministic) each group's logits are drawn as
 ``φβᵀ + √(φΣφᵀ) · z``, C standard normals z per (group, row) from the row's own stream
-(:meth:`~bayesify.nn.row_noise.RowNoise.row_normal`: chunks of rows and ranges of groups replay
-the same numbers); with ``mean_field=True`` nothing is drawn and every group gets the mean-field
+(:meth:`~bayesify.nn.row_noise.RowNoise.row_normal`, drawn on CPU for every device: chunks of
+rows, ranges of groups and devices give the same numbers); with ``mean_field=True`` nothing is drawn and every group gets the mean-field
 logits ``φβᵀ / √(1 + λ·φΣφᵀ)``. Outside a sampling block the layer gives ``φβᵀ``, the posterior
 mean (training, validation).
 """
@@ -125,7 +125,9 @@ class RandomFeatureGP(StochasticModule):
             scaled = mean / torch.sqrt(1.0 + self.mean_field_factor * var)[:, None]
             return scaled.unsqueeze(0).expand(groups, n, self.out_features)
         total = groups * n
-        z = self.noise.row_normal(total, self.out_features, rows.device, dtype=rows.dtype)
+        # drawn on CPU whatever the device (C numbers a row and group): a GPU gives the CPU's
+        # samples for the same seed
+        z = self.noise.row_normal(total, self.out_features, torch.device("cpu"), dtype=rows.dtype)
         self.noise.advance(total)
-        z = z.view(groups, n, self.out_features)
+        z = z.view(groups, n, self.out_features).to(rows.device)
         return mean + var.sqrt()[:, None] * z
