@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
     "Laplace": "bayesify.methods",
     "BatchEnsemble": "bayesify.methods",
     "DDU": "bayesify.methods",
+    "SNGP": "bayesify.methods",
     "FlowPosterior": "bayesify.methods",
     "Distilled": "bayesify.methods",
     "distill": "bayesify.methods",
@@ -93,6 +94,7 @@ __all__ = [
     "OOD_SCORES",
     "fit_mahalanobis",
     "ood_scores",
+    "SNGP",
 ]
 
 if TYPE_CHECKING:
@@ -101,6 +103,7 @@ if TYPE_CHECKING:
         IBNN,
         MCBN,
         METHODS,
+        SNGP,
         SWAG,
         TTA,
         VCL,

@@ -22,6 +22,7 @@ from bayesify.methods.registry import (
     register_method,
     resolve_method_names,
 )
+from bayesify.methods.sngp.sngp import SNGP, SNGPConfig
 from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm, StochasticNormConfig
 from bayesify.methods.swag.swag import SWAG, MultiSWAG, MultiSWAGConfig, SWAGConfig
 from bayesify.methods.tta.tta import TTA, TTAConfig
@@ -48,6 +49,8 @@ __all__ = [
     "BatchEnsembleConfig",
     "DDU",
     "DDUConfig",
+    "SNGP",
+    "SNGPConfig",
     "Deterministic",
     "Method",
     "MethodConfig",

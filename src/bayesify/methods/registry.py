@@ -39,6 +39,7 @@ from bayesify.methods.flow.flow_posterior import FlowPosterior
 from bayesify.methods.ibnn.ibnn import IBNN
 from bayesify.methods.laplace.laplace import Laplace
 from bayesify.methods.mcbn.mcbn import MCBN
+from bayesify.methods.sngp.sngp import SNGP
 from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm
 from bayesify.methods.swag.swag import SWAG, MultiSWAG
 from bayesify.methods.tta.tta import TTA
@@ -61,6 +62,7 @@ METHODS: dict[str, type[Method]] = {
     "multiswag": MultiSWAG,
     "vcl": VCL,
     "distilled": Distilled,
+    "sngp": SNGP,
 }
 
 
