@@ -132,6 +132,16 @@ def test_fit_mahalanobis_on_a_method_uses_its_penultimate_features(tmp_path):
     np.testing.assert_allclose(again["mahalanobis"], scores["mahalanobis"], rtol=1e-6)
 
 
+def test_features_are_the_output_layers_inputs_whatever_its_kind():
+    # Bayes by Backprop's output layer is its own Bayesian linear layer, not an nn.Linear
+    m, x, y = _trained(bayesify.BayesByBackprop)
+    assert not isinstance(m.net[-1], nn.Linear)
+    fit = bayesify.fit_mahalanobis(m, x, y)
+    with torch.no_grad():
+        h = m.net[:-1](x).double()
+    np.testing.assert_allclose(fit.means[0].numpy(), h[y == 0].mean(0).numpy(), rtol=1e-5)
+
+
 def test_method_scores_by_name_and_their_errors():
     m, x, _ = _trained()
     pred = m.predict(x[:5], samples=1)

@@ -19,8 +19,8 @@ from bayesify.predictive.ood import LOGIT_SCORES, OOD_SCORES, check_names
 
 def features(method: Any, x: Tensor, batch_size: int = 256) -> Tensor:
     """The penultimate features ``[N, D]`` of ``method``'s network at network inputs ``x``
-    (already preprocessed): the inputs of its last ``nn.Linear``, the deterministic network
-    (no sampling); an ensemble's: its first member's."""
+    (already preprocessed): the inputs of its output layer, the deterministic network (no
+    sampling); an ensemble's: its first member's."""
     net = method.net
     members = getattr(net, "members", None)
     if members is not None and len(members) > 0:
