@@ -142,6 +142,15 @@ def test_features_are_the_output_layers_inputs_whatever_its_kind():
     np.testing.assert_allclose(fit.means[0].numpy(), h[y == 0].mean(0).numpy(), rtol=1e-5)
 
 
+def test_a_last_layer_laplace_scores_its_networks_penultimate_features():
+    # its output layer replaced, the last nn.Linear left is the first hidden layer
+    det, x, y = _trained()
+    laplace = bayesify.Laplace.from_pretrained(det.net, (x, y), task="classification")
+    ref = bayesify.fit_mahalanobis(det, x, y)
+    fit = bayesify.fit_mahalanobis(laplace, x, y)
+    np.testing.assert_allclose(fit.means.numpy(), ref.means.numpy(), rtol=1e-6)
+
+
 def test_method_scores_by_name_and_their_errors():
     m, x, _ = _trained()
     pred = m.predict(x[:5], samples=1)
