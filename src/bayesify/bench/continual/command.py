@@ -293,7 +293,10 @@ def _page(opts: ContinualOptions, rows: list[dict[str, Any]], keys: dict[Any, Co
                   "(`bench/continual/regularisers.py`) add their quadratic penalty to the same "
                   "Adam steps; VCL's first task starts from the network trained on it by "
                   "maximum likelihood. The networks are the MNIST benchmarks' below.", "",
-                  *fashion_intro(list(keys.values())), ""]  # fmt: skip
+                  *fashion_intro(list(keys.values())), "",
+                  "The earlier runs on MNIST's 10,000 test images alone (no training images, "
+                  "fine-tuning the only baseline) are on [continual-mnist-test.md]"
+                  "(continual-mnist-test.md).", ""]  # fmt: skip
     if len(fashion) == len(opts.benchmarks):
         for bench in fashion:
             lines += fashion_section(bench, rows, opts.methods, opts.out)
