@@ -296,7 +296,8 @@ def _page(opts: ContinualOptions, rows: list[dict[str, Any]], keys: dict[Any, Co
                   *fashion_intro(list(keys.values())), "",
                   "The earlier runs on MNIST's 10,000 test images alone (no training images, "
                   "fine-tuning the only baseline) are on [continual-mnist-test.md]"
-                  "(continual-mnist-test.md).", ""]  # fmt: skip
+                  f"({os.path.relpath('benchmarks/continual-mnist-test.md', opts.out)}).",
+                  ""]  # fmt: skip
     if len(fashion) == len(opts.benchmarks):
         for bench in fashion:
             lines += fashion_section(bench, rows, opts.methods, opts.out)
