@@ -9,6 +9,11 @@ both benchmarks draw their training and test rows from them: a seeded shuffle, t
 784-100-100-10 ReLU MLP. Split MNIST: digits 0/1, 2/3, 4/5, 6/7, 8/9, labels 0/1 within a task;
 a 784-256-256 ReLU body with five 2-way heads, head t for task t.
 
+Split and Permuted Fashion-MNIST (``split-fashion``, ``permuted-fashion``; ``fashion.py``) train
+on Fashion-MNIST's 60,000 training images (``--train-rows-fashion``: a subset per task) and test
+on its 10,000 test images, each seed with its own data order, and add the baselines ``ewc`` and
+``si`` (``regularisers.py``); their page shows mean ± standard error and per-task forgetting.
+
 Methods: ``finetune`` (a deterministic network trained on each task in turn, nothing kept),
 ``vcl`` (no coreset), ``vcl-random`` and ``vcl-k-center`` (``coreset_size`` rows per task,
 refitted before prediction). VCL's first task starts from the network fine-tuning trained on
