@@ -225,12 +225,12 @@ def check_first_layer(net: nn.Module, row_shape: tuple[int, ...], what: str) -> 
                 )
             return
         elif isinstance(layer, nn.Conv1d | nn.Conv2d | nn.Conv3d):
-            dims = {nn.Conv1d: 1, nn.Conv2d: 2, nn.Conv3d: 3}[type(layer)]
+            dims = len(layer.kernel_size)  # a subclass too (a parametrized weight's layer)
             if len(row_shape) != dims + 1 or row_shape[0] != layer.in_channels:
                 shape = ", ".join(["N", *map(str, row_shape)])
                 raise ValueError(
                     f"{what} of shape [{shape}] do not fit the network's first layer "
-                    f"(nn.{type(layer).__name__} of {layer.in_channels} channels)"
+                    f"(nn.Conv{dims}d of {layer.in_channels} channels)"
                 )
             return
         elif any(True for _ in layer.parameters()) or not isinstance(
