@@ -1,5 +1,5 @@
 """SNGP: spectral-normalised hidden layers and a random-feature Gaussian-process output layer
-with a Laplace posterior (``sngp.py``; its layers in ``bayesify.nn.spectral_norm`` and
+with a Laplace posterior (``sngp.py``; its layers in ``bayesify.nn.spectral_bound`` and
 ``bayesify.nn.random_feature_gp``)."""
 
 from bayesify.methods.sngp.sngp import SNGP, SNGPConfig

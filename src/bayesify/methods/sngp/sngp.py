@@ -1,7 +1,7 @@
 """SNGP (Liu et al. 2020, NeurIPS; JMLR 2023): a deterministic network made distance-aware.
 
 Every hidden ``nn.Linear`` (and ``nn.Conv2d``) gets spectral normalisation with a bound c on its
-norm (:class:`~bayesify.nn.spectral_norm.SpectralNormLayer`), and the network's last
+norm (:class:`~bayesify.nn.spectral_bound.SpectralBound`), and the network's last
 ``nn.Linear`` (its output layer) becomes a random-feature Gaussian process
 (:class:`~bayesify.nn.random_feature_gp.RandomFeatureGP`): fixed random Fourier features of the
 body's features, a trained output weight β, and a Laplace posterior over β.
@@ -39,7 +39,7 @@ from bayesify.methods.core.base import Method, MethodConfig
 from bayesify.nn import check_sample_bytes, sampling
 from bayesify.nn.modes import eval_mode
 from bayesify.nn.random_feature_gp import RandomFeatureGP
-from bayesify.nn.spectral_norm import SpectralNormLayer, spectral_normalize
+from bayesify.nn.spectral_bound import bound_spectral_norms, raise_bounds_to_norms
 from bayesify.nn.stochastic import StochasticModule
 from bayesify.options import GPCovWeighting, GPPrediction, Task, shown
 from bayesify.train import Data, as_dataset
@@ -100,9 +100,9 @@ class SNGP(Method):
             raise ValueError("SNGP wraps a deterministic network; this one has stochastic layers")
         parent, name, last = _output_layer(net)
         generator = torch.Generator().manual_seed(cfg.seed)
-        self.spectral: list[SpectralNormLayer] = spectral_normalize(
-            net, cfg.spec_norm_bound, cfg.power_iterations, last, cfg.spectral_conv, cfg.seed
-        )
+        kinds = (nn.Linear, nn.Conv2d) if cfg.spectral_conv else (nn.Linear,)
+        hidden = [m for m in net.modules() if type(m) in kinds and m is not last]
+        bound_spectral_norms(hidden, cfg.spec_norm_bound, cfg.power_iterations, cfg.seed)
         self.head = RandomFeatureGP(
             last.in_features,
             last.out_features,
@@ -230,9 +230,7 @@ class SNGP(Method):
             raise ValueError("SNGP.from_pretrained fits the GP output layer on train: pass it")
         if not isinstance(epochs, int) or isinstance(epochs, bool) or epochs < 1:
             raise ValueError(f"epochs must be an int >= 1, got {shown(epochs)}")
-        for layer in self.spectral:  # the trained weights unscaled: bound = max(c, σ̂)
-            layer.power_iteration(50)
-            layer.bound.copy_(torch.maximum(layer.bound, layer.sigma().detach() * (1 + 1e-6)))
+        raise_bounds_to_norms(self.net)  # the trained weights unscaled: bound = max(c, σ̂)
         frozen = [p for p in self.net.parameters() if p is not self.head.beta and p.requires_grad]
         for p in frozen:
             p.requires_grad_(False)
