@@ -9,6 +9,14 @@ from bayesify.methods.distillation.distill import distill
 from bayesify.methods.distillation.distilled import Distilled, DistilledConfig
 from bayesify.methods.dropout.mc_dropout import MCDropout, MCDropoutConfig
 from bayesify.methods.ensemble.ensemble import DeepEnsemble, EnsembleConfig
+from bayesify.methods.evidential.classification import (
+    EvidentialClassifier,
+    EvidentialClassifierConfig,
+)
+from bayesify.methods.evidential.regression import (
+    EvidentialRegression,
+    EvidentialRegressionConfig,
+)
 from bayesify.methods.flow.flow_posterior import FlowConfig, FlowPosterior
 from bayesify.methods.ibnn.ibnn import IBNN, IBNNConfig
 from bayesify.methods.laplace.laplace import Laplace, LaplaceConfig
@@ -45,6 +53,10 @@ __all__ = [
     "EnsembleConfig",
     "BatchEnsemble",
     "BatchEnsembleConfig",
+    "EvidentialRegression",
+    "EvidentialRegressionConfig",
+    "EvidentialClassifier",
+    "EvidentialClassifierConfig",
     "Deterministic",
     "Method",
     "MethodConfig",

@@ -34,6 +34,8 @@ from bayesify.methods.core.inputs import check_device
 from bayesify.methods.distillation.distilled import Distilled
 from bayesify.methods.dropout.mc_dropout import MCDropout
 from bayesify.methods.ensemble.ensemble import DeepEnsemble
+from bayesify.methods.evidential.classification import EvidentialClassifier
+from bayesify.methods.evidential.regression import EvidentialRegression
 from bayesify.methods.flow.flow_posterior import FlowPosterior
 from bayesify.methods.ibnn.ibnn import IBNN
 from bayesify.methods.laplace.laplace import Laplace
@@ -59,6 +61,8 @@ METHODS: dict[str, type[Method]] = {
     "multiswag": MultiSWAG,
     "vcl": VCL,
     "distilled": Distilled,
+    "evidential-regression": EvidentialRegression,
+    "evidential-classification": EvidentialClassifier,
 }
 
 

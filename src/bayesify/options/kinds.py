@@ -326,3 +326,28 @@ class MemberBatch(StrEnum):
     SPLIT = "split"
     """The mini-batch is cut into M equal parts, one per member (rows beyond a multiple of M
     are left out of that step)."""
+
+
+class Evidence(StrEnum):
+    """How an evidential classifier turns its logits into non-negative evidence e (the
+    Dirichlet's concentrations are ``alpha = e + 1``; Sensoy et al. 2018)."""
+
+    RELU = "relu"
+    """``max(logit, 0)``, the paper's: a class with a negative logit has no evidence at all."""
+    SOFTPLUS = "softplus"
+    """``log(1 + exp(logit))``: smooth, every class keeps a little evidence and a gradient."""
+    EXP = "exp"
+    """``exp(logit)`` (logits clamped at 30 first): evidence grows fastest with the logit."""
+
+
+class EvidentialLoss(StrEnum):
+    """The data term of an evidential classifier, per row, under p ~ Dir(alpha) with
+    ``S = sum(alpha)`` (Sensoy et al. 2018, eq. 3-5)."""
+
+    MSE = "mse"
+    """The expected squared error ``E||y - p||²`` (eq. 5), the paper's choice."""
+    DIGAMMA = "digamma"
+    """The Bayes risk of cross-entropy ``E[-log p_y] = psi(S) - psi(alpha_y)`` (eq. 4)."""
+    LOG = "log"
+    """The negative log marginal likelihood ``log S - log alpha_y`` (eq. 3, type II maximum
+    likelihood)."""
