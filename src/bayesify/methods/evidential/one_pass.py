@@ -16,6 +16,7 @@ from torch import Tensor
 from bayesify.methods.core.base import Method
 from bayesify.nn import MaxRows, resolve_max_rows
 from bayesify.nn.modes import eval_mode
+from bayesify.train import Data
 
 
 class OnePassMethod(Method):
@@ -79,6 +80,23 @@ class OnePassMethod(Method):
         x, _ = self._sample_inputs(x, samples, None, None)
         with eval_mode(self.net), torch.no_grad():
             return self._draws(self.heads(x), samples, generator)
+
+    def _from_pretrained(
+        self,
+        train: Data | None,
+        val: Data | None,
+        *,
+        batch_size: int | None,
+        seed: int,
+        progress: bool,
+        epochs: int = 10,
+        lr: float = 1e-3,
+    ) -> None:
+        """Train the whole network with the evidential loss on ``train`` for ``epochs`` epochs
+        at ``lr`` (the head's new outputs start untrained; ``epochs=0`` keeps them)."""
+        super()._from_pretrained(
+            train, val, batch_size=batch_size, seed=seed, progress=progress, epochs=epochs, lr=lr
+        )
 
     def summaries(self, x: Any) -> dict[str, Tensor]:
         """The closed forms at raw inputs ``x`` (as :meth:`predict` takes them), what the Monte
