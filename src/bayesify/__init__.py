@@ -48,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "MultiSWAG": "bayesify.methods",
     "VCL": "bayesify.methods",
     "MultiHeadMLP": "bayesify.models.multihead",
+    "VBLL": "bayesify.methods",
 }  # fmt: skip
 
 __all__ = [
@@ -83,6 +84,7 @@ __all__ = [
     "set_stochastic",
     "VCL",
     "MultiHeadMLP",
+    "VBLL",
 ]
 
 if TYPE_CHECKING:
@@ -92,6 +94,7 @@ if TYPE_CHECKING:
         METHODS,
         SWAG,
         TTA,
+        VBLL,
         VCL,
         BatchEnsemble,
         BayesByBackprop,

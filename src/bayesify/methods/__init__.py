@@ -24,6 +24,7 @@ from bayesify.methods.registry import (
 from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm, StochasticNormConfig
 from bayesify.methods.swag.swag import SWAG, MultiSWAG, MultiSWAGConfig, SWAGConfig
 from bayesify.methods.tta.tta import TTA, TTAConfig
+from bayesify.methods.vbll.vbll import VBLL, VBLLConfig
 from bayesify.nn.folding import DEFAULT_MAX_ROWS, resolve_max_rows
 from bayesify.options import KLSchedule
 
@@ -45,6 +46,8 @@ __all__ = [
     "EnsembleConfig",
     "BatchEnsemble",
     "BatchEnsembleConfig",
+    "VBLL",
+    "VBLLConfig",
     "Deterministic",
     "Method",
     "MethodConfig",

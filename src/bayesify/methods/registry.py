@@ -41,6 +41,7 @@ from bayesify.methods.mcbn.mcbn import MCBN
 from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm
 from bayesify.methods.swag.swag import SWAG, MultiSWAG
 from bayesify.methods.tta.tta import TTA
+from bayesify.methods.vbll.vbll import VBLL
 from bayesify.models import build_model, net_from_reference
 
 METHODS: dict[str, type[Method]] = {
@@ -59,6 +60,7 @@ METHODS: dict[str, type[Method]] = {
     "multiswag": MultiSWAG,
     "vcl": VCL,
     "distilled": Distilled,
+    "vbll": VBLL,
 }
 
 

@@ -55,6 +55,7 @@ from bayesify.options.kinds import (
     SwagBatchNorm,
     SwagSchedule,
     Task,
+    VBLLCovariance,
 )
 from bayesify.options.parsing import parse_fields, parse_option, parse_value, shown
 from bayesify.options.transforms import (
@@ -82,6 +83,7 @@ __all__ = [
     "Likelihood",
     "Link",
     "MemberBatch",
+    "VBLLCovariance",
     "NoiseObjective",
     "NoiseProtocol",
     "Norm",

@@ -326,3 +326,14 @@ class MemberBatch(StrEnum):
     SPLIT = "split"
     """The mini-batch is cut into M equal parts, one per member (rows beyond a multiple of M
     are left out of that step)."""
+
+
+class VBLLCovariance(StrEnum):
+    """How VBLL parametrises the covariance ``S_k`` of each output's last-layer weights."""
+
+    DENSE = "dense"
+    """A full covariance through its Cholesky factor: ``S_k = L_k L_kᵀ`` (D² numbers per output)."""
+    DIAGONAL = "diagonal"
+    """Independent weights: ``S_k`` diagonal (D numbers per output)."""
+    LOWRANK = "lowrank"
+    """A diagonal plus ``rank`` directions: ``S_k = diag + U_k U_kᵀ`` (D·(rank + 1) per output)."""
