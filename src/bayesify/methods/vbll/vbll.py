@@ -94,7 +94,8 @@ class VBLL(Method):
             )
         self.body_frozen = False
         if cfg.task is Task.REGRESSION and not self.layer.noise_log_var.is_meta:
-            self.noise_variance = float(self.layer.noise_variance().detach())
+            # the starting σ², not yet fitted: predicting before training warns
+            self._noise_variance = float(self.layer.noise_variance().detach())
 
     def bound(self, x: Tensor, y: Tensor) -> Tensor:
         """Mean over the rows of the expected log-likelihood bound (0-dim)."""
