@@ -23,7 +23,7 @@ DATASET = "fashion-mnist"
 MODELS = ("lenet", "resnet")
 METHODS = ("deterministic", "mc-dropout", "mcbn", "ensemble", "bbb", "ibnn", "stochastic-norm",
            "laplace", "laplace-sampled", "laplace-torch", "tta", "mc-dropout-tta",
-           "swag", "multiswag")  # fmt: skip
+           "swag", "multiswag", "vbll")  # fmt: skip
 #: test-time augmentation (Ashukha et al. 2020) over the network of another method, without
 #: retraining: "tta" on the deterministic network, "mc-dropout-tta" on the MC dropout one
 TTA_OVER = {"tta": "deterministic", "mc-dropout-tta": "mc-dropout"}
@@ -154,6 +154,8 @@ def _build(method: str, job: ImagesJob) -> Any:
                                  variational_lr=1e-2, **cls)  # fmt: skip
         if method == "stochastic-norm":
             return bayesify.StochasticNorm(_factory(job.model, norm=None), **cls)
+        if method == "vbll":  # the body and the variational last layer trained together
+            return bayesify.VBLL(_factory(job.model), **cls)
     raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
 
 
