@@ -38,11 +38,13 @@ from bayesify.train import Data
 
 @dataclass(frozen=True)
 class VBLLConfig(MethodConfig):
-    """``covariance`` of each output's weights (dense, diagonal, lowrank with ``rank``
-    directions); ``prior_scale``: the prior variance of every last-layer weight;
-    ``wishart_scale`` and ``dof``: the Wishart prior on the noise precision; ``kl_weight``:
-    multiplies the regularisers' 1/N_data; ``init_std``: the weights' initial posterior std
-    (None: 1/√D); ``init_noise_variance``: the noise variance Σ starts at."""
+    """``covariance``: the covariance of each output's weights (dense, diagonal, or lowrank: a
+    diagonal plus ``rank`` directions); ``rank``: the low-rank covariance's directions;
+    ``prior_scale``: the prior variance of every last-layer weight; ``wishart_scale``: the scale
+    of the Wishart prior on the noise precision; ``dof``: the Wishart prior's degrees of
+    freedom; ``kl_weight``: multiplies the regularisers' 1/N_data; ``init_std``: the weights'
+    initial posterior std (None: 1/√D); ``init_noise_variance``: the noise variance Σ starts
+    at."""
 
     covariance: VBLLCovariance = VBLLCovariance.DENSE
     rank: int = 2
