@@ -16,6 +16,7 @@ from test_mcbn import regression_data
 from torch.distributions import MultivariateNormal, kl_divergence
 
 import bayesify
+from bayesify.methods.core.sampling import Sampling
 from bayesify.methods.core.spread import NegligibleSpreadWarning, epistemic_share
 from bayesify.methods.vbll.bounds import jensen_bound, regression_bound, wishart_term
 from bayesify.models import lenet, mlp
@@ -246,6 +247,21 @@ def test_from_pretrained_fits_only_the_last_layer_and_leaves_the_net_alone():
     assert epistemic_share(pred) > 0.001
     with pytest.raises(ValueError, match="needs training data"):
         bayesify.VBLL.from_pretrained(net, val=(x, y), epochs=3)
+
+
+@pytest.mark.parametrize(("task", "n_out"), [("regression", 1), ("classification", 4)])
+def test_the_features_times_draws_pass_equals_the_shared_chunked_pass(task, n_out):
+    """The body once per row and one product with the T draws gives the samples the shared
+    pass (the body's output repeated T times through the layer) gives, for any row budget (up
+    to the float32 body's rounding on chunks of other sizes)."""
+    torch.manual_seed(0)
+    m = bayesify.VBLL(mlp(6, n_out, (12,), norm=None), task=task, covariance="lowrank")
+    x = torch.randn(50, 6)
+    with torch.no_grad():
+        shared = Sampling._draw_samples(m, x, 30, torch.Generator().manual_seed(0), 64)
+        for rows in (None, 64, 7, 1):
+            fast = m._draw_samples(x, 30, torch.Generator().manual_seed(0), rows)
+            torch.testing.assert_close(fast, shared, rtol=1e-5, atol=1e-6)  # float32 body
 
 
 def test_sampling_block_outside_predict_uses_the_mean_outside():

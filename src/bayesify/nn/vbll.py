@@ -171,6 +171,13 @@ class VBLLLinear(SampledLinear):
             plan = replace(plan, draws=draws)
         super().begin_sampling(plan)
 
+    def draws(self) -> tuple[Tensor, Tensor | None]:
+        """Inside a sampling block: the selected groups' weights ``[G, out, in]`` and biases
+        ``[G, out]`` (or None), in the layer's dtype."""
+        if self._draw is None:
+            raise RuntimeError("VBLLLinear.draws needs an active sampling block")
+        return self._draw
+
     def forward(self, x: Tensor) -> Tensor:
         if self.capture:
             self.features = x

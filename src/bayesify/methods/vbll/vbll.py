@@ -31,9 +31,14 @@ from torch import Tensor, nn
 
 from bayesify.methods.core.base import Method, MethodConfig
 from bayesify.methods.vbll.bounds import jensen_bound, regression_bound, wishart_term
+from bayesify.nn import check_sample_bytes
+from bayesify.nn.folding import deterministic_prefix
 from bayesify.nn.vbll import VBLLLinear, vbll_last_layer
 from bayesify.options import Task, VBLLCovariance
 from bayesify.train import Data
+
+#: numbers one product of the features with the T weight draws may hold (32 MiB in float64)
+PRODUCT_NUMBERS = 2**22
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,48 @@ class VBLL(Method):
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
         if self.config.task is Task.REGRESSION:
             self.noise_variance = float(self.layer.noise_variance().detach())
+
+    def _draw_samples(
+        self,
+        x: Tensor,
+        samples: int,
+        generator: torch.Generator | None,
+        max_rows: int | None,
+        start: int = 0,
+        max_bytes: int | None = None,
+    ) -> Tensor:
+        """``[T, N, out]``. Where the VBLL layer ends an ``nn.Sequential`` whose other layers
+        draw nothing, the body runs once per row (``max_rows`` rows a forward) and the T weight
+        draws are one product ``φ̃ [n, D] @ [D, T·out]`` (float64, as the layer computes),
+        instead of the body's output repeated T times; otherwise the shared chunked pass."""
+        net, k = self.net, len(self.net) - 1 if isinstance(self.net, nn.Sequential) else -1
+        if (
+            k < 0
+            or net[k] is not self.layer
+            or start not in (0, k)
+            or (deterministic_prefix(net) != k)
+        ):
+            return super()._draw_samples(x, samples, generator, max_rows, start, max_bytes)
+        layer, rows = self.layer, max_rows or len(x) or 1
+        n_out = layer.out_features
+        product_rows = max(1, min(rows, PRODUCT_NUMBERS // (samples * n_out)))
+        out: Tensor | None = None
+        with self.sampling(samples, generator):
+            w, b = layer.draws()  # [T, out, in], [T, out] or None
+            wt = w.double().permute(2, 0, 1).reshape(layer.in_features, samples * n_out)
+            bias = None if b is None else b.double().reshape(samples * n_out)
+            for i in range(0, len(x), rows):
+                h = x[i : i + rows] if start else net[:k](x[i : i + rows])
+                for j in range(0, len(h), product_rows):
+                    c = h[j : j + product_rows].double()
+                    y = c @ wt if bias is None else torch.addmm(bias, c, wt)
+                    y = y.reshape(len(c), samples, n_out).transpose(0, 1).to(h.dtype)
+                    if out is None:
+                        check_sample_bytes(samples, len(x), n_out, y.element_size(), 0, max_bytes)
+                        out = y.new_empty((samples, len(x), n_out))
+                    out[:, i + j : i + j + len(c)] = y
+        assert out is not None
+        return out
 
     def _from_pretrained(
         self,
