@@ -58,9 +58,9 @@ class VBLLLinear(SampledLinear):
             self.off_diag = nn.Parameter(w.new_zeros(self.out_features, d, d))
         elif covariance == "lowrank":
             self.off_diag = nn.Parameter(w.new_zeros(self.out_features, d, rank))
-        self.noise_log_var = nn.Parameter(w.new_full((self.out_features,), 0.0))
-        with torch.no_grad():
-            self.noise_log_var.fill_(math.log(init_noise_variance))
+        self.noise_log_var = nn.Parameter(
+            w.new_full((self.out_features,), math.log(init_noise_variance))
+        )
         self.capture = False  # while True, forward keeps its input as ``features``
         self.features: Tensor | None = None
 
@@ -109,12 +109,12 @@ class VBLLLinear(SampledLinear):
     def trace(self) -> Tensor:
         """``tr S_k [out]``."""
         out = (2 * self.log_diag).exp().sum(-1)
-        if self.covariance == "dense":
-            out = out + (torch.tril(self.off_diag, diagonal=-1) ** 2).sum((-2, -1))  # type: ignore[arg-type]
-        elif self.covariance == "lowrank":
-            assert self.off_diag is not None
-            out = out + (self.off_diag**2).sum((-2, -1))
-        return out
+        if self.off_diag is None:
+            return out
+        off = (
+            torch.tril(self.off_diag, diagonal=-1) if self.covariance == "dense" else self.off_diag
+        )
+        return out + (off**2).sum((-2, -1))
 
     def logdet(self) -> Tensor:
         """``log det S_k [out]`` (low rank: the matrix determinant lemma)."""
@@ -184,10 +184,17 @@ class VBLLLinear(SampledLinear):
         return super().forward(x)
 
 
-def vbll_last_layer(net: nn.Module, **options: float | int | str | None) -> VBLLLinear:
+def vbll_last_layer(
+    net: nn.Module,
+    covariance: str = "dense",
+    rank: int = 2,
+    init_std: float | None = None,
+    init_noise_variance: float = 1.0,
+) -> VBLLLinear:
     """Replace the last ``nn.Linear`` of ``net`` (in place) by a :class:`VBLLLinear` whose mean
-    is that layer's weights; returns the new layer (``options``: :class:`VBLLLinear`'s)."""
+    is that layer's weights (the other arguments: :class:`VBLLLinear`'s); returns it."""
     parent, name, layer = last_linear(net)
-    new = VBLLLinear(layer, **options).to(layer.weight.device).train(layer.training)  # type: ignore[arg-type]
+    new = VBLLLinear(layer, covariance, rank, init_std, init_noise_variance)
+    new = new.to(layer.weight.device).train(layer.training)
     setattr(parent, name, new)
     return new
