@@ -160,6 +160,20 @@ def test_regression_predictive_matches_the_closed_form():
     torch.testing.assert_close(pred.variance, quad + sigma2, rtol=0.05, atol=0)
 
 
+@pytest.mark.parametrize("refit", [True, False])
+def test_validation_refits_the_noise_or_keeps_the_learned_one(refit):
+    x, y = regression_data()
+    torch.manual_seed(0)
+    m = bayesify.VBLL(mlp(5, 1, (16,), norm=None), refit_noise=refit)
+    m.fit((x[:200], y[:200]), val=(x[200:], y[200:]), epochs=3, batch_size=32, progress=False)
+    learned = m.layer.noise_variance().item()
+    assert m.noise_fitted and m.constant_variance is not None
+    if refit:  # the PLL-optimal σ² of the validation rows, not the bound's
+        assert m.noise_variance != pytest.approx(learned, rel=1e-3)
+    else:
+        assert m.noise_variance == pytest.approx(learned)
+
+
 def test_classification_samples_are_logits_of_weight_draws():
     torch.manual_seed(0)
     m = bayesify.VBLL(mlp(3, 4, (8,), norm=None), task="classification")

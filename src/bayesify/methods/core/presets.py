@@ -275,6 +275,7 @@ _PRESETS.append(
             "dof": 1.0,
             "kl_weight": 1.0,
             "init_noise_variance": 0.1353352832366127,
+            "refit_noise": False,  # the paper's predictive uses the learned noise
         },  # fmt: skip
     )
 )

@@ -49,7 +49,8 @@ class VBLLConfig(MethodConfig):
     of the Wishart prior on the noise precision; ``dof``: the Wishart prior's degrees of
     freedom; ``kl_weight``: multiplies the regularisers' 1/N_data; ``init_std``: the weights'
     initial posterior std (None: 1/√D); ``init_noise_variance``: the noise variance Σ starts
-    at."""
+    at; ``refit_noise``: whether validation data refits the regression σ² for
+    ``noise_objective`` as for every method (False: the σ² the bound learned is kept)."""
 
     covariance: VBLLCovariance = VBLLCovariance.DENSE
     rank: int = 2
@@ -59,6 +60,7 @@ class VBLLConfig(MethodConfig):
     kl_weight: float = 1.0
     init_std: float | None = None
     init_noise_variance: float = 1.0
+    refit_noise: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -154,6 +156,16 @@ class VBLL(Method):
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
         if self.config.task is Task.REGRESSION:
             self.noise_variance = float(self.layer.noise_variance().detach())
+
+    def fit_noise(self, val: Data, *, seed: int = 0) -> float:
+        """σ² refitted on ``val`` as for every method, or (``refit_noise=False``) the learned σ²
+        kept; the constant baseline is fitted on ``val`` either way."""
+        learned = float(self.layer.noise_variance().detach())
+        fitted = super().fit_noise(val, seed=seed)
+        if self.config.refit_noise:
+            return fitted
+        self.noise_variance = learned
+        return learned
 
     def _draw_samples(
         self,
