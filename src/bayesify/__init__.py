@@ -32,6 +32,8 @@ _EXPORTS: dict[str, str] = {
     ),
     "Laplace": "bayesify.methods",
     "BatchEnsemble": "bayesify.methods",
+    "DDU": "bayesify.methods",
+    "SNGP": "bayesify.methods",
     "FlowPosterior": "bayesify.methods",
     "Distilled": "bayesify.methods",
     "distill": "bayesify.methods",
@@ -49,6 +51,10 @@ _EXPORTS: dict[str, str] = {
     "VCL": "bayesify.methods",
     "MultiHeadMLP": "bayesify.models.multihead",
     "VBLL": "bayesify.methods",
+    "NegligibleSpreadWarning": "bayesify.methods.core.spread",
+    "OOD_SCORES": "bayesify.predictive.ood",
+    "fit_mahalanobis": "bayesify.methods.core.ood",
+    "ood_scores": "bayesify.methods.core.ood",
 }  # fmt: skip
 
 __all__ = [
@@ -59,6 +65,7 @@ __all__ = [
     "BatchEnsemble",
     "BayesByBackprop",
     "CRPSForm",
+    "DDU",
     "Conformal",
     "DeepEnsemble",
     "Deterministic",
@@ -85,13 +92,20 @@ __all__ = [
     "VCL",
     "MultiHeadMLP",
     "VBLL",
+    "NegligibleSpreadWarning",
+    "OOD_SCORES",
+    "fit_mahalanobis",
+    "ood_scores",
+    "SNGP",
 ]
 
 if TYPE_CHECKING:
     from bayesify.methods import (
+        DDU,
         IBNN,
         MCBN,
         METHODS,
+        SNGP,
         SWAG,
         TTA,
         VBLL,
@@ -114,10 +128,13 @@ if TYPE_CHECKING:
         load,
         register_method,
     )
+    from bayesify.methods.core.ood import fit_mahalanobis, ood_scores
+    from bayesify.methods.core.spread import NegligibleSpreadWarning
     from bayesify.models.multihead import MultiHeadMLP
     from bayesify.nn import sampling, set_stochastic
     from bayesify.posthoc.conformal import Conformal, calibrate_conformal
     from bayesify.predictive import CRPSForm, Predictive, Task
+    from bayesify.predictive.ood import OOD_SCORES
     from bayesify.predictor import Predictor
 
 

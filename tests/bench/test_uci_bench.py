@@ -128,6 +128,9 @@ def test_scores_match_scipy_mixture_and_constant_baseline():
     assert out["pll_norm"] == pytest.approx(
         100 * (ll.mean() - cu.mean()) / (opt - cu.mean()), abs=1e-3
     )  # float32 scores: ×100 scale
+    epistemic = means.var(0)  # population variance over the T samples, as the mixture's
+    share = epistemic / (epistemic + noise**2)
+    assert 0 < out["epistemic_share"] == pytest.approx(share.mean(), rel=1e-4)
 
 
 def test_run_resumes_and_page_reads_several_stores(tmp_path):

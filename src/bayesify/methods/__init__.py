@@ -5,6 +5,7 @@ from bayesify.methods.bbb.bayes_by_backprop import BayesByBackprop, BBBConfig
 from bayesify.methods.continual.vcl import VCL, VCLConfig
 from bayesify.methods.core.base import Method, MethodConfig
 from bayesify.methods.core.deterministic import Deterministic
+from bayesify.methods.ddu.ddu import DDU, DDUConfig
 from bayesify.methods.distillation.distill import distill
 from bayesify.methods.distillation.distilled import Distilled, DistilledConfig
 from bayesify.methods.dropout.mc_dropout import MCDropout, MCDropoutConfig
@@ -21,6 +22,7 @@ from bayesify.methods.registry import (
     register_method,
     resolve_method_names,
 )
+from bayesify.methods.sngp.sngp import SNGP, SNGPConfig
 from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm, StochasticNormConfig
 from bayesify.methods.swag.swag import SWAG, MultiSWAG, MultiSWAGConfig, SWAGConfig
 from bayesify.methods.tta.tta import TTA, TTAConfig
@@ -48,6 +50,10 @@ __all__ = [
     "BatchEnsembleConfig",
     "VBLL",
     "VBLLConfig",
+    "DDU",
+    "DDUConfig",
+    "SNGP",
+    "SNGPConfig",
     "Deterministic",
     "Method",
     "MethodConfig",

@@ -122,8 +122,8 @@ def uncertainty_error_bins(std: Tensor, error: Tensor, bins: int = UE_BINS) -> d
 
 def score_predictive(method: Any, pred: Any, data: Any) -> dict[str, Any]:
     """Test scores in original units of a fitted ``method``'s test predictive ``pred`` (model
-    units): RMSE, LL, CRPS, the constant baseline's LL and CRPS, normalised scores (×100) and
-    the uncertainty–error bins."""
+    units): RMSE, LL, CRPS, the epistemic share of the predictive variance, the constant
+    baseline's LL and CRPS, normalised scores (×100) and the uncertainty–error bins."""
     from bayesify import metrics
 
     loc, scale = data.scaler.y_mean, data.scaler.y_std
@@ -135,6 +135,8 @@ def score_predictive(method: Any, pred: Any, data: Any) -> dict[str, Any]:
         "ll": ll,
         "crps": crps,
         "mean_std": float(mc.std.mean()),
+        # the weights' part of the predictive variance, per test point, averaged
+        "epistemic_share": float((mc.epistemic_variance / mc.variance).mean()),
     }
     if method.constant_variance is not None:
         cu = method.constant_baseline(pred).affine(loc, scale)
