@@ -34,6 +34,8 @@ _EXPORTS: dict[str, str] = {
     "BatchEnsemble": "bayesify.methods",
     "EvidentialRegression": "bayesify.methods",
     "EvidentialClassifier": "bayesify.methods",
+    "DDU": "bayesify.methods",
+    "SNGP": "bayesify.methods",
     "FlowPosterior": "bayesify.methods",
     "Distilled": "bayesify.methods",
     "distill": "bayesify.methods",
@@ -50,6 +52,11 @@ _EXPORTS: dict[str, str] = {
     "MultiSWAG": "bayesify.methods",
     "VCL": "bayesify.methods",
     "MultiHeadMLP": "bayesify.models.multihead",
+    "VBLL": "bayesify.methods",
+    "NegligibleSpreadWarning": "bayesify.methods.core.spread",
+    "OOD_SCORES": "bayesify.predictive.ood",
+    "fit_mahalanobis": "bayesify.methods.core.ood",
+    "ood_scores": "bayesify.methods.core.ood",
 }  # fmt: skip
 
 __all__ = [
@@ -62,6 +69,7 @@ __all__ = [
     "EvidentialClassifier",
     "BayesByBackprop",
     "CRPSForm",
+    "DDU",
     "Conformal",
     "DeepEnsemble",
     "Deterministic",
@@ -87,15 +95,24 @@ __all__ = [
     "set_stochastic",
     "VCL",
     "MultiHeadMLP",
+    "VBLL",
+    "NegligibleSpreadWarning",
+    "OOD_SCORES",
+    "fit_mahalanobis",
+    "ood_scores",
+    "SNGP",
 ]
 
 if TYPE_CHECKING:
     from bayesify.methods import (
+        DDU,
         IBNN,
         MCBN,
         METHODS,
+        SNGP,
         SWAG,
         TTA,
+        VBLL,
         VCL,
         BatchEnsemble,
         BayesByBackprop,
@@ -117,10 +134,13 @@ if TYPE_CHECKING:
         load,
         register_method,
     )
+    from bayesify.methods.core.ood import fit_mahalanobis, ood_scores
+    from bayesify.methods.core.spread import NegligibleSpreadWarning
     from bayesify.models.multihead import MultiHeadMLP
     from bayesify.nn import sampling, set_stochastic
     from bayesify.posthoc.conformal import Conformal, calibrate_conformal
     from bayesify.predictive import CRPSForm, Predictive, Task
+    from bayesify.predictive.ood import OOD_SCORES
     from bayesify.predictor import Predictor
 
 

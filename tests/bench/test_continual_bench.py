@@ -34,10 +34,15 @@ def test_truncated_normal_initialisation():
 
 
 def test_permuted_overrides_set_t_and_epochs_on_permuted_mnist_only():
-    opts = ContinualOptions(preset="paper", samples_permuted=20, epochs_permuted=30)
+    mnist = ("permuted-mnist", "split-mnist")
+    opts = ContinualOptions(
+        preset="paper", samples_permuted=20, epochs_permuted=30, benchmarks=mnist
+    )
     got = {(j.dataset, j.samples, j.epochs, j.batch_size) for j in opts.jobs()}
     assert got == {("permuted-mnist", 20, 30, 256), ("split-mnist", 100, 120, 0)}
-    plain = {(j.samples, j.epochs) for j in ContinualOptions(preset="paper").jobs()}
+    plain = {
+        (j.samples, j.epochs) for j in ContinualOptions(preset="paper", benchmarks=mnist).jobs()
+    }
     assert plain == {(100, 100), (100, 120)}  # 0: --samples and the preset's epochs
     assert "20 epochs per task" in _recipe("permuted-mnist", opts.__class__(epochs_permuted=20))
 

@@ -13,7 +13,7 @@ import torch
 from bayesify.bench.images import command as images
 from bayesify.bench.images import jobs as ij
 from bayesify.bench.images.report import SECTIONS
-from bayesify.bench.images.scores import COVERAGE_GRID, coverage_scores
+from bayesify.bench.images.scores import COVERAGE_GRID, coverage_scores, ood_scores
 from bayesify.data import DataError, data_root
 from bayesify.data.corruptions import gaussian_mix, salt_and_pepper
 from bayesify.metrics import calibration_error_of_curve, expected_calibration_error
@@ -74,6 +74,62 @@ def test_coverage_scores_match_a_sorted_reference():
         assert got[name]["error"][-1] == pytest.approx(wrong.mean())
 
 
+def test_ood_scores_match_sklearn_for_every_score():
+    from sklearn.metrics import average_precision_score, roc_auc_score
+
+    g = torch.Generator().manual_seed(0)
+    p_in = Predictive.from_logits(4 * torch.randn(5, 30, 4, generator=g))
+    p_out = Predictive.from_logits(torch.randn(5, 20, 4, generator=g))
+    extra_in, extra_out = (
+        {"mahalanobis": torch.rand(30, generator=g)},
+        {"mahalanobis": torch.rand(20, generator=g) + 0.3},
+    )
+    out = ood_scores(p_in, p_out, extra_in, extra_out)
+    assert set(out) == {"max_prob", "max_logit", "energy", "entropy", "mutual_information",
+                        "mahalanobis"}  # fmt: skip
+    truth = np.r_[np.zeros(30), np.ones(20)]
+    for name, m in out.items():
+        s_in = extra_in[name] if name in extra_in else p_in.ood_score(name)
+        s_out = extra_out[name] if name in extra_out else p_out.ood_score(name)
+        both = np.r_[s_in.numpy(), s_out.numpy()]
+        assert m["auroc"] == pytest.approx(roc_auc_score(truth, both))
+        assert m["aupr"] == pytest.approx(average_precision_score(truth, both), abs=0.02)
+        assert m["mean_out"] == pytest.approx(float(s_out.double().mean()))
+    probs = Predictive.classification(p_in.samples)  # no logits: no logit scores
+    assert "energy" not in ood_scores(probs, probs)
+
+
+def test_ood_section_shows_each_methods_default_and_best_score():
+    from bayesify.bench.images.report import ood_section
+
+    def row(**auroc):  # a stored row's OOD metrics (older rows name MI "mi")
+        return {"ood": {k: {"auroc": v, "aupr": 0.5, "fpr95": 0.5} for k, v in auroc.items()}}
+
+    methods = {
+        "deterministic": [row(max_prob=0.80, entropy=0.82, mi=0.5, expected_entropy=0.7)],
+        "mcbn": [row(max_prob=0.81, energy=0.90, entropy=0.83, mutual_information=0.86)],
+    }
+    text = "\n".join(ood_section("lenet", methods))
+    assert "| deterministic | 1 − max prob | 0.8000 | entropy | 0.8200 |" in text
+    assert "| mcbn | MI | 0.8600 | energy | 0.9000 |" in text
+    assert "| 1 − max prob | energy | entropy | MI |" in text  # scores some method gives
+    assert "mcbn (MI, 0.8600), beats the deterministic baseline (1 − max prob, 0.8000)" in text
+
+
+def test_a_density_score_is_scored_as_the_predictive_scores_are():
+    """DDU's density joins a job's OOD and coverage results: fed the entropy as its score, it
+    gives exactly the entropy's entries."""
+    g = torch.Generator().manual_seed(3)
+    p_in = Predictive.classification(torch.softmax(torch.randn(1, 200, 4, generator=g), -1))
+    p_out = Predictive.classification(torch.softmax(torch.randn(1, 90, 4, generator=g) / 3, -1))
+    y = torch.randint(0, 4, (200,), generator=g)
+    e_in, e_out = p_in.ood_score("entropy"), p_out.ood_score("entropy")
+    ood = ood_scores(p_in, p_out, {"density": e_in}, {"density": e_out})
+    assert ood["density"] == ood["entropy"]
+    coverage = coverage_scores(p_in, y, {"density": e_in})
+    assert coverage["density"] == coverage["entropy"]
+
+
 def _tiny_preset() -> ij.Preset:
     return replace(ij.PRESETS["quick"], epochs=1, samples=3, n_calib=60, n_ood=80,
                    n_corrupt=40, gammas=(0.0, 1.0), ps=(0.0, 0.5), bank_batches=(16, 32),
@@ -97,7 +153,8 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
         png = tmp_path / "images" / f"{name}_lenet.png"
         assert png.stat().st_size > 5_000
         assert f"(images/{name}_lenet.png)" in text
-    assert "deterministic (baseline) | 1 − max prob" in text
+    assert "| deterministic | 1 − max prob |" in text  # the baseline's default score
+    assert "| −max logit | energy | entropy | MI | Mahalanobis |" in text
     assert "4 finished" in text
     # every job trained: deterministic and ensemble member 0 are one cached network
     assert sorted(p.name.split("-s")[0] for p in (tmp_path / "nets").iterdir()) == [
@@ -122,6 +179,9 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
     assert rows["deterministic"]["n"] == {"train": 200, "val": 200, "test": 100, "ood": 80,
                                           "corrupt": 40}  # fmt: skip
     assert [s["b"] for s in rows["mcbn"]["mcbn_sweep"]] == [16, 32]
+    for method in ("deterministic", "mcbn", "ensemble", "mc-dropout"):
+        assert set(rows[method]["ood"]) == {"max_prob", "max_logit", "energy", "entropy",
+                                            "mutual_information", "mahalanobis"}  # fmt: skip
     assert len(rows["mc-dropout"]["corruption"]["gaussian"]) == 2
 
     again = images.run(opts)  # every row is done: nothing is recomputed
@@ -152,7 +212,8 @@ def test_every_paper_method_trains_and_samples_on_both_models(model):
         m.fit((x, y), epochs=1, batch_size=16, progress=False)
         samples = m.predict(x[:4], samples=4, seed=0).samples
         assert samples.shape == (4, 4, 10), method
-        assert (method == "deterministic") == bool((samples == samples[0]).all()), method
+        deterministic = method in ("deterministic", "ddu")
+        assert deterministic == bool((samples == samples[0]).all()), method
 
 
 def test_swag_and_multiswag_start_from_the_deterministic_network():

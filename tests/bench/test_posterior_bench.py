@@ -1,5 +1,6 @@
 """``bayesify bench posterior`` killed with SIGKILL part-way resumes without recomputing the
-finished rows (HMC references included), and its page says which runs are references."""
+finished rows (HMC references included), and its page says which runs are references and puts
+each method's f(x) distance beside the floor of a second reference."""
 
 from __future__ import annotations
 
@@ -36,13 +37,13 @@ def _done(store) -> dict[tuple, tuple[float, int]]:
     conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
     try:
         rows = conn.execute(
-            "SELECT method, dataset, created, attempts FROM runs WHERE status='done'"
+            "SELECT method, dataset, seed, created, attempts FROM runs WHERE status='done'"
         ).fetchall()
     except sqlite3.OperationalError:
         return {}
     finally:
         conn.close()
-    return {(m, d): (c, a) for m, d, c, a in rows}
+    return {(m, d, s): (c, a) for m, d, s, c, a in rows}
 
 
 @pytest.mark.slow
@@ -60,8 +61,8 @@ def test_sigkill_then_rerun_resumes_without_recomputing(tmp_path, caplog):
         proc.wait()
     assert proc.returncode == -signal.SIGKILL, "the run ended before it could be killed"
     before = _done(store)
-    # the references run first: killed after the reference, before the method's row
-    assert set(before) == {("hmc", "toy-1d")}, f"{sorted(before)} done when killed"
+    # the references (the floor's second one too) run first: killed before the method's row
+    assert before and {m for m, _, _ in before} == {"hmc"}, f"{sorted(before)} done when killed"
     bundle = tmp_path / "refs"
     stamps = {p: p.stat().st_mtime_ns for p in bundle.rglob("*.safetensors")}
 
@@ -76,7 +77,7 @@ def test_sigkill_then_rerun_resumes_without_recomputing(tmp_path, caplog):
     finally:
         torch.set_num_threads(threads)
     after = _done(store)
-    assert set(after) == {("hmc", "toy-1d"), ("mc-dropout", "toy-1d")}
+    assert set(after) == {("hmc", "toy-1d", 0), ("hmc", "toy-1d", 1), ("mc-dropout", "toy-1d", 0)}
     for key, (created, attempts) in before.items():
         assert after[key] == (created, attempts) and attempts == 1
     # the finished reference's draws were not sampled again: its files are untouched
@@ -87,12 +88,20 @@ def test_sigkill_then_rerun_resumes_without_recomputing(tmp_path, caplog):
     assert "| toy-1d | 0 |" in page and "| mc-dropout |" in page
     # each run is called a reference exactly when its largest R-hat is at most 1.05
     conn = sqlite3.connect(store)
-    refs = conn.execute("SELECT dataset, metrics FROM runs WHERE method='hmc'").fetchall()
+    refs = conn.execute("SELECT dataset, seed, metrics FROM runs WHERE method='hmc'").fetchall()
+    (method,) = conn.execute("SELECT metrics FROM runs WHERE method='mc-dropout'").fetchone()
     conn.close()
-    for dataset, metrics in refs:
+    for dataset, seed, metrics in refs:
         rhat = json.loads(metrics)["rhat_max"]
-        row = next(line for line in page.splitlines() if line.startswith(f"| {dataset} | 0 |"))
-        assert row.endswith("| yes |") == (rhat <= 1.05), row
+        head = f"| {dataset} | 0 | {seed} |"
+        row = next(line for line in page.splitlines() if line.startswith(head))
+        assert row.split(" | ")[-2] == "yes" if rhat <= 1.05 else "**no**" in row.split(" | ")[-2]
+    # the page leads with f(x): W2 on f(x) beside the floor, which the second reference gave
+    m = json.loads(method)
+    assert m["floor_w2_f"] > 0 and m["w2_f"] > 0
+    first = page.index("| mc-dropout | 10 |")
+    assert first < page.index("## HMC diagnostics")
+    assert page[first:].startswith(f"| mc-dropout | 10 | {m['w2_f']:.3f} | {m['floor_w2_f']:.3f} |")
     assert (tmp_path / "posterior" / "toy_1d.png").stat().st_size > 1000
 
 
@@ -123,13 +132,16 @@ def test_reference_rows_do_not_depend_on_the_methods_training_settings():
 
     hmc, methods = PosteriorOptions(preset="tiny").jobs()
     assert all(j.epochs == 0 and j.mc_samples == 0 for j in hmc)
+    # a second reference per problem for the floor: another seed, the same settings otherwise
+    assert sorted(j.seed for j in hmc) == [0, 0, 1, 1]
+    assert {replace(j, seed=0) for j in hmc} == {j for j in hmc if j.seed == 0}
     assert all(j.epochs > 0 and j.mc_samples > 0 for j in methods)
     # the same reference whatever the methods train with: its key and draws are shared
     other = [replace(j, epochs=99) for j in methods]
     assert [job_key("posterior", j) for j in hmc] == [
         job_key("posterior", replace(j, epochs=0)) for j in hmc
     ]
-    assert {j.reference_path() for j in other} == {j.reference_path() for j in hmc}
+    assert {j.reference_path() for j in other} == {j.reference_path() for j in hmc if not j.seed}
 
 
 def test_fixed_noise_is_near_the_noise_the_data_were_drawn_with():
@@ -156,10 +168,26 @@ def test_deeper_datasets_get_their_own_tree_depth_and_reference():
     depth = {j.dataset: j.max_tree_depth for j in hmc}
     assert depth == {"toy-1d": 10, "energy": 12, "concrete": 11}
     # a method row is scored against the reference sampled at its dataset's depth
-    assert {j.reference_path() for j in methods} == {j.reference_path() for j in hmc}
+    assert {j.reference_path() for j in methods} == {j.reference_path() for j in hmc if not j.seed}
     assert {j.dataset: j.samples for j in hmc} == {"toy-1d": 150, "energy": 450, "concrete": 150}
     assert "energy-0-seed0-c4-w300-s450-t1-d12-" in str(
         next(j for j in hmc if j.dataset == "energy").reference_path()
     )
     # the costlier reference is started first
     assert sorted(hmc, key=_expected_cost, reverse=True)[0].dataset == "energy"
+
+
+def test_method_rows_scoring_f_of_x_are_new_rows_and_references_keep_their_keys():
+    from bayesify.bench.jobs import job_config
+    from bayesify.bench.posterior.command import PosteriorOptions
+    from bayesify.bench.posterior.jobs import SCORES
+    from bayesify.bench.runner import job_key
+
+    hmc, methods = PosteriorOptions(preset="quick", datasets=("yacht",)).jobs()
+    # a reference's key is what it was before f(x) was scored: old stores' references resume
+    assert all(j.scores == 1 for j in hmc)
+    assert all("scores" not in job_config(j) for j in hmc)
+    # method rows that score f(x) and the floor are new rows, apart from the old ones
+    assert all(j.scores == SCORES == 2 for j in methods)
+    old = [replace(j, scores=1) for j in methods]
+    assert not {job_key("posterior", j) for j in old} & {job_key("posterior", j) for j in methods}

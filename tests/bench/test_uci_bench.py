@@ -60,7 +60,12 @@ def test_options_make_the_protocols_jobs_and_reject_bad_values():
         "laplace",
         "laplace-all",
         "swag",
+        "vbll",
+        "evidential-regression",
     }
+    for name in ("vbll", "evidential-regression"):  # one likelihood: each models its own noise
+        jobs = [j for _, j in gal if j.method == name]
+        assert len(jobs) == 5 * 3 and {j.likelihood for j in jobs} == {"homoscedastic"}
     swag = [j for _, j in gal if j.method == "swag"]
     assert len(swag) == 5 * 3 * 2 and {j.grid for j in swag} == {(0.3, 1.0)}
     ens = [j for _, j in gal if j.method == "ensemble"]
@@ -125,6 +130,9 @@ def test_scores_match_scipy_mixture_and_constant_baseline():
     assert out["pll_norm"] == pytest.approx(
         100 * (ll.mean() - cu.mean()) / (opt - cu.mean()), abs=1e-3
     )  # float32 scores: ×100 scale
+    epistemic = means.var(0)  # population variance over the T samples, as the mixture's
+    share = epistemic / (epistemic + noise**2)
+    assert 0 < out["epistemic_share"] == pytest.approx(share.mean(), rel=1e-4)
 
 
 def test_run_resumes_and_page_reads_several_stores(tmp_path):

@@ -38,7 +38,12 @@ def rows_per_forward(method, run) -> list[int]:
     seen: list[int] = []
 
     def hook(_module, args) -> None:
-        if args and isinstance(args[0], torch.Tensor):
+        # (a parametrization's forward takes the weight, a Parameter, not rows)
+        if (
+            args
+            and isinstance(args[0], torch.Tensor)
+            and not isinstance(args[0], torch.nn.Parameter)
+        ):
             seen.append(int(args[0].shape[0]))
 
     handles = [m.register_forward_pre_hook(hook) for m in method.net.modules()]

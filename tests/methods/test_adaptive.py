@@ -155,11 +155,13 @@ def test_heteroscedastic_regression_stops_on_the_sample_means():
 
 
 def test_a_mixture_doubles_what_it_draws_so_its_members_weigh_the_same():
-    """An ensemble of 3 rounds 4 up to 6: the rounds draw 6, 6 and 12 (2, 2 and 4 per member)."""
+    """An ensemble of 3 MC dropout members rounds 4 up to 6: the rounds draw 6, 6 and 12 (2, 2
+    and 4 per member)."""
     from bayesify.methods import DeepEnsemble
 
     torch.manual_seed(0)
-    m = DeepEnsemble(mlp(4, 3, (16,), norm=None), members=3, task="classification")
+    m = DeepEnsemble(mlp(4, 3, (16,), norm=None, dropout=0.3), members=3, method=MCDropout,
+                     task="classification")  # fmt: skip
     x = _x(20)
     pred = m.predict(x, "adaptive", tol=0.0, start=4, max_samples=16, seed=5)
     assert pred.samples.shape[0] == 24
@@ -170,3 +172,30 @@ def test_a_mixture_doubles_what_it_draws_so_its_members_weigh_the_same():
     loose = m.predict(x, "adaptive", tol=10.0, start=4, max_samples=16, seed=5)
     torch.testing.assert_close(loose.mean, m.predict(x, 6, seed=5).mean)
     assert torch.equal(loose.samples_used, torch.full((20,), 6))
+
+
+@pytest.mark.parametrize("kind", ["deep-ensemble", "batch-ensemble"])
+def test_members_that_do_not_sample_stop_once_each_has_run(kind):
+    """M = 3 plain members: the first round (4 rounded up to 6) holds every member, so even at
+    tol = 0 no row draws more; the mixture is the members' exact one and each row used M."""
+    from bayesify.methods import BatchEnsemble, DeepEnsemble
+
+    torch.manual_seed(0)
+    cls = DeepEnsemble if kind == "deep-ensemble" else BatchEnsemble
+    m = cls(mlp(4, 3, (16,), norm=None), members=3, task="classification")
+    assert m.distinct_samples() == 3
+    x = _x(20)
+    pred = m.predict(x, "adaptive", tol=0.0, start=4, max_samples=16, seed=5)
+    assert torch.equal(pred.samples_used, torch.full((20,), 3))
+    members = m.predict(x, 3, seed=5)
+    torch.testing.assert_close(pred.mean, members.mean)
+    torch.testing.assert_close(pred.mutual_information, members.mutual_information)
+    assert pred.mutual_information.max() > 0  # the members differ: a real mixture
+
+
+def test_members_that_sample_have_no_end_to_their_draws():
+    from bayesify.methods import DeepEnsemble
+
+    m = DeepEnsemble(mlp(4, 3, (16,), norm=None, dropout=0.3), members=3, method=MCDropout,
+                     task="classification")  # fmt: skip
+    assert m.distinct_samples() is None and _method().distinct_samples() is None

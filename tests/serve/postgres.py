@@ -49,7 +49,6 @@ def running_postgres() -> Iterator[str]:
     data = folder / "data"
     if as_user:
         shutil.chown(folder, "nobody")
-    port = free_port()
 
     def run(*cmd: str) -> None:
         done = subprocess.run([*as_user, *cmd], capture_output=True, text=True, timeout=120)
@@ -59,9 +58,17 @@ def running_postgres() -> Iterator[str]:
     try:
         run(str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres",
             "--no-sync")  # fmt: skip
-        options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"
-        run(str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l",
-            str(folder / "server.log"), "-w", "start")  # fmt: skip
+        for attempt in range(3):  # a free port can be taken before the server binds it
+            port = free_port()
+            options = f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off"
+            try:
+                run(str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l",
+                    str(folder / "server.log"), "-w", "start")  # fmt: skip
+                break
+            except RuntimeError:
+                log = (folder / "server.log").read_text(errors="replace")
+                if attempt == 2 or "could not bind" not in log:
+                    raise
         try:
             yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
         finally:

@@ -1,4 +1,5 @@
-"""``bayesify bench serve`` end to end on a small Fashion-MNIST bundle it trains itself: every
+"""``bayesify bench serve`` end to end on a small Fashion-MNIST bundle, trained once for the
+module by the command's own training step (``bayesify train`` in a new process): every
 configuration served by a real process without an error, the table complete, the offline
 sections written (skipped without the shared data)."""
 
@@ -13,12 +14,21 @@ from bayesify.data import data_root
 from bayesify.data.errors import DataError
 
 
-def test_bench_serve_writes_every_configuration(tmp_path):
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> str:
+    """What ``bayesify bench serve`` trains when no --bundle is given: 300 images, 1 epoch."""
     try:
         data_root()
     except DataError as e:
         pytest.skip(f"shared data not found: {e}")
-    opts = bench_serve.ServeBenchOptions(limit=300, epochs=1, clients=(1, 2), requests=8,
+    opts = bench_serve.ServeBenchOptions(limit=300, epochs=1)
+    path = bench_serve._bundle(opts, tmp_path_factory.mktemp("bench-serve"))
+    assert (path / "config.json").is_file()
+    return str(path)
+
+
+def test_bench_serve_writes_every_configuration(tmp_path, bundle):
+    opts = bench_serve.ServeBenchOptions(bundle=bundle, clients=(1, 2), requests=8,
                                          samples=8, start=4, max_samples=8, tol=0.05,
                                          test_rows=40, threads=1,
                                          out=str(tmp_path / "serve.md"))  # fmt: skip
@@ -41,14 +51,10 @@ def test_bench_serve_writes_every_configuration(tmp_path):
         assert section in text
 
 
-def test_bench_serve_two_workers(tmp_path):
+def test_bench_serve_two_workers(tmp_path, bundle):
     """``--workers 2``, one configuration: the requests each worker answered add up to the
     run's and the metrics request read before it."""
-    try:
-        data_root()
-    except DataError as e:
-        pytest.skip(f"shared data not found: {e}")
-    opts = bench_serve.ServeBenchOptions(limit=300, epochs=1, clients=(4,), requests=12,
+    opts = bench_serve.ServeBenchOptions(bundle=bundle, clients=(4,), requests=12,
                                          samples=8, workers=(2,), sampling=("fixed",),
                                          batching=("on",), int8=False, offline=False,
                                          threads=1, out=str(tmp_path / "serve.md"))  # fmt: skip

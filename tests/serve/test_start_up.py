@@ -1,6 +1,6 @@
 """``bayesify serve`` announces a port only once it holds it: a port in use is its one line
 (exit 2, no "serving"), and the address it prints is the one bound (``--port 0``: the free port
-the system chose)."""
+the system chose). Starting needs no scipy (its import is half a second of every start-up)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import re
 import socket
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
+import pytest
 
 from bayesify.bench.process import cli_path
 
@@ -52,6 +54,11 @@ def test_the_address_announced_is_the_one_bound(toy_bundle):
             except httpx.HTTPError:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
+        maps = Path(f"/proc/{proc.pid}/maps")
+        if not maps.exists():
+            pytest.skip("no /proc here to list a process's libraries")
+        # scipy's compiled modules would be mapped into the process once imported
+        assert "/scipy/" not in maps.read_text(), "a start-up imported scipy"
     finally:
         proc.terminate()
         proc.wait(30)

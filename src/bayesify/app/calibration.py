@@ -143,7 +143,8 @@ def calibrate_bundle(
 
     ``decision``: fit the threshold under that sequential decision (the one the predictor then
     serves, whatever its sampling policy); None: on one draw of ``samples`` samples. ``score``
-    defaults to the task's epistemic score (:data:`DEFAULT_SCORES`); ``progress`` shows a bar
+    defaults to the method's ``deferral_score`` where it has one, else the task's epistemic
+    score (:data:`DEFAULT_SCORES`); ``progress`` shows a bar
     of the samples drawn.
 
     The policy is fitted on ``data`` (a table file with the ``target`` column; see
@@ -153,7 +154,8 @@ def calibrate_bundle(
     bundle without ``test`` gets none).
     """
     predictor = Predictor(method)
-    score = score or DEFAULT_SCORES[predictor.task].value
+    # a method whose samples are all equal (DDU) names its own: its mutual information is 0
+    score = score or getattr(method, "deferral_score", None) or DEFAULT_SCORES[predictor.task].value
     test_rows = rows_of(predictor, test, target)
     rows = rows_of(predictor, data, target)
     with progress_bar(desc="calibrate", unit="sample", unit_scale=True, progress=progress) as bar:

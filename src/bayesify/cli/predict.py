@@ -46,6 +46,14 @@ def predict(
     with_samples: Annotated[
         bool, typer.Option("--with-samples", help="Also write each row's T samples.")
     ] = False,
+    scores: Annotated[
+        str | None,
+        typer.Option(
+            help="OOD scores to add, comma-separated (max_prob, max_logit, energy, entropy, "
+            "mutual_information, mahalanobis, density): a column ood_<name> each, higher = "
+            "more likely out of distribution."
+        ),
+    ] = None,
     overwrite: Annotated[
         bool, typer.Option(help="Replace an existing output file (and its skipped-rows list).")
     ] = False,
@@ -58,6 +66,7 @@ def predict(
     the bundle was trained on."""
     from rich.console import Console
 
+    from bayesify.predictive.ood import check_names
     from bayesify.predictor import OnError, Predictor, predict_file
 
     console = Console()
@@ -72,6 +81,7 @@ def predict(
         raise fail(f"--on-error must be fail or skip, got {on_error!r}")
     set_threads(threads)
     try:
+        names = check_names([s.strip() for s in scores.split(",") if s.strip()] if scores else [])
         predictor = Predictor.load(bundle, net=net)
         summary = predict_file(
             predictor,
@@ -86,6 +96,7 @@ def predict(
             with_samples=with_samples,
             progress=progress,
             overwrite=overwrite,
+            scores=names,
         )
     except (ValueError, TypeError, OSError) as e:
         raise fail(str(e)) from None

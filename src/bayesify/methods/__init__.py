@@ -5,6 +5,7 @@ from bayesify.methods.bbb.bayes_by_backprop import BayesByBackprop, BBBConfig
 from bayesify.methods.continual.vcl import VCL, VCLConfig
 from bayesify.methods.core.base import Method, MethodConfig
 from bayesify.methods.core.deterministic import Deterministic
+from bayesify.methods.ddu.ddu import DDU, DDUConfig
 from bayesify.methods.distillation.distill import distill
 from bayesify.methods.distillation.distilled import Distilled, DistilledConfig
 from bayesify.methods.dropout.mc_dropout import MCDropout, MCDropoutConfig
@@ -29,9 +30,11 @@ from bayesify.methods.registry import (
     register_method,
     resolve_method_names,
 )
+from bayesify.methods.sngp.sngp import SNGP, SNGPConfig
 from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm, StochasticNormConfig
 from bayesify.methods.swag.swag import SWAG, MultiSWAG, MultiSWAGConfig, SWAGConfig
 from bayesify.methods.tta.tta import TTA, TTAConfig
+from bayesify.methods.vbll.vbll import VBLL, VBLLConfig
 from bayesify.nn.folding import DEFAULT_MAX_ROWS, resolve_max_rows
 from bayesify.options import KLSchedule
 
@@ -57,6 +60,12 @@ __all__ = [
     "EvidentialRegressionConfig",
     "EvidentialClassifier",
     "EvidentialClassifierConfig",
+    "VBLL",
+    "VBLLConfig",
+    "DDU",
+    "DDUConfig",
+    "SNGP",
+    "SNGPConfig",
     "Deterministic",
     "Method",
     "MethodConfig",

@@ -31,6 +31,7 @@ from bayesify.methods.core.bundle_checks import (
 )
 from bayesify.methods.core.deterministic import Deterministic
 from bayesify.methods.core.inputs import check_device
+from bayesify.methods.ddu.ddu import DDU
 from bayesify.methods.distillation.distilled import Distilled
 from bayesify.methods.dropout.mc_dropout import MCDropout
 from bayesify.methods.ensemble.ensemble import DeepEnsemble
@@ -40,9 +41,11 @@ from bayesify.methods.flow.flow_posterior import FlowPosterior
 from bayesify.methods.ibnn.ibnn import IBNN
 from bayesify.methods.laplace.laplace import Laplace
 from bayesify.methods.mcbn.mcbn import MCBN
+from bayesify.methods.sngp.sngp import SNGP
 from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm
 from bayesify.methods.swag.swag import SWAG, MultiSWAG
 from bayesify.methods.tta.tta import TTA
+from bayesify.methods.vbll.vbll import VBLL
 from bayesify.models import build_model, net_from_reference
 
 METHODS: dict[str, type[Method]] = {
@@ -52,6 +55,7 @@ METHODS: dict[str, type[Method]] = {
     "bbb": BayesByBackprop,
     "ensemble": DeepEnsemble,
     "batch-ensemble": BatchEnsemble,
+    "ddu": DDU,
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
     "laplace": Laplace,
@@ -63,6 +67,8 @@ METHODS: dict[str, type[Method]] = {
     "distilled": Distilled,
     "evidential-regression": EvidentialRegression,
     "evidential-classification": EvidentialClassifier,
+    "vbll": VBLL,
+    "sngp": SNGP,
 }
 
 

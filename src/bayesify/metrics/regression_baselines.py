@@ -22,8 +22,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from scipy.optimize import minimize_scalar
-from scipy.special import ndtr
 from torch import Tensor
 
 from bayesify.metrics._validate import as_float, check_nonempty, out_dtype, reduce
@@ -64,6 +62,8 @@ ConstantStdObjective = NoiseObjective
 
 
 def _mean_crps_constant(abs_err: np.ndarray, sigma: float) -> float:
+    from scipy.special import ndtr  # scipy on first use: a server starts without it
+
     z = abs_err / sigma
     phi = np.exp(-0.5 * z * z) / math.sqrt(2.0 * math.pi)
     return float(np.mean(sigma * (z * (2.0 * ndtr(z) - 1.0) + 2.0 * phi - _INV_SQRT_PI)))
@@ -91,6 +91,8 @@ def _fit_crps_std(abs_err: np.ndarray) -> float:
         lo = max(lo / 16.0, ERROR_FLOOR)
     if hi <= lo * (1.0 + 1e-12):
         return hi
+    from scipy.optimize import minimize_scalar
+
     res = minimize_scalar(
         lambda log_s: _mean_crps_constant(abs_err, math.exp(log_s)),
         bounds=(math.log(lo), math.log(hi)),

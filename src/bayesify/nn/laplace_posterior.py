@@ -35,6 +35,11 @@ from bayesify.nn.stochastic import StochasticModule
 class LaplaceBlock(nn.Module):
     """Shared state: the mean (the MAP weights), ``δ`` and ``s``."""
 
+    mean_weight: Tensor
+    mean_bias: Tensor
+    prior_precision: Tensor
+    scale: Tensor
+
     def __init__(self, out_features: int, in_features: int, bias: bool) -> None:
         super().__init__()
         self.out_features, self.in_features, self.has_bias = out_features, in_features, bias

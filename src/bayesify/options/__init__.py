@@ -35,6 +35,8 @@ from bayesify.options.kinds import (
     EvidentialLoss,
     FastWeightInit,
     FlowKind,
+    GPCovWeighting,
+    GPPrediction,
     HessianStructure,
     KLSchedule,
     LaplacePredictive,
@@ -57,6 +59,7 @@ from bayesify.options.kinds import (
     SwagBatchNorm,
     SwagSchedule,
     Task,
+    VBLLCovariance,
 )
 from bayesify.options.parsing import parse_fields, parse_option, parse_value, shown
 from bayesify.options.transforms import (
@@ -79,6 +82,8 @@ __all__ = [
     "CoresetKind",
     "FastWeightInit",
     "FlowKind",
+    "GPCovWeighting",
+    "GPPrediction",
     "HessianStructure",
     "KLSchedule",
     "LaplacePredictive",
@@ -86,6 +91,7 @@ __all__ = [
     "Likelihood",
     "Link",
     "MemberBatch",
+    "VBLLCovariance",
     "NoiseObjective",
     "NoiseProtocol",
     "Norm",

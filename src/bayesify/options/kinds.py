@@ -351,3 +351,36 @@ class EvidentialLoss(StrEnum):
     LOG = "log"
     """The negative log marginal likelihood ``log S - log alpha_y`` (eq. 3, type II maximum
     likelihood)."""
+
+
+class VBLLCovariance(StrEnum):
+    """How VBLL parametrises the covariance ``S_k`` of each output's last-layer weights."""
+
+    DENSE = "dense"
+    """A full covariance through its Cholesky factor: ``S_k = L_k L_kᵀ`` (D² numbers per output)."""
+    DIAGONAL = "diagonal"
+    """Independent weights: ``S_k`` diagonal (D numbers per output)."""
+    LOWRANK = "lowrank"
+    """A diagonal plus ``rank`` directions: ``S_k = diag + U_k U_kᵀ`` (D·(rank + 1) per output)."""
+
+
+class GPPrediction(StrEnum):
+    """How SNGP's random-feature GP output layer gives its T samples (Liu et al. 2020)."""
+
+    SAMPLED = "sampled"
+    """T draws of the logits from their Gaussian posterior N(φβᵀ, φΣφᵀ): the spread of the
+    draws carries the GP variance into the predictive (mutual information, epistemic share)."""
+    MEAN_FIELD = "mean-field"
+    """The paper's: one deterministic pass, the logits scaled by 1/√(1 + λ·φΣφᵀ), repeated T
+    times. The GP variance flattens the probabilities (entropy), the samples agree (MI zero)."""
+
+
+class GPCovWeighting(StrEnum):
+    """How each training row weighs in SNGP's posterior precision ``s·I + Σ_i w_i φ_i φ_iᵀ``."""
+
+    GAUSSIAN = "gaussian"
+    """w_i = 1: the Gaussian likelihood's Laplace precision (edward2's and the authors'
+    experiments' default, for any number of classes)."""
+    LOGISTIC = "logistic"
+    """w_i = p̂_i(1 - p̂_i), p̂_i the row's largest class probability: the paper's eq. (9)
+    for the logistic likelihood; confident rows weigh little, so the posterior shrinks less."""

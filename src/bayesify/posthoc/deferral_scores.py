@@ -54,15 +54,16 @@ def parse_kind(kind: type[StrEnum], value: Any, name: str, allowed: tuple) -> An
     return parsed
 
 
+#: the classification scores that are OOD scores of :mod:`bayesify.predictive.ood` by that name
+_OOD_NAMES = {DeferralScore.MI: "mutual_information", DeferralScore.ENTROPY: "entropy",
+              DeferralScore.MAX_PROB: "max_prob"}  # fmt: skip
+
+
 def uncertainty_score(pred: Predictive, score: DeferralScore | str) -> Tensor:
     """The per-row score ``[N]`` (float64) a policy thresholds."""
     score = parse_kind(DeferralScore, score, "score", SCORES_FOR[pred.task])
-    if score is DeferralScore.MI:
-        out = pred.mutual_information
-    elif score is DeferralScore.ENTROPY:
-        out = pred.entropy
-    elif score is DeferralScore.MAX_PROB:
-        out = 1.0 - pred.mean.max(-1).values
+    if score in _OOD_NAMES:
+        out = pred.ood_score(_OOD_NAMES[score])
     elif score is DeferralScore.STD:
         out = pred.std
     else:

@@ -21,7 +21,6 @@ import math
 
 import numpy as np
 import torch
-from scipy.optimize import minimize_scalar
 from torch import Tensor
 
 from bayesify.metrics import regression as reg_metrics
@@ -71,6 +70,8 @@ def _bounded_log_search(loss, lo: float, hi: float, grid: int = 64) -> float:
     values = [loss(float(x)) for x in xs]
     i = int(np.argmin(values))
     a, b = float(xs[max(i - 1, 0)]), float(xs[min(i + 1, grid - 1)])
+    from scipy.optimize import minimize_scalar  # on first use: serving never imports scipy
+
     res = minimize_scalar(loss, bounds=(a, b), method="bounded", options={"xatol": 1e-6})
     return float(res.x) if res.fun <= values[i] else float(xs[i])
 
@@ -107,6 +108,8 @@ def fit_noise_variance(
         return -float(reg_metrics.mixture_log_prob(means, torch.tensor(nv, dtype=means.dtype), y))
 
     if bounds is None:
+        from scipy.optimize import minimize_scalar
+
         scale = float(((mean - y) ** 2).mean()) + 1e-12
         lo, hi = math.log(scale) - 20.0, math.log(scale) + 3.0
         res = minimize_scalar(loss, bounds=(lo, hi), method="bounded", options={"xatol": 1e-4})

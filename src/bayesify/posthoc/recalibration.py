@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 
 import torch
-from scipy.optimize import minimize_scalar
 from torch import Tensor
 
 from bayesify.predictive import Predictive, Task
@@ -33,6 +32,8 @@ def _check_task(pred: Predictive, task: Task, what: str) -> None:
 
 
 def _minimise_log_scale(loss, bounds: tuple[float, float] = _LOG_BOUNDS) -> float:
+    from scipy.optimize import minimize_scalar  # on first use: serving never imports scipy
+
     res = minimize_scalar(loss, bounds=bounds, method="bounded", options={"xatol": 1e-5})
     if not res.success:
         raise RuntimeError(f"scale fit did not converge: {res.message}")

@@ -84,7 +84,8 @@ def sample_subset(pred: Predictive, idx: Tensor) -> Predictive:
     nv = pred._noise_variance
     if nv is not None and nv.dim() == 2:
         nv = nv[idx]
-    return Predictive(pred.samples[idx], pred.task, nv)
+    top = None if pred.max_logits is None else pred.max_logits[idx]
+    return Predictive(pred.samples[idx], pred.task, nv, top)
 
 
 def _cat(a: Predictive, b: Predictive, dim: int) -> Predictive:
@@ -100,7 +101,10 @@ def _cat(a: Predictive, b: Predictive, dim: int) -> Predictive:
             nv = torch.cat([na, nb])
         elif na.dim() == 0 and dim == 1 and not torch.equal(na, nb):
             nv = torch.cat([na.expand(a.samples.shape[1]), nb.expand(b.samples.shape[1])])
-    return Predictive(torch.cat([a.samples, b.samples], dim), a.task, nv)
+    top = None  # the logits' maxima [T, N] where both have them
+    if a.max_logits is not None and b.max_logits is not None:
+        top = torch.cat([a.max_logits, b.max_logits], dim)
+    return Predictive(torch.cat([a.samples, b.samples], dim), a.task, nv, top)
 
 
 def score_and_error(pred: Predictive, score_fn: ScoreFn, groups: int) -> tuple[Tensor, Tensor]:

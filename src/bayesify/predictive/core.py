@@ -11,7 +11,10 @@ Every method returns a :class:`Predictive`; metrics, plots, benchmarks and the s
 
 Beyond moments, a regression predictive answers ``cdf(y)``, ``quantile(q)`` (exact mixture
 quantiles by root finding), ``interval(level)`` and ``sample(n)``; a classification predictive
-gives ``prediction_set(level)`` and ``sample(n)`` of labels.
+gives ``prediction_set(level)`` and ``sample(n)`` of labels. A classification predictive made
+from logits keeps each sample's largest logit ``max_logits [T, N]``, from which it gives back the
+logits ``[T, N, C]`` (:attr:`Predictive.logits`) and the logit-based out-of-distribution scores
+(:meth:`Predictive.ood_score`, :mod:`~bayesify.predictive.ood`).
 
 Multi-output regression is refused: a regression predictive has one output per row. D outputs
 modelled independently are D one-output predictives (:meth:`Predictive.per_output`), which keeps
@@ -31,7 +34,7 @@ from torch import Tensor
 from bayesify.metrics import classification as cls_metrics
 from bayesify.metrics import regression as reg_metrics
 from bayesify.options import CRPSForm, Task, parse_option, shown
-from bayesify.predictive import mixture, sets
+from bayesify.predictive import mixture, ood, sets
 
 
 def _check_finite(name: str, t: Tensor) -> None:
@@ -45,13 +48,22 @@ def _check_finite(name: str, t: Tensor) -> None:
 class Predictive:
     """Monte Carlo predictive distribution with the sample axis first.
 
-    Build it with :meth:`regression` or :meth:`classification` rather than the constructor.
+    Build it with :meth:`regression`, :meth:`classification` or :meth:`from_logits` rather
+    than the constructor. ``max_logits [T, N]``: each sample's largest logit (classification
+    from logits; None where the samples are probabilities without logits).
     """
 
-    def __init__(self, samples: Tensor, task: Task | str, noise_variance: Tensor | None = None):
+    def __init__(
+        self,
+        samples: Tensor,
+        task: Task | str,
+        noise_variance: Tensor | None = None,
+        max_logits: Tensor | None = None,
+    ):
         self.task = parse_option(Task, task, option="task")
         self.samples = samples
         self._noise_variance = noise_variance
+        self.max_logits = max_logits
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -120,10 +132,14 @@ class Predictive:
         return cls(probs, Task.CLASSIFICATION)
 
     @classmethod
-    def from_logits(cls, logits: Tensor) -> Predictive:
+    def from_logits(cls, logits: Tensor, *, keep_logits: bool = True) -> Predictive:
         """Classification predictive from per-sample logits ``[T, N, C]``. Only finiteness is
         checked: a softmax of finite logits is non-negative and sums to 1 (the checks of
-        :meth:`classification` cost more than the softmax on one-row predictions)."""
+        :meth:`classification` cost more than the softmax on one-row predictions).
+
+        ``keep_logits``: keep each sample's largest logit ``[T, N]`` (1/C of the samples'
+        memory), which with the probabilities gives back the logits (:attr:`logits`); False
+        where ``logits`` are log probabilities rather than a network's outputs."""
         if not isinstance(logits, Tensor):
             logits = torch.as_tensor(logits)
         if logits.dim() != 3:
@@ -132,7 +148,8 @@ class Predictive:
             )
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
         _check_finite("class probabilities", probs)
-        return cls(probs, Task.CLASSIFICATION)
+        top = logits.detach().amax(-1).to(torch.float32) if keep_logits else None
+        return cls(probs, Task.CLASSIFICATION, max_logits=top)
 
     # ------------------------------------------------------------------ basic shape
     @property
@@ -209,6 +226,27 @@ class Predictive:
         """Arg-max of the mean class probabilities ``[N]``."""
         self._require(Task.CLASSIFICATION, "predicted_class")
         return self.mean.argmax(-1)
+
+    @property
+    def logits(self) -> Tensor:
+        """Per-sample logits ``[T, N, C]``, given back from the probabilities and each sample's
+        largest logit: ``log p + max_logit − log max p``. Exact to float32 rounding, save a
+        class whose probability underflowed to 0 (a logit more than about 100 below the
+        largest), which comes back as −inf. A ``ValueError`` where there are none."""
+        self._require(Task.CLASSIFICATION, "logits")
+        if self.max_logits is None:
+            raise ValueError(
+                "this predictive has no logits: its samples are class probabilities (made by "
+                "Predictive.classification, or by a method whose outputs are not logits)"
+            )
+        logp = self.samples.log()
+        return logp + (self.max_logits - logp.amax(-1)).unsqueeze(-1)
+
+    def ood_score(self, name: str) -> Tensor:
+        """The out-of-distribution score ``name`` per row ``[N]`` (float64; higher = more
+        likely out of distribution); names in :data:`~bayesify.predictive.ood.PREDICTIVE_SCORES`
+        (:mod:`~bayesify.predictive.ood`)."""
+        return ood.ood_score(self, name)
 
     # ------------------------------------------------------------------ scores
     def _targets(self, y: Tensor) -> Tensor:
@@ -343,11 +381,13 @@ class Predictive:
 
     def to(self, device: torch.device | str) -> Predictive:
         nv = None if self._noise_variance is None else self._noise_variance.to(device)
-        return Predictive(self.samples.to(device), self.task, nv)
+        top = None if self.max_logits is None else self.max_logits.to(device)
+        return Predictive(self.samples.to(device), self.task, nv, top)
 
     def __getitem__(self, index: slice | Tensor) -> Predictive:
         """Select data points (the N axis), keeping all samples."""
         nv = self._noise_variance
         if nv is not None and nv.dim() > 0:
             nv = nv[..., index]
-        return Predictive(self.samples[:, index], self.task, nv)
+        top = None if self.max_logits is None else self.max_logits[:, index]
+        return Predictive(self.samples[:, index], self.task, nv, top)

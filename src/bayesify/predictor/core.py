@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from torch import nn
 from bayesify.data.errors import DataError
 from bayesify.data.preprocessing import Preprocessing, RowErrors, describe_row_errors
 from bayesify.methods import Method
+from bayesify.methods.core.ood import score_rows
 from bayesify.methods.registry import load as load_method
 from bayesify.posthoc.conformal import METADATA_KEY as CONFORMAL_KEY
 from bayesify.posthoc.conformal import ConformalByPolicy
@@ -21,6 +23,7 @@ from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.posthoc.sequential import Draw, SequentialDecision, sample_subset
 from bayesify.predictive import Predictive
+from bayesify.predictive.ood import check_names
 from bayesify.predictor.card import BundleFacts
 from bayesify.predictor.columns import output_columns
 from bayesify.predictor.guarantees import deferral_note, sampling_policy, unheld
@@ -95,6 +98,7 @@ class Predictor(BundleFacts):
         first_row: int = 0,
         with_samples: bool = True,
         encoded: bool = False,
+        scores: Sequence[str] = (),
         **adaptive: Any,
     ) -> PredictionResult:
         """Records for raw ``inputs``; rows numbered from ``first_row`` in errors and ``rows``.
@@ -108,10 +112,13 @@ class Predictor(BundleFacts):
         unscaled), e.g. rows checked and encoded once by a server.
         ``samples="adaptive"`` with ``tol``/``start``/``max_samples``: adaptive sampling
         (:mod:`bayesify.methods.core.adaptive`; a ``samples_used`` field per row).
+        ``scores``: OOD score names (:data:`bayesify.OOD_SCORES`), each a field ``ood_<name>``
+        per row (higher = more likely out of distribution).
         """
         if samples != "adaptive":
             samples = _check_samples(self.default_samples if samples is None else samples)
         level = _check_level(level)
+        scores = check_names(scores)
         try:
             on_error = OnError(on_error)
         except ValueError:
@@ -135,6 +142,9 @@ class Predictor(BundleFacts):
         warnings: list[str] = []
         cols = self._columns(pred, level, generator, policy, warnings)
         self._serving_columns(pred, cols, x, generator, policy, warnings)
+        raw = None if self.method.preprocessing is None else torch.as_tensor(arr)
+        for name, s in score_rows(self.method, pred, scores, x, raw).items():
+            cols[f"ood_{name}"] = s.numpy()
         if not with_samples:
             del cols["samples"]
         for w in warnings:

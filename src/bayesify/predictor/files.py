@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from bayesify.atomic import atomic_path
 from bayesify.data.errors import DataError
 from bayesify.data.preprocessing import RowErrors, describe_row_errors
 from bayesify.data.tables import TableWriter, count_rows, iter_table, read_arrays, table_format
+from bayesify.predictive.ood import check_names
 from bayesify.predictor.core import Predictor
 from bayesify.predictor.result import OnError
 from bayesify.progress import progress_bar
@@ -137,10 +139,12 @@ def predict_file(
     with_samples: bool = False,
     progress: bool = True,
     overwrite: bool = True,
+    scores: Sequence[str] = (),
 ) -> FileSummary:
     """Predict every row of ``input`` and write one output row per kept input row to ``output``
     (format by suffix): ``row`` (input row number), the ``keep`` input columns, then the
-    predictor's fields (``with_samples``: the T samples too, as JSON lists).
+    predictor's fields (``with_samples``: the T samples too, as JSON lists; ``scores``: OOD
+    score names, a column ``ood_<name>`` each).
 
     ``seed`` seeds one generator used across chunks, so a file's output is reproducible for the
     same ``chunk_rows``. With ``on_error="skip"`` skipped rows are listed in
@@ -150,6 +154,7 @@ def predict_file(
     """
     input, output = Path(input), Path(output)
     on_error = OnError(on_error)
+    scores = check_names(scores)
     _check_paths(input, output, on_error, overwrite)
     table_format(output)  # check the suffix before any work
     generator = torch.Generator().manual_seed(seed) if seed is not None else None
@@ -173,6 +178,7 @@ def predict_file(
                     on_error=on_error,
                     first_row=first,
                     with_samples=with_samples,
+                    scores=scores,
                 )
             except DataError:
                 _raise_every_bad_row(predictor, chunk, chunks, first)

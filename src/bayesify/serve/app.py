@@ -151,12 +151,12 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         return JSONResponse({key: exc.detail}, exc.status_code, headers=exc.headers)
 
     async def run_rows(entry: Entry, arr: Any, samples: int | None, level: float = 0.9,
-                       seed: int | None = None,
-                       adaptive: Adaptive | None = None) -> Any:  # fmt: skip
+                       seed: int | None = None, adaptive: Adaptive | None = None,
+                       scores: tuple[str, ...] = ()) -> Any:  # fmt: skip
         model, batcher, metrics = entry.model, entry.batcher, entry.metrics
         if samples is None and model.adaptive is None and adaptive is None:
             samples = model.default_samples
-        answer = await batcher.submit(PassKey(samples, level, seed, adaptive), arr)
+        answer = await batcher.submit(PassKey(samples, level, seed, adaptive, scores), arr)
         if answer.error is not None:
             raise ValueError(answer.error)
         recs = answer.records
@@ -217,13 +217,15 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         try:
             samples, adaptive = requested_sampling(model, req.model_dump(), ["body"],
                                                    settings.max_samples)  # fmt: skip
+            scores = model.check_scores(req.scores, ["body", "scores"])
             arr = model.encode(req.inputs)
         except InputError as e:
             return field_error(e.loc, e.message)
         try:
-            answer = await run_rows(entry, arr, samples, req.level, req.seed, adaptive)
+            answer = await run_rows(entry, arr, samples, req.level, req.seed, adaptive, scores)
         except ValueError as e:  # the predictor refused the rows (e.g. a value out of range)
-            return field_error(["body", "inputs"], str(e))
+            named = str(e).split(":")[0] in scores  # a score the method's outputs cannot give
+            return field_error(["body", "scores" if named else "inputs"], str(e))
         out = []
         rid, row_ids = record(entry, answer, req.level)
         names = [str(c) for c in model.class_names] if model.class_names else None

@@ -47,7 +47,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy import stats
 
 from bayesify.serve.figures import clean, leave_one_out
 
@@ -176,6 +175,8 @@ def _p_value(name: str, test: str, terms: np.ndarray, groups: np.ndarray, base: 
             return None
         live = np.abs(sums).sum(1) / counts
         return float(_ece_p(terms, live, base).max())
+    from scipy import stats  # on the first drift row: a server starts without scipy
+
     t = terms[:, :1]
     sums, counts = leave_one_out(np.hstack([t, t * t, terms[:, 1:]]), groups)
     if np.any(counts < min_count):
@@ -208,6 +209,8 @@ def _ece_p(terms: np.ndarray, live: np.ndarray, base: Baseline) -> np.ndarray:
     """One-sided p-values of ``live - baseline`` for ECEs ``live [W]``, against the bootstrap
     distribution of ``ECE(n rows) - ECE(m rows)`` drawn from the window's rows ``terms [n, B]``
     (per-row bin terms: the window's distribution is the baseline's under no drift)."""
+    from scipy import stats
+
     n, m, bins = len(terms), base.m, terms.shape[1]
     rng = np.random.default_rng(0)
     where, gap = np.argmax(terms != 0, 1), terms.sum(1)  # a row's bin (any, at a gap of 0)

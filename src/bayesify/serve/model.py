@@ -17,8 +17,10 @@ import numpy as np
 import torch
 
 from bayesify.data.preprocessing import FLOAT32_MAX, describe_row_errors, overflow_message
+from bayesify.methods.core.ood import available_scores
 from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.posthoc.sampling import SamplingPolicy
+from bayesify.predictive.ood import check_names
 from bayesify.predictor.result import finite_rows
 from bayesify.serve.rows import (
     InputError,
@@ -50,6 +52,8 @@ class PassKey:
     seed: int | None = None
     #: a request's own adaptive sampling (with ``samples`` None; None: the server's)
     adaptive: Adaptive | None = None
+    #: OOD score names the records carry (``ood_<name>`` fields)
+    scores: tuple[str, ...] = ()
 
 
 @dataclass
@@ -125,6 +129,24 @@ class ServedModel:
         return self.predictor.class_names
 
     # ------------------------------------------------------------------ inputs
+    def check_scores(self, names: list[str] | None, loc: list[str | int]) -> tuple[str, ...]:
+        """A request's OOD score names, or an ``InputError`` at ``loc`` naming one the model
+        cannot answer (unknown, or a feature score without its fit)."""
+        if not names:
+            return ()
+        if self.task != "classification":
+            raise InputError(loc, "OOD scores are for classification models")
+        try:
+            names_t = check_names(names)
+        except ValueError as e:
+            raise InputError(loc, str(e)) from None
+        served = available_scores(self.predictor.method)
+        for i, n in enumerate(names_t):
+            if n not in served:
+                raise InputError([*loc, i], f"{n} is not available for this model; available: "
+                                 f"{', '.join(served)}")  # fmt: skip
+        return names_t
+
     def encode(self, inputs: Any, field: str = "inputs") -> np.ndarray:
         """JSON rows -> the encoded float64 array ``[N, *input_shape]`` (raw units; table
         bundles: one column per number feature, one 0/1 column per category), or an
@@ -234,11 +256,12 @@ class ServedModel:
             a = key.adaptive or self.adaptive
             res = self.predictor.predict(x, samples="adaptive", level=key.level, tol=a.tol,
                                          start=a.start, max_samples=a.max_samples,
-                                         encoded=True, seed=key.seed)  # fmt: skip
+                                         encoded=True, seed=key.seed,
+                                         scores=key.scores)  # fmt: skip
         else:
             res = self.predictor.predict(x, samples=key.samples or self.default_samples,
-                                         level=key.level, encoded=True,
-                                         seed=key.seed)  # fmt: skip
+                                         level=key.level, encoded=True, seed=key.seed,
+                                         scores=key.scores)  # fmt: skip
         columns = dict(res.columns)
         if "samples_used" not in columns:
             columns["samples_used"] = np.full(len(x), res.predictive.num_samples)

@@ -50,6 +50,13 @@ class PredictRequest(BaseModel):
         "same answer (the request then runs in a pass of its own).",
     )
     return_samples: bool = Field(default=False, description="Include each row's T samples.")
+    scores: list[str] | None = Field(
+        default=None,
+        description="OOD scores per row by name (max_prob, max_logit, energy, entropy, "
+        "mutual_information; mahalanobis where the bundle has a Mahalanobis fit, density where "
+        "the method has a feature density): a field ``ood_<name>`` each, higher = more likely "
+        "out of distribution.",
+    )
 
 
 class PredictResponse(BaseModel):

@@ -9,7 +9,9 @@ Input tensors (one per feature for a table bundle, else one tensor ``[N, *input_
 ``request_id`` (BYTES, one per row: ``<server id>-<row>``). Outputs are returned as JSON data
 (a client asking for binary outputs gets JSON, which the protocol allows). Request parameter
 ``samples`` sets T, or ``"adaptive"`` with ``tol``, ``start``, ``max_samples`` (as ``/v1/predict``
-takes them), ``seed`` the draws (the request then runs in a pass of its own); an unknown
+takes them), ``seed`` the draws (the request then runs in a pass of its own), ``scores`` OOD
+scores by name, comma-separated (``"energy,mahalanobis"``: an output ``ood_<name>`` each, higher
+= more likely out of distribution); an unknown
 parameter is refused, the protocol's own (``binary_data_output``, ``content_type``, ...) are taken
 and change nothing. Errors are ``{"error": message}``.
 
@@ -67,7 +69,8 @@ HEADER_LENGTH = "inference-header-content-length"
 #: longest request ``id`` taken (ids name rows in ``/v1/feedback``)
 MAX_ID_CHARS = 128
 #: request parameters taken: bayesify's, then the protocol's that change nothing here
-REQUEST_PARAMETERS = ("samples", *ADAPTIVE_FIELDS, "seed", "binary_data_output", "content_type",
+REQUEST_PARAMETERS = ("samples", *ADAPTIVE_FIELDS, "seed", "scores", "binary_data_output",
+                      "content_type",
                       "headers", "priority", "timeout", "sequence_id", "sequence_start",
                       "sequence_end")  # fmt: skip
 
@@ -242,9 +245,15 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
                                  or not 0 <= seed < 2**63):  # fmt: skip
             return _error(f"parameters.seed: an integer >= 0, got {seed!r}", 422)
         settings = app.state.settings
+        named = params.get("scores")
+        if named is not None and not isinstance(named, str):
+            return _error(f"parameters.scores: score names separated by commas, got {named!r}",
+                          422)  # fmt: skip
         try:
             samples, adaptive = requested_sampling(model, params, ["parameters"],
                                                    settings.max_samples)  # fmt: skip
+            names = [s.strip() for s in named.split(",") if s.strip()] if named else None
+            scores = model.check_scores(names, ["parameters", "scores"])
             check_size(req, len(body) + len(binary), settings.max_rows)
             arr = input_array(model, req, binary)
         except InputError as e:
@@ -254,9 +263,11 @@ def add_v2_routes(app: FastAPI, repo: Repository) -> None:
             detail = json.loads(limits.body)["detail"][0]
             return _error(f"{'.'.join(map(str, detail['loc']))}: {detail['msg']}", 422)
         try:
-            answer = await app.state.run_rows(entry, arr, samples, seed=seed, adaptive=adaptive)
+            answer = await app.state.run_rows(entry, arr, samples, seed=seed, adaptive=adaptive,
+                                              scores=scores)  # fmt: skip
         except ValueError as e:
-            return _error(f"inputs.0: {e}", 422)
+            where = "parameters.scores" if str(e).split(":")[0] in scores else "inputs.0"
+            return _error(f"{where}: {e}", 422)
         columns = dict(answer.columns)
         rid, row_ids = app.state.record(entry, answer, 0.9, req.id)  # feedback, as /v1/predict
         columns["request_id"] = np.asarray(row_ids, dtype=object)

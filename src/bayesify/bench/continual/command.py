@@ -39,14 +39,17 @@ from typing import Any, ClassVar
 
 import torch
 
+from bayesify.bench.continual.fashion import FASHION, score_fashion_job
+from bayesify.bench.continual.fashion_page import fashion_intro, fashion_section
+from bayesify.bench.continual.tasks import _network, mnist_rows, task_data
+from bayesify.bench.jobs import key_field
 from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.bench.runner import run_jobs, stored_rows
 from bayesify.bench.store import RowKey
 
 EXPERIMENT = "continual"
-BENCHMARKS = {"permuted-mnist": 10, "split-mnist": 5}
-METHODS = ("finetune", "vcl", "vcl-random", "vcl-k-center")
-SPLIT_PAIRS = ((0, 1), (2, 3), (4, 5), (6, 7), (8, 9))
+BENCHMARKS = {"permuted-mnist": 10, "split-mnist": 5, **FASHION}
+METHODS = ("finetune", "ewc", "si", "vcl", "vcl-random", "vcl-k-center")
 #: posterior σ = e⁻³ (the authors' code: log-variance −6) as ρ of σ = softplus(ρ)
 PAPER_RHO = math.log(math.expm1(math.exp(-3.0)))
 #: the presets per benchmark: epochs per task, batch (0: all of a task's rows), weight
@@ -61,6 +64,12 @@ PRESETS = {
     },
     "quick": {b: _QUICK for b in BENCHMARKS},
 }
+#: Fashion-MNIST: the MNIST recipe of each kind on all training and test rows (0: all)
+for _p in PRESETS.values():
+    _p["split-fashion"] = {**_p["split-mnist"], "train_rows": 0, "test_rows": 0}
+    _p["permuted-fashion"] = {**_p["permuted-mnist"], "train_rows": 0, "test_rows": 0}
+#: SI's c per benchmark kind (Zenke et al.: 1 on Split MNIST, 0.1 on Permuted MNIST)
+SI_C = {"split-fashion": 1.0, "permuted-fashion": 0.1}
 
 
 @dataclass(frozen=True)
@@ -80,59 +89,16 @@ class ContinualJob:
     init_rho: float = -3.0
     samples: int = 50
     init: str = "torch"  # or "truncated-normal": N(0, 0.1²) cut at ±0.2, weights and biases
-
-
-def mnist_rows(train_rows: int, test_rows: int, split: int) -> tuple[torch.Tensor, ...]:
-    """``(x_train [n, 784], y_train, x_test [m, 784], y_test)`` from MNIST's test images in
-    [0, 1], disjoint, after a shuffle seeded by ``split``."""
-    from bayesify.data import load_mnist
-
-    data = load_mnist("test", normalize=False)
-    if train_rows + test_rows > len(data.y):
-        raise ValueError(f"train-rows + test-rows must be <= {len(data.y)} (MNIST test images)")
-    order = torch.randperm(len(data.y), generator=torch.Generator().manual_seed(split))
-    x, y = data.x.reshape(len(data.y), -1)[order], data.y[order]
-    return x[:train_rows], y[:train_rows], x[-test_rows:], y[-test_rows:]
-
-
-def task_data(
-    dataset: str, task: int, x: torch.Tensor, y: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Task ``task``'s rows of ``(x, y)``: pixels permuted (permuted-mnist) or the digit pair
-    relabelled 0/1 (split-mnist)."""
-    if dataset == "permuted-mnist":
-        if task == 0:
-            return x, y
-        perm = torch.randperm(x.shape[1], generator=torch.Generator().manual_seed(100 + task))
-        return x[:, perm], y
-    a, b = SPLIT_PAIRS[task]
-    rows = (y == a) | (y == b)
-    return x[rows], (y[rows] == b).long()
-
-
-def _network(dataset: str, init: str = "torch") -> torch.nn.Module:
-    """The benchmark's ReLU MLP; ``init="truncated-normal"``: every linear layer's weights and
-    biases from N(0, 0.1²) truncated at ±0.2 (the authors' code), else torch's default."""
-    from bayesify.models import mlp, multihead_mlp
-
-    if dataset == "permuted-mnist":
-        net = mlp(784, 10, (100, 100), norm="none")
-    else:
-        net = multihead_mlp(784, 2, (256, 256), heads=len(SPLIT_PAIRS))
-    if init == "truncated-normal":
-        with torch.no_grad():
-            for m in net.modules():
-                if isinstance(m, torch.nn.Linear):
-                    for p in (m.weight, m.bias):
-                        torch.nn.init.trunc_normal_(p, std=0.1, a=-0.2, b=0.2)
-    elif init != "torch":
-        raise ValueError(f"init must be torch or truncated-normal, got {init!r}")
-    return net
+    ewc_lambda: float = key_field(0.0)  # λ of EWC's λ/2 Σ F (θ − θ*)²
+    si_c: float = key_field(0.0)  # c of SI's c Σ Ω (θ − θ*)²
+    si_xi: float = key_field(1e-3)  # ξ of SI's Ω = Σ ω / (Δ² + ξ)
 
 
 def score_job(job: ContinualJob) -> dict[str, Any]:
     """Train ``job``'s method on the tasks in order; after each task, the test accuracy on every
     task so far (the runner's job function)."""
+    if job.dataset in FASHION:
+        return score_fashion_job(job)
     from bayesify.methods import VCL, Deterministic
     from bayesify.models import use_head
 
@@ -199,6 +165,13 @@ class ContinualOptions:
         0, "MC samples T of VCL's predictions on Permuted MNIST (0: --samples)."
     )
     epochs_permuted: int = option(0, "Epochs per task on Permuted MNIST (0: the preset's).")
+    samples_fashion: int = option(0, "T of VCL's predictions on Fashion (0: --samples).")
+    epochs_fashion: int = option(0, "Epochs per task on the Fashion benchmarks (0: preset's).")
+    batch_fashion: int = option(-1, "Batch on the Fashion benchmarks (0: full; -1: preset's).")
+    train_rows_fashion: int = option(0, "Training rows per Fashion task (0: all of them).")
+    test_rows_fashion: int = option(0, "Test rows per Fashion task (0: all of them).")
+    ewc_lambda: float = option(1000.0, "EWC's λ (penalty λ/2 Σ F (θ − θ*)²).")
+    si_c: float = option(0.0, "SI's c (0: 1 on Split, 0.1 on Permuted, as Zenke et al.).")
     report_only: bool = option(False, "Write the page from the store; run no job.")
     workers: int = option(1, "Parallel worker processes.")
     cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
@@ -217,12 +190,19 @@ class ContinualOptions:
         p = dict(PRESETS[self.preset][bench])
         if bench == "permuted-mnist" and self.epochs_permuted:
             p["epochs"] = self.epochs_permuted
+        if bench in FASHION:
+            p["epochs"] = self.epochs_fashion or p["epochs"]
+            p["batch_size"] = p["batch_size"] if self.batch_fashion < 0 else self.batch_fashion
+            p["train_rows"], p["test_rows"] = self.train_rows_fashion, self.test_rows_fashion
+            p.update(ewc_lambda=self.ewc_lambda, si_c=self.si_c or SI_C[bench])
         return p
 
     def samples_of(self, bench: str) -> int:
         """T of VCL's predictions on ``bench``."""
         if bench == "permuted-mnist" and self.samples_permuted:
             return self.samples_permuted
+        if bench in FASHION and self.samples_fashion:
+            return self.samples_fashion
         return self.samples
 
     def jobs(self) -> list[ContinualJob]:
@@ -230,15 +210,18 @@ class ContinualOptions:
             ContinualJob(
                 m,
                 b,
-                0,
+                s if b in FASHION else 0,  # Fashion: each seed its own data order
                 s,
                 **self.recipe(b),
-                coreset_size=self.coreset_permuted if b == "permuted-mnist" else self.coreset_split,
+                coreset_size=self.coreset_permuted
+                if b.startswith("permuted")
+                else self.coreset_split,
                 samples=self.samples_of(b),
             )  # fmt: skip
             for b in self.benchmarks
             for m in self.methods
             for s in range(self.seeds)
+            if b in FASHION or m not in ("ewc", "si")  # the MNIST rows predate EWC and SI
         ]
 
 
@@ -295,14 +278,29 @@ def _page(opts: ContinualOptions, rows: list[dict[str, Any]], keys: dict[Any, Co
 
     job0 = next(iter(keys.values()))
     lines = [
-        "# Continual learning: VCL on Permuted and Split MNIST (MNIST's 10,000 test images only)",
+        "# Continual learning: fine-tuning, EWC, SI and VCL",
         "",
         f"`{command_line(opts)}`",
         "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}, "
         f"1 thread per process; this call: {summary} ({time.time() - t0:.0f} s wall).",
         "",
-        f"Preset `{opts.preset}`: "
+    ]
+    fashion = [b for b in opts.benchmarks if b in FASHION]
+    if fashion:
+        lines += ["Split and Permuted Fashion-MNIST: Fashion-MNIST's training images train and "
+                  "its test images test. Fine-tuning (no penalty) is the floor; EWC and SI "
+                  "(`bench/continual/regularisers.py`) add their quadratic penalty to the same "
+                  "Adam steps; VCL's first task starts from the network trained on it by "
+                  "maximum likelihood. The networks are the MNIST benchmarks' below.", "",
+                  *fashion_intro(list(keys.values())), ""]  # fmt: skip
+    if len(fashion) == len(opts.benchmarks):
+        for bench in fashion:
+            lines += fashion_section(bench, rows, opts.methods, opts.out)
+        return "\n".join(lines)
+    lines += [
+        "MNIST's 10,000 test images only: "
+        f"preset `{opts.preset}`: "
         + "; ".join(_recipe(b, opts) for b in opts.benchmarks)
         + f"; Adam lr {job0.lr} (fine-tuning predicts by "
         "the deterministic network's one pass). VCL's first task starts from the network "
@@ -324,10 +322,6 @@ def _page(opts: ContinualOptions, rows: list[dict[str, Any]], keys: dict[Any, Co
         "against about 12,000; Permuted MNIST: 8,000 rows per task against 60,000), and "
         "each test set is a fifth of the paper's.",
         "",
-        "**Not here yet.** No EWC or SI baselines (the paper's comparisons), and no "
-        "full-scale Split or Permuted Fashion-MNIST with the 60,000 training images, where "
-        "fine-tuning forgets; only fine-tuning is compared.",
-        "",
         "**Published figures.** The paper's text could not be read here: it is not in the "
         "papers folder, the search tool returns its arXiv HTML (ar5iv 1710.10628) only up to "
         "the introduction, and the authors' repository shows its results as images "
@@ -340,7 +334,10 @@ def _page(opts: ContinualOptions, rows: list[dict[str, Any]], keys: dict[Any, Co
         "",
     ]
     for bench in opts.benchmarks:
-        lines += [f"## {bench} ({BENCHMARKS[bench]} tasks)", "",
+        if bench in FASHION:
+            lines += fashion_section(bench, rows, opts.methods, opts.out)
+            continue
+        lines += [f"## {bench} ({BENCHMARKS[bench]} tasks, MNIST's test images only)", "",
                   "Average test accuracy over all tasks after the last one (mean over seeds: "
                   "the seeds share one data split and differ in weights, batch order and "
                   "coresets; no error bars), and per task after the last one.", "",

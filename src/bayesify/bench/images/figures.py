@@ -74,7 +74,7 @@ def coverage_figure(methods: dict[str, list], path: Path) -> None:
             ax.plot(COVERAGE_GRID, _mean_curve(base, "max_prob"), color="grey", lw=2,
                     label="det. 1 − max p")  # fmt: skip
         for score, style in (("entropy", "-"), ("mi", "--"), ("max_prob", ":")):
-            if method == "deterministic" and score == "mi":
+            if method in ("deterministic", "ddu") and score == "mi":  # 0 on every row
                 continue
             ax.plot(COVERAGE_GRID, _mean_curve(methods[method], score), style, label=score)
         ax.set_title(method, fontsize=9)

@@ -23,7 +23,7 @@ DATASET = "fashion-mnist"
 MODELS = ("lenet", "resnet")
 METHODS = ("deterministic", "mc-dropout", "mcbn", "ensemble", "bbb", "ibnn", "stochastic-norm",
            "laplace", "laplace-sampled", "laplace-torch", "tta", "mc-dropout-tta",
-           "swag", "multiswag", "evidential-classification")  # fmt: skip
+           "swag", "multiswag", "ddu", "sngp", "vbll", "evidential-classification")  # fmt: skip
 #: test-time augmentation (Ashukha et al. 2020) over the network of another method, without
 #: retraining: "tta" on the deterministic network, "mc-dropout-tta" on the MC dropout one
 TTA_OVER = {"tta": "deterministic", "mc-dropout-tta": "mc-dropout"}
@@ -154,6 +154,12 @@ def _build(method: str, job: ImagesJob) -> Any:
                                  variational_lr=1e-2, **cls)  # fmt: skip
         if method == "stochastic-norm":
             return bayesify.StochasticNorm(_factory(job.model, norm=None), **cls)
+        if method == "vbll":  # the body and the variational last layer trained together
+            return bayesify.VBLL(_factory(job.model), **cls)
+        if method == "ddu":  # hidden layers spectrally bounded, the feature density after fit
+            return bayesify.DDU(_factory(job.model), **cls)
+        if method == "sngp":  # spectral normalisation and a GP output layer, its defaults
+            return bayesify.SNGP(_factory(job.model), **cls)
         if method == "evidential-classification":
             return bayesify.EvidentialClassifier(_factory(job.model), **cls)
     raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
@@ -261,6 +267,27 @@ def _swag(job: ImagesJob, data: dict[str, Any], cache: Path | None) -> tuple[Any
 
 
 # ---------------------------------------------------------------------------------- one job
+def _feature_scores(method: Any, data: dict[str, Any], preds: dict[str, Any]) -> tuple[dict, dict]:
+    """The feature OOD scores of the test and OOD images (``preds``: their predictives):
+    ``mahalanobis`` fitted on the training images, ``density`` where the method has its own;
+    returns ``({"test": {name: [N]}, "ood": ...}, {name: why it is missing})``."""
+    from bayesify.methods import Method
+    from bayesify.methods.core.ood import fit_mahalanobis, ood_scores
+
+    if not isinstance(method, Method):
+        return {}, {"mahalanobis": f"{type(method).__name__} is not a bayesify method"}
+    names, missing = ["mahalanobis"], {}
+    if callable(getattr(method, "density_score", None)):
+        names.append("density")
+    try:
+        fit_mahalanobis(method, *data["train"])
+    except ValueError as e:
+        names.remove("mahalanobis")
+        missing["mahalanobis"] = str(e)
+    x = {"test": data["test"][0], "ood": data["ood"]}
+    return {k: ood_scores(method, x[k], names, pred=preds[k]) for k in x}, missing
+
+
 def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
     """Train (or load) ``job``'s method and score it: the runner's job function."""
     from bayesify.bench.toys.mcbn_collapse import ood_scores as collapse_scores
@@ -271,7 +298,7 @@ def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
 
     data = _data(job.split, job.n_val, job.n_train, job.n_test, job.n_ood)
     method, training = _method(job, data, Path(cache) if cache else None)
-    samples = 1 if job.method == "deterministic" else job.samples
+    samples = 1 if job.method in ("deterministic", "ddu") else job.samples  # equal samples
 
     def predict(x: torch.Tensor, seed_offset: int = 0) -> Any:
         return method.predict(x, samples=samples, seed=job.seed + seed_offset)
@@ -301,14 +328,18 @@ def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
             lambda x, p, gen: salt_and_pepper(x, p, low=low, high=high, generator=gen),
             seed=job.split),
     }  # fmt: skip
+    features, missing = _feature_scores(method, data, {"test": p_test, "ood": p_ood})
     out: dict[str, Any] = {
         **sc.accuracy_scores(p_test, y_test),
         "temperature": temperature,
         "scaled": scaled,
         "samples_drawn": p_test.num_samples,
-        "ood": sc.ood_scores(p_test, p_ood),
+        "ood": sc.ood_scores(p_test, p_ood, features.get("test"), features.get("ood")),
+        "ood_missing": missing,
         "uncertainty": {"test": sc.mean_uncertainty(p_test), "ood": sc.mean_uncertainty(p_ood)},
-        "coverage": sc.coverage_scores(p_test, y_test),
+        # deferral by a method's own feature density too (DDU's epistemic score)
+        "coverage": sc.coverage_scores(p_test, y_test, {k: v for k, v in features.get(
+            "test", {}).items() if k == "density"}),
         "reliability": sc.reliability(p_test, y_test),
         "corruption": corruption,
         "training": training,

@@ -3,19 +3,21 @@ bundle of draws; then every method fitted on the same training rows and scored a
 
 The methods are :data:`METHODS`, one line each (network options for the one-hidden-layer MLP,
 then the method's own options); a method registered in ``bayesify.methods`` is added here by one
-line. A method row never reruns HMC: it reads the reference's bundle.
+line. A method row never reruns HMC: it reads the reference's bundle, and the second
+reference's (seed :data:`FLOOR_SEED`) for the floor: the same scores between two HMC runs.
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
 
+from bayesify.bench.jobs import key_field
+from bayesify.bench.posterior.distances import distances, floor_key, subsample
 from bayesify.bench.posterior.problems import Problem, load_problem, log_scale
 from bayesify.options import Task
 
@@ -35,7 +37,8 @@ METHODS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "flow": ({}, {}),  # a neural spline flow over the last layer, fitted by the ELBO
 }
 HIDDEN = 50
-W2_DRAWS = 1000  # draws per input from each predictive for the 2-Wasserstein distance
+FLOOR_SEED = 1  # the second reference's seed: another chain seed, the same posterior (same σ)
+SCORES = 2  # the method rows' scores: 1, the whole predictive only; 2, f(x) and the floor too
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,9 @@ class PosteriorJob:
     The HMC settings are part of every row's configuration, so a method row belongs to the
     reference it was scored against; ``references`` is the folder of the reference bundles.
     ``epochs`` and ``mc_samples`` are the methods' (0 in a reference's row: HMC uses neither, so
-    its key does not change with them)."""
+    its key does not change with them). ``scores`` names what a method row computes (1: the
+    whole predictive only, the rows written before f(x) was scored; :data:`SCORES`: f(x)
+    distances and the floor too), so rows of each kind keep apart in the store."""
 
     method: str
     dataset: str
@@ -62,6 +67,7 @@ class PosteriorJob:
     fixed_noise: bool = True  # regression: σ fixed at validation_noise (else sampled)
     epochs: int = 200
     mc_samples: int = 100
+    scores: int = key_field(1)
 
     def reference_path(self) -> Path:
         tag = f"c{self.chains}-w{self.warmup}-s{self.samples}-t{self.thin}-d{self.max_tree_depth}"
@@ -99,18 +105,6 @@ def validation_noise(problem: Problem, seed: int, steps: int = 2000) -> float:
         return float((net(problem.x_val)[:, 0] - problem.y_val).square().mean().sqrt())
 
 
-def _masked_mean(v: Tensor, mask: Tensor) -> float | None:
-    return float(v[mask].double().mean()) if bool(mask.any()) else None
-
-
-def _spread(pred: Any) -> Tensor:
-    """Per-input predictive std ``[N]``: regression, the mixture's; classification, the std of
-    the class probabilities over samples (root mean over classes)."""
-    if pred.task is Task.CLASSIFICATION:
-        return pred.samples.double().var(0).mean(-1).sqrt()
-    return pred.std.double()
-
-
 def _test_scores(pred: Any, problem: Problem) -> dict[str, Any]:
     """Test LL (original units for UCI) and RMSE or accuracy on the inputs in the data."""
     m = problem.in_data
@@ -139,7 +133,8 @@ def score_reference(job: PosteriorJob) -> dict[str, Any]:
     with seeded(job.seed):
         net = _net(problem)
     fixed = job.fixed_noise and problem.task is Task.REGRESSION
-    noise = validation_noise(problem, job.seed + job.split) if fixed else None
+    # σ depends on the split alone: the floor's second reference samples the same posterior
+    noise = validation_noise(problem, job.split) if fixed else None
     cfg = HMCConfig(noise_std=noise, chains=job.chains, warmup=job.warmup, samples=job.samples,
                     thin=job.thin, max_tree_depth=job.max_tree_depth, dense_mass=job.dense_mass,
                     init_steps=job.init_steps, seed=job.seed + 100 * job.split)  # fmt: skip
@@ -167,9 +162,10 @@ def score_reference(job: PosteriorJob) -> dict[str, Any]:
 
 def score_method(job: PosteriorJob) -> dict[str, Any]:
     """Fit ``job.method`` on the problem's training rows (validation rows for early stopping and
-    τ) and score its test predictive against the stored reference."""
+    τ) and score its test predictive against the stored reference; beside each score, the floor:
+    the same score of the second reference (subsampled to the method's draws) when it is
+    stored."""
     from bayesify.methods import get_method
-    from bayesify.metrics import argmax_agreement, total_variation, wasserstein_1d
     from bayesify.reference import HMCSamples
     from bayesify.seeding import seeded
 
@@ -188,21 +184,18 @@ def score_method(job: PosteriorJob) -> dict[str, Any]:
                epochs=job.epochs, batch_size=32, lr=1e-2, seed=job.seed + job.split,
                progress=False)  # fmt: skip
     pred = method.predict(problem.x_test, samples=job.mc_samples, seed=job.seed)
-    ratio = _spread(pred) / _spread(ref).clamp_min(1e-12)
     metrics: dict[str, Any] = {
         **_test_scores(pred, problem),
-        "std_ratio_data": _masked_mean(ratio, problem.in_data),
-        "std_ratio_gap": _masked_mean(ratio, problem.gap),
+        **distances(pred, ref, problem, job.seed),
+        "draws": int(pred.samples.shape[0]),
         **_band(pred, problem),
     }
-    if problem.task is Task.CLASSIFICATION:
-        metrics["agreement"] = argmax_agreement(pred.mean, ref.mean)
-        metrics["tv"] = float(total_variation(pred.mean, ref.mean).mean())
-    else:
-        g = torch.Generator().manual_seed(job.seed)
-        w2 = wasserstein_1d(pred.sample(W2_DRAWS, generator=g), ref.sample(W2_DRAWS, generator=g))
-        metrics["w2"] = float(w2.mean())
-        metrics["w2_gap"] = _masked_mean(w2, problem.gap)
+    second = replace(job, seed=FLOOR_SEED).reference_path()
+    if job.scores >= 2 and (second / "config.json").is_file():
+        other = HMCSamples.load(second)
+        floor = subsample(other, other.outputs(ref_net, problem.x_test), len(pred.samples),
+                          seed=job.seed)  # fmt: skip
+        metrics |= {floor_key(k): v for k, v in distances(floor, ref, problem, job.seed).items()}
     return metrics
 
 

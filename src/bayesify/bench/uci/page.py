@@ -8,7 +8,8 @@ same splits) and, paired with it split by split, our MC dropout and best other m
 (:mod:`uci_gal2018`); also the published Gal & Ghahramani 2016 figures (± a std over splits, as
 that table printed) and Lakshminarayanan et al. 2017 (deep ensembles). Teye's protocol:
 normalised CRPS / PLL (×100) with one-sided one-sample t-test stars over (split, test seed)
-values, beside Teye et al.'s Table 1 with their stars.
+values, beside Teye et al.'s Table 1 with their stars. Under Gal's protocol also risk–coverage
+curves and AURC per method (:mod:`~bayesify.bench.uci.selective`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from bayesify.bench.uci.gal import ENSEMBLE_2017, GAL_2016
 from bayesify.bench.uci.gal2018_results import Gal2018, gal_2018_results
 from bayesify.bench.uci.gal2018_sections import gal_2018_cell, paired_section, summary_lines
 from bayesify.bench.uci.rows import Cell, cells, load_records, mean_se, pm, write_csv
+from bayesify.bench.uci.selective import selective_section
 from bayesify.bench.uci.teye_report import TEYE_STARS, TEYE_TABLE_1, TEYE_TABLE_1_MCDO
 from bayesify.data.uci import UCI_DATASETS
 
@@ -124,16 +126,20 @@ def _gal_section(table: dict[Cell, list], figures: Path, page_dir: Path,
     lines += ["", *paired_section(table, gal2018)]
     lines += ["", "Normalised PLL / CRPS (×100) against each method's constant-uncertainty "
               "baseline (same mean, one variance fitted on validation; 0 = baseline, 100 = "
-              "per-point optimum), mean over splits, t-test stars over splits; mean seconds per "
-              "job (all grid points).", "",
-              "| dataset | method | likelihood | splits | norm. PLL | norm. CRPS | chosen "
-              "| s/job |",
-              "| --- | --- | --- | ---: | ---: | ---: | --- | ---: |"]  # fmt: skip
+              "per-point optimum), mean over splits, t-test stars over splits; epistemic share: "
+              "the weights' part of each test point's predictive variance, mean over points and "
+              "splits (– for rows scored before it was stored; (k/n): k of the n splits have it); "
+              "mean seconds per job (all grid points).", "",
+              "| dataset | method | likelihood | splits | norm. PLL | norm. CRPS | epistemic "
+              "share | chosen | s/job |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |"]  # fmt: skip
     for d in UCI_DATASETS:
         for m, lik in variants:
             rows = table.get(("gal", m, lik, d))
             if rows:
                 lines.append(_detail_line(d, m, lik, rows))
+    lines += ["", *selective_section(table, "gal", variants, SHORT,
+                                     figures / "risk_coverage_gal.png", page_dir)]  # fmt: skip
     lines += ["", *_figure_lines(table, "gal", variants, figures, page_dir)]
     return lines
 
@@ -175,11 +181,14 @@ def _detail_line(d: str, m: str, lik: str, rows: list[dict[str, Any]]) -> str:
         _, stars = significance(vals)
         return f"{sum(vals) / len(vals):.1f}" + ("" if stars == "n/a" else f" {stars}")
 
+    shares = [r["epistemic_share"] for r in rows if r.get("epistemic_share") is not None]
+    share = "–" if not shares else f"{100 * sum(shares) / len(shares):.1f}%" + (
+        "" if len(shares) == len(rows) else f" ({len(shares)}/{len(rows)})")  # fmt: skip
     chosen = sorted({str(r.get("chosen")) for r in rows if r.get("chosen") is not None})
     secs = [r["seconds"] for r in rows if r.get("seconds") is not None]
     mean_s = f"{sum(secs) / len(secs):.1f}" if secs else "–"
     return (f"| {d} | {m} | {lik} | {len(rows)} | {norm('pll_norm')} | {norm('crps_norm')} | "
-            f"{', '.join(chosen) or '–'} | {mean_s} |")  # fmt: skip
+            f"{share} | {', '.join(chosen) or '–'} | {mean_s} |")  # fmt: skip
 
 
 def _teye_section(table: dict[Cell, list], figures: Path, page_dir: Path) -> list[str]:

@@ -98,6 +98,10 @@ class BatchEnsemble(Method):
         """T rounded up to a multiple of M: every member gives T/M (equal) samples."""
         return self.members * math.ceil(samples / self.members)
 
+    def distinct_samples(self) -> int:
+        """The M members: the mixture is exact once each has run."""
+        return self.members
+
     def _draw_samples(
         self,
         x: Tensor,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -112,8 +113,10 @@ class BayesByBackprop(Method):
             net.register_parameter(LOG_NOISE, nn.Parameter(init.to(ref.device)))
         # the parameter itself: during training self.net may be a wrapper (e.g. DDP)
         self.log_noise: nn.Parameter | None = getattr(net, LOG_NOISE, None)
-        if self._learns_noise and not self.log_noise.is_meta:  # meta: a bundle's check (load)
-            self.noise_variance = float(self.log_noise.detach().exp())
+        if self._learns_noise:
+            assert self.log_noise is not None  # registered above
+            if not self.log_noise.is_meta:  # meta: a bundle's check (load)
+                self.noise_variance = float(self.log_noise.detach().exp())
 
     @property
     def _learns_noise(self) -> bool:
@@ -122,13 +125,18 @@ class BayesByBackprop(Method):
 
     def kl(self) -> Tensor:
         """KL(q || p) summed over all Bayesian layers (0-dim)."""
-        return sum(layer.kl() for layer in self.layers)
+        first, *rest = self.layers  # bayesianize returns at least one layer
+        total = first.kl()
+        for layer in rest:
+            total = total + layer.kl()
+        return total
 
     def nll(self, out: Tensor, y: Tensor) -> Tensor:
         """Cross-entropy, or the Gaussian NLL with the learned noise variance (regression)."""
         if not self._learns_noise:  # cross-entropy or the heteroscedastic Gaussian NLL
             return super().nll(out, y)
         log_var = self.log_noise
+        assert log_var is not None  # set in _prepare whenever the noise is learned
         sq = (out.reshape(y.shape) - y) ** 2
         return 0.5 * (math.log(2 * math.pi) + log_var + sq * torch.exp(-log_var)).mean()
 
@@ -141,7 +149,7 @@ class BayesByBackprop(Method):
             loss = loss + beta * cfg.kl_weight * kl / n_data
         return loss
 
-    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]]:
         """Variational parameters (and the noise) without weight decay; the rest with it."""
         variational = {id(p) for layer in self.layers for p in layer.parameters()}
         if hasattr(self.net, LOG_NOISE):

@@ -124,7 +124,14 @@ class VCL(BayesByBackprop):
         return total / len(y)
 
     def _classes_per_head(self) -> int:
-        return int(self.module.heads[0].out_features)
+        first: Any = self._heads()[0]  # any module with an int out_features (Linear, BayesLinear)
+        return int(first.out_features)
+
+    def _heads(self) -> nn.ModuleList:
+        """The output heads of a multi-head network (:func:`head_count` > 1)."""
+        heads = self.module.heads
+        assert isinstance(heads, nn.ModuleList)  # what head_count counts
+        return heads
 
     def fit(self, train: Data, val: Data | None = None, *, head: int | None = None,
             **options: Any) -> Self:  # fmt: skip
@@ -166,7 +173,7 @@ class VCL(BayesByBackprop):
             self.history = history
         self._kl_layers = self.layers
         if hasattr(self.module, "head"):
-            self.module.head = head
+            setattr(self.module, "head", head)  # noqa: B010 (nn.Module types attributes as Tensor | Module)
         self.tasks.append({
             "task": task, "head": head, "rows": len(x), "trained_rows": int(keep.sum()),
             "coreset": cfg.coreset.value, "coreset_rows": len(picked),
@@ -180,28 +187,28 @@ class VCL(BayesByBackprop):
         a single-head network)."""
         if head_count(self.module) == 1:
             return self.layers
-        other = {id(m) for h, mod in enumerate(self.module.heads) if h not in heads
+        other = {id(m) for h, mod in enumerate(self._heads()) if h not in heads
                  for m in mod.modules()}  # fmt: skip
         return [layer for layer in self.layers if id(layer) not in other]
 
     def _add_coreset(self, x: Tensor, y: Tensor, head: int) -> None:
         net, dtype = self.module, self.layers[0].weight_mu.dtype
-        rows = x.to(net.vcl_coreset_x.device, dtype)
-        old_x = net.vcl_coreset_x.reshape(-1, *rows.shape[1:])
-        net.vcl_coreset_x = torch.cat([old_x, rows])
-        net.vcl_coreset_y = torch.cat([net.vcl_coreset_y, y.to(rows.device, dtype).reshape(-1)])
+        old_x, old_y, old_head = (net.get_buffer(n) for n in (CORESET_X, CORESET_Y, CORESET_HEAD))
+        rows = x.to(old_x.device, dtype)
+        net.vcl_coreset_x = torch.cat([old_x.reshape(-1, *rows.shape[1:]), rows])
+        net.vcl_coreset_y = torch.cat([old_y, y.to(rows.device, dtype).reshape(-1)])
         new_head = torch.full((len(x),), float(head), dtype=dtype, device=rows.device)
-        net.vcl_coreset_head = torch.cat([net.vcl_coreset_head, new_head])
+        net.vcl_coreset_head = torch.cat([old_head, new_head])
 
     def coreset(self) -> tuple[Tensor, Tensor, Tensor]:
         """The coreset union: inputs ``[K, ...]``, targets ``[K]``, heads ``[K]`` (int64)."""
         net = self.module
         shape = self.input_shape or ()
-        x = net.vcl_coreset_x.reshape(-1, *shape)
-        y = net.vcl_coreset_y
+        x = net.get_buffer(CORESET_X).reshape(-1, *shape)
+        y = net.get_buffer(CORESET_Y)
         if self.config.task is Task.CLASSIFICATION:
             y = y.long()
-        return x, y, net.vcl_coreset_head.long()
+        return x, y, net.get_buffer(CORESET_HEAD).long()
 
     def _refit_on_coreset(self, options: dict[str, Any]) -> None:
         """Fine-tune the posterior on the coreset union with q̃_t as the prior (prediction)."""
@@ -243,4 +250,4 @@ class VCL(BayesByBackprop):
             raise TypeError("extra.tasks must be a list of objects")
         self.tasks = tasks
         if state.get("head") is not None and hasattr(self.module, "head"):
-            self.module.head = int(state["head"])
+            setattr(self.module, "head", int(state["head"]))  # noqa: B010 (as in fit)

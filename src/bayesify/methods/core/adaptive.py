@@ -16,8 +16,10 @@ repeated is the same mixture, so every figure of the row (mean, entropy, mutual 
 variances, log-likelihood) is exactly that of its ``T_r`` samples. ``samples_used [N]`` says how
 many distinct samples each row got. Mixtures whose parts must weigh the same (an ensemble's M
 members, IBNN's K components) round ``start`` up to a multiple of their parts first, and
-``max_samples`` with it (M = 3, 8 to 32: 9, 18 or 36 samples). Each round is one vectorised
-pass over the rows still active.
+``max_samples`` with it (M = 3, 8 to 32: 9, 18 or 36 samples). A method with finitely many
+distinct samples (``distinct_samples()``: the members of an ensemble of deterministic networks)
+stops once it has drawn them all, its mixture then exact, and ``samples_used`` counts at most
+that many. Each round is one vectorised pass over the rows still active.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ class Sampler(Protocol):
     def _prefix_sampler(
         self, x: Tensor, generator: torch.Generator | None, max_rows: Any
     ) -> Callable[[Tensor, int], Tensor] | None: ...
+
+    def distinct_samples(self) -> int | None: ...
 
 
 class AdaptivePredictive(Predictive):
@@ -138,9 +142,10 @@ def predict_adaptive(
     used = torch.full((n,), start, dtype=torch.long)
     x = torch.as_tensor(x)
     active = torch.nonzero(standard_error(returned(first)).cpu() > tol).flatten()
+    distinct = method.distinct_samples()  # finitely many: stop once all are drawn
     have = start
     for _ in range(rounds):
-        if len(active) == 0:
+        if len(active) == 0 or (distinct is not None and have >= distinct):
             break
         idx = active.to(draws.device)
         more = draw(active, have)
@@ -158,7 +163,8 @@ def predict_adaptive(
     pred = returned(draws)  # e.g. a bundle's map back to the user's target units
     if pred.task is Task.CLASSIFICATION:
         out = AdaptivePredictive.classification(pred.samples)
+        out.max_logits = pred.max_logits
     else:
         out = AdaptivePredictive.regression(pred.samples, pred.noise_variance)
-    out.samples_used = used
+    out.samples_used = used if distinct is None else used.clamp(max=distinct)
     return out

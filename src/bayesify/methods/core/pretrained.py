@@ -91,7 +91,7 @@ class FromPretrained:
         )
         return method
 
-    def _from_pretrained(
+    def _default_from_pretrained(
         self,
         train: Data | None,
         val: Data | None,
@@ -114,6 +114,10 @@ class FromPretrained:
             self.fit(train, val, epochs=epochs, batch_size=bs, lr=lr, seed=seed, progress=progress)
             return
         self._fit_noise_on(val, seed)
+
+    #: the hook: ``(train, val, *, batch_size, seed, progress, **the method's own options)``;
+    #: each method's hook has its own keyword options, so the signatures differ by design
+    _from_pretrained: Callable[..., None] = _default_from_pretrained
 
     def _fit_noise_on(self, val: Data | None, seed: int) -> None:
         """Fit τ⁻¹ on ``val`` for regression (nothing without ``val`` or for classification)."""

@@ -30,7 +30,7 @@ from bayesify.nn import (
 )
 from bayesify.nn.folding import deterministic_prefix
 from bayesify.nn.modes import eval_mode
-from bayesify.nn.net_facts import NetFacts
+from bayesify.nn.net_facts import Facts, NetFacts
 from bayesify.train import Data
 
 
@@ -52,7 +52,7 @@ class Sampling:
             cache = self.__dict__["_net_facts_cache"] = NetFacts()
         return cache
 
-    def _net_facts(self):  # noqa: ANN202 - nn.net_facts.Facts
+    def _net_facts(self) -> Facts:
         """The network's modules, stochastic layers and deterministic prefix, found again
         only when its modules changed (:class:`~bayesify.nn.net_facts.NetFacts`)."""
         return self._facts_cache().of(self.net)
@@ -157,6 +157,12 @@ class Sampling:
         mixture's parts where every part must weigh the same (an ensemble's M members, IBNN's K
         components): ``pred.num_samples`` says how many there are."""
         return samples
+
+    def distinct_samples(self) -> int | None:
+        """How many different samples the method can draw, where that is finite (the members of
+        an ensemble of deterministic networks): its predictive is exact once each is drawn, and
+        more samples only repeat them. None: every draw is new."""
+        return None
 
     def reference_samples(
         self, x: Tensor, samples: int, generator: torch.Generator | None = None

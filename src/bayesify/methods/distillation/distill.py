@@ -56,7 +56,7 @@ from bayesify.models import build_model
 from bayesify.nn.modes import eval_mode
 from bayesify.options import Augment, Task, parse_option
 from bayesify.predictive.dirichlet import dirichlet_nll, dirichlet_summaries
-from bayesify.train import as_loader, make_optimizer, train_loop
+from bayesify.train import History, as_loader, make_optimizer, train_loop
 
 log = logging.getLogger(__name__)
 
@@ -173,9 +173,10 @@ def holdout_split(n: int, task: Task, generator: torch.Generator) -> tuple[Tenso
 # ---------------------------------------------------------------------------------- student
 def _base_net(teacher: Method) -> nn.Module:
     """The network whose weights start the student: member 0's for an ensemble."""
-    if isinstance(teacher, DeepEnsemble):
-        return teacher.member_methods[0].net
-    return teacher.net
+    net: nn.Module = (
+        teacher.member_methods[0].net if isinstance(teacher, DeepEnsemble) else teacher.net
+    )
+    return net
 
 
 def _student(teacher: Method) -> Distilled:
@@ -210,10 +211,10 @@ def _warm_start(student: Distilled, base: nn.Module) -> None:
     src = list(base.named_parameters())
     rows = student.outputs if student.config.task is Task.CLASSIFICATION else 1
     pairs = []
-    for (_, d), (_, s) in zip(dst, src, strict=False):
-        widened = d is wide.weight or d is wide.bias
-        if d.shape == s.shape or (widened and d.shape[1:] == s.shape[1:] and len(s) >= rows):
-            pairs.append((d, s[:rows] if widened else s))
+    for (_, dp), (_, sp) in zip(dst, src, strict=False):
+        widened = dp is wide.weight or dp is wide.bias
+        if dp.shape == sp.shape or (widened and dp.shape[1:] == sp.shape[1:] and len(sp) >= rows):
+            pairs.append((dp, sp[:rows] if widened else sp))
         else:
             break
     if len(dst) != len(src) or len(pairs) != len(dst):
@@ -249,7 +250,7 @@ def _init_heads(student: Distilled, targets: Tensor) -> float:
 
 def _train(student: Distilled, x: Tensor, targets: Tensor, ref: float, epochs: int,
            batch_size: int, lr: float, temperature: float, seed: int, progress: bool,
-           held: tuple[Tensor, Tensor] | None = None):  # fmt: skip
+           held: tuple[Tensor, Tensor] | None = None) -> History:  # fmt: skip
     classify = student.config.task is Task.CLASSIFICATION
     _, _, wide = last_linear(student.net)
     seen: list[Tensor] = []  # the last layer's input of the current batch

@@ -196,8 +196,8 @@ class Distilled(Method):
 
     def to_predictive(self, out: Tensor) -> Predictive:
         """Draws ``[T, N, C]`` (log probabilities) or ``[T, N, 2]`` (means, noise variance)."""
-        if self.config.task is Task.CLASSIFICATION:
-            return Predictive.from_logits(out)
+        if self.config.task is Task.CLASSIFICATION:  # Dirichlet draws: log probabilities
+            return Predictive.from_logits(out, keep_logits=False)
         return Predictive.regression(out[..., 0], out[..., 1])
 
     # ------------------------------------------------------------------ closed forms

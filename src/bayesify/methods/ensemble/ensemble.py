@@ -35,7 +35,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -87,10 +87,10 @@ class EnsembleConfig(MethodConfig):
 
 def _member_class(method: Any) -> type[Method]:
     """The member method class; a name or an ensemble is a clear error."""
-    method = member_class(method, "DeepEnsemble")
-    if issubclass(method, DeepEnsemble):
+    member = member_class(method, "DeepEnsemble")
+    if issubclass(member, DeepEnsemble):
         raise ValueError("an ensemble of ensembles is not supported")
-    return method
+    return member
 
 
 class EnsembleNet(nn.Module):
@@ -144,7 +144,8 @@ class DeepEnsemble(Method):
         self._given = given_members(net, config, options, "deep ensemble")
         if self._given is not None:
             net, inplace = self._given[0], True  # the template is not copied: the members are
-        super().__init__(net, config, inplace=inplace, **options)
+        # one network now (a list or tuple gave the members); Method's constructor checks its type
+        super().__init__(cast(nn.Module, net), config, inplace=inplace, **options)
 
     def _prepare(self, net: nn.Module) -> None:
         cfg = self.config
@@ -157,8 +158,8 @@ class DeepEnsemble(Method):
                 _reinitialise(member_net, cfg.init_seed + m)
         self.member_methods: list[Method] = []
         for member_net in nets:
-            options = {"task": cfg.task, "noise_objective": cfg.noise_objective,
-                       "likelihood": cfg.likelihood}  # fmt: skip
+            options: dict[str, Any] = {"task": cfg.task, "noise_objective": cfg.noise_objective,
+                                       "likelihood": cfg.likelihood}  # fmt: skip
             options.update(cfg.method_options)
             self.member_methods.append(member_cls(member_net, inplace=True, **options))
         self._given = None  # the members hold them now
@@ -245,16 +246,24 @@ class DeepEnsemble(Method):
         """T rounded up to a multiple of M: every member gives ceil(T/M) samples."""
         return self.members * math.ceil(samples / self.members)
 
+    def distinct_samples(self) -> int | None:
+        """M for members that are plain networks (each gives one answer); None for members
+        that sample."""
+        return self.members if self.config.method is Deterministic else None
+
     def _draw_samples(
         self,
         x: Tensor,
         samples: int,
         generator: torch.Generator | None,
         max_rows: int | None,
+        start: int = 0,
         max_bytes: int | None = None,
     ) -> Tensor:
         """Raw outputs ``[T, N, ...]``: K = T/M samples per member in one pass; refused beyond
         ``max_bytes`` (the members' outputs are joined in a copy: twice the samples')."""
+        if start:  # an ensemble has no prefix sampler: its pass starts at the inputs
+            raise ValueError(f"DeepEnsemble samples from the inputs (start=0), got start={start}")
         state = _clone_generator(generator)
         try:
             return self._sample(x, samples, generator, max_rows, max_bytes)
@@ -274,7 +283,7 @@ class DeepEnsemble(Method):
             # members without randomness give K equal samples: forward each once and repeat
             per_chunk = len(x) if not max_rows else max(1, max_rows)
             # M small forwards: cheaper than stacking states for vmap
-            out = torch.cat([self.net(c) for c in x.split(per_chunk)], 1).unsqueeze(1)
+            out = torch.cat([self.net(c) for c in torch.split(x, per_chunk)], 1).unsqueeze(1)
             row = math.prod(out.shape[3:])
             check_sample_bytes(samples, len(x), row, out.element_size(), 0, max_bytes)
             return self._interleave(out.expand(-1, k, *out.shape[2:]), samples)  # [M,1,N,...]

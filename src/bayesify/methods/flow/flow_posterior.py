@@ -98,9 +98,11 @@ class FlowPosterior(Method):
     @property
     def posterior(self) -> WeightFlow:
         """``q(w)`` over the last layer's weights and bias."""
-        return self.layer.posterior  # type: ignore[return-value]
+        posterior = self.layer.posterior
+        assert isinstance(posterior, WeightFlow)  # set by _prepare and fit_posterior
+        return posterior
 
-    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]]:
         """The network's own weights (``fit`` trains them by the NLL); ``q`` is fitted after."""
         flow = {id(p) for p in self.posterior.parameters()}
         params = [p for p in self.net.parameters() if p.requires_grad and id(p) not in flow]

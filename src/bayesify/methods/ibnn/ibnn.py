@@ -123,7 +123,7 @@ class IBNN(Method):
     def variational_parameters(self) -> list[nn.Parameter]:
         return [p for layer in self.layers for p in (layer.mu, layer.rho)]
 
-    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]]:
         var_ids = {id(p) for p in self.variational_parameters()}
         weights = [p for p in self.net.parameters() if p.requires_grad and id(p) not in var_ids]
         groups = [

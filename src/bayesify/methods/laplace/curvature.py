@@ -18,7 +18,7 @@ homoscedastic Gaussian (its 1/σ² is the posterior's ``scale``), and the Fisher
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,9 +26,21 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bayesify.methods.core.likelihood import VARIANCE_FLOOR
-from bayesify.nn.laplace_posterior import DiagBlock, FullBlock, KronBlock, LaplaceBlock
+from bayesify.nn.laplace_posterior import (
+    DiagBlock,
+    FullBlock,
+    KronBlock,
+    LaplaceBlock,
+    LaplaceLinear,
+)
 from bayesify.nn.modes import eval_mode
 from bayesify.options import Task
+
+#: a layer in the posterior: all layers' ``nn.Linear`` and ``nn.Conv2d``, or the last layer's
+#: :class:`LaplaceLinear`; its ``weight`` and ``bias`` are the posterior's mean
+PosteriorLayer = nn.Linear | nn.Conv2d | LaplaceLinear
+#: the mini-batches ``(x, y)`` a curvature is summed over (a DataLoader)
+Batches = Iterable[tuple[Tensor, Tensor]]
 
 
 @dataclass
@@ -75,7 +87,7 @@ def _add(a: DataTerm, b: DataTerm) -> DataTerm:
     return DataTerm(a.n_data + b.n_data, a.log_likelihood + b.log_likelihood, a.sse + b.sse)
 
 
-def _batches(loader, device: torch.device) -> Iterator[tuple[Tensor, Tensor]]:
+def _batches(loader: Batches, device: torch.device) -> Iterator[tuple[Tensor, Tensor]]:
     for xb, yb in loader:
         yield xb.to(device), yb.to(device)
 
@@ -85,7 +97,7 @@ def last_layer_curvature(
     net: nn.Module,
     layer: nn.Module,
     block: LaplaceBlock,
-    loader,
+    loader: Batches,
     task: Task,
     heteroscedastic: bool,
     device: torch.device,
@@ -146,28 +158,30 @@ def _accumulate(acc: dict[str, Tensor], block: LaplaceBlock, phi: Tensor, lam: T
 
 
 # ---------------------------------------------------------------------------- all layers
-def posterior_layers(net: nn.Module) -> list[nn.Module]:
+def posterior_layers(net: nn.Module) -> list[nn.Linear | nn.Conv2d]:
     """The layers an all-layer Laplace puts in its posterior: every ``nn.Linear`` and
     ``nn.Conv2d`` (other parameters, e.g. batch norm's, stay at their MAP values)."""
     return [m for m in net.modules() if isinstance(m, nn.Linear | nn.Conv2d)]
 
 
-def layer_shape(layer: nn.Module) -> tuple[int, int, bool]:
+def layer_shape(layer: PosteriorLayer) -> tuple[int, int, bool]:
     """``(out, in, bias)`` of a layer's weight as a matrix (a convolution's ``in·k·k``)."""
     w = layer.weight
     return w.shape[0], int(w[0].numel()), layer.bias is not None
 
 
-def _inputs_as_rows(layer: nn.Module, x: Tensor) -> Tensor:
+def _inputs_as_rows(layer: PosteriorLayer, x: Tensor) -> Tensor:
     """A layer's input as rows of its weight matrix's input: ``[rows, in]`` (a convolution's
     unfolded patches, one row per position)."""
     if isinstance(layer, nn.Conv2d):
+        if isinstance(layer.padding, str):  # F.unfold takes numbers only
+            raise TypeError(f"KFAC needs a Conv2d with numeric padding, got {layer.padding!r}")
         patches = F.unfold(x, layer.kernel_size, layer.dilation, layer.padding, layer.stride)
         return patches.transpose(1, 2).reshape(-1, patches.shape[1])
     return x.reshape(-1, x.shape[-1])
 
 
-def _grads_as_rows(layer: nn.Module, g: Tensor) -> Tensor:
+def _grads_as_rows(layer: PosteriorLayer, g: Tensor) -> Tensor:
     if isinstance(layer, nn.Conv2d):
         return g.flatten(2).transpose(1, 2).reshape(-1, g.shape[1])
     return g.reshape(-1, g.shape[-1])
@@ -175,8 +189,8 @@ def _grads_as_rows(layer: nn.Module, g: Tensor) -> Tensor:
 
 def all_layer_curvature(
     net: nn.Module,
-    blocks: list[tuple[nn.Module, LaplaceBlock]],
-    loader,
+    blocks: Sequence[tuple[PosteriorLayer, LaplaceBlock]],
+    loader: Batches,
     task: Task,
     heteroscedastic: bool,
     device: torch.device,
@@ -200,13 +214,21 @@ def all_layer_curvature(
     for i, (_layer, block) in enumerate(blocks):
         a = acc[i]
         if kron:
+            assert isinstance(block, KronBlock)  # every block is of the first one's kind
             block.set_curvature(a["g"], a["a"] / max(n_rows, 1))
         else:
+            assert isinstance(block, DiagBlock)  # all layers: kfac or diag (LaplaceConfig)
             block.set_curvature(a["hw"].reshape(block.out_features, -1), a.get("hb"))
     return term
 
 
-def _kfac_batch(net, blocks, xb, lam_sqrt, acc) -> None:
+def _kfac_batch(
+    net: nn.Module,
+    blocks: Sequence[tuple[PosteriorLayer, LaplaceBlock]],
+    xb: Tensor,
+    lam_sqrt: Tensor,
+    acc: dict[int, dict[str, Tensor]],
+) -> None:
     """KFAC factors of one batch: inputs by forward hooks, output gradients of
     ``Σ_n f_n · L_n[:, k]`` for each k by backward hooks (rows are independent in eval mode)."""
     inputs: dict[int, Tensor] = {}
@@ -214,9 +236,13 @@ def _kfac_batch(net, blocks, xb, lam_sqrt, acc) -> None:
     handles = []
     for i, (layer, _) in enumerate(blocks):
 
-        def fwd(_m, args, output, i=i):
+        def fwd(_m: nn.Module, args: tuple[Tensor, ...], output: Tensor, i: int = i) -> None:
             inputs[i] = args[0].detach()
-            output.register_hook(lambda g, i=i: grads.__setitem__(i, g.detach()))
+
+            def save(g: Tensor) -> None:
+                grads[i] = g.detach()
+
+            output.register_hook(save)  # type: ignore[no-untyped-call]  # torch: no annotations
 
         handles.append(layer.register_forward_hook(fwd))
     try:
@@ -242,7 +268,13 @@ def _kfac_batch(net, blocks, xb, lam_sqrt, acc) -> None:
             h.remove()
 
 
-def _diag_batch(net, blocks, xb, lam_sqrt, acc) -> None:
+def _diag_batch(
+    net: nn.Module,
+    blocks: Sequence[tuple[PosteriorLayer, LaplaceBlock]],
+    xb: Tensor,
+    lam_sqrt: Tensor,
+    acc: dict[int, dict[str, Tensor]],
+) -> None:
     """Diagonal GGN of one batch: per-row Jacobians of ``f_n · L_n`` (torch.func)."""
     from torch.func import functional_call, jacrev, vmap
 
@@ -257,9 +289,9 @@ def _diag_batch(net, blocks, xb, lam_sqrt, acc) -> None:
             params[f"{prefix}.bias"] = layer.bias.detach()
     state = {k: v.detach() for k, v in net.state_dict().items()}
 
-    def f(p, x, lsq):
-        out = functional_call(net, {**state, **p}, (x.unsqueeze(0),)).reshape(-1)
-        return out.to(lsq.dtype) @ lsq  # [K]
+    def f(p: dict[str, Tensor], x: Tensor, lsq: Tensor) -> Tensor:
+        out: Tensor = functional_call(net, {**state, **p}, (x.unsqueeze(0),))
+        return out.reshape(-1).to(lsq.dtype) @ lsq  # [K]
 
     jac = vmap(jacrev(f), in_dims=(None, 0, 0))(params, xb, lam_sqrt)  # name -> [n, K, *shape]
     for i, (layer, _) in enumerate(blocks):

@@ -35,6 +35,7 @@ from bayesify.methods.core.base import Method, MethodConfig
 from bayesify.methods.core.inputs import check_samples
 from bayesify.methods.laplace.curvature import (
     DataTerm,
+    PosteriorLayer,
     all_layer_curvature,
     last_layer_curvature,
     layer_shape,
@@ -111,14 +112,14 @@ class Laplace(Method):
         block_cls = BLOCKS[cfg.hessian.value]
         self.evidence: Evidence | None = None
         if cfg.subset is LaplaceSubset.LAST_LAYER:
-            parent, name, layer = last_linear(net)
-            block = block_cls(layer.out_features, layer.in_features, layer.bias is not None)
-            block.set_mean(layer.weight, layer.bias)
-            new = LaplaceLinear(layer, block, probit=cfg.probit)
-            new = new.to(layer.weight.device).train(layer.training)
+            parent, name, linear = last_linear(net)
+            block = block_cls(linear.out_features, linear.in_features, linear.bias is not None)
+            block.set_mean(linear.weight, linear.bias)
+            new = LaplaceLinear(linear, block, probit=cfg.probit)
+            new = new.to(linear.weight.device).train(linear.training)
             setattr(parent, name, new)
             self.layer: LaplaceLinear | None = new
-            self.blocks: list[tuple[nn.Module, LaplaceBlock]] = [(new, new.posterior)]
+            self.blocks: list[tuple[PosteriorLayer, LaplaceBlock]] = [(new, new.posterior)]
         else:
             self.layer = None
             self.blocks = []
@@ -222,6 +223,7 @@ class Laplace(Method):
             ev = Evidence(d, ev.noise_variance, log_marglik(term, eig, sq, d, ev.noise_variance))
         self._set(ev.prior_precision, ev.noise_variance)
         if cfg.prior_fit is PriorFit.GRID and cfg.prior_precision is None:
+            assert val is not None  # fit_posterior refuses the grid without it
             d = self._grid_prior(val, seed)
             ev = Evidence(d, ev.noise_variance, log_marglik(term, eig, sq, d, ev.noise_variance))
             self._set(d, ev.noise_variance)
@@ -239,6 +241,8 @@ class Laplace(Method):
             nll = float(-pred.log_prob(yv).mean())
             if nll < best_nll:
                 best, best_nll = d, nll
+        if best is None:
+            raise ValueError("no prior precision of the grid gives a finite validation NLL")
         return best
 
     def log_marginal_likelihood(
@@ -252,7 +256,10 @@ class Laplace(Method):
         d = self.prior_precision if prior_precision is None else prior_precision
         var = None
         if self._gaussian_noise:
-            var = self.evidence.noise_variance if noise_variance is None else noise_variance
+            var = noise_variance
+            if var is None:
+                assert self.evidence is not None  # fitted with _term
+                var = self.evidence.noise_variance
         return log_marglik(term, self.eigenvalues(), self._sq_norm(), d, var)
 
     @property
@@ -298,12 +305,13 @@ class Laplace(Method):
         for a, b in ranges:
             sub = {k: v[a:b] for k, v in deltas.items()}
             row = 0
-            for chunk in x.split(per_chunk):
+            for chunk in torch.split(x, per_chunk):
                 y = self._all_layer_forward(chunk, sub)  # [G, n, ...]
                 if out is None:
                     out = y.new_empty((samples, len(x), *y.shape[2:]))
                 out[a:b, row : row + len(chunk)] = y
                 row += len(chunk)
+        assert out is not None  # samples >= 1 and at least one chunk (x.split never gives none)
         return out
 
     def _last_layer_pass(
@@ -320,10 +328,11 @@ class Laplace(Method):
         :func:`~bayesify.nn.forward_in_chunks`) and the layer gives all T groups' outputs of
         each block's feature rows at once (no ``[T·n, in]`` repeat): ``[T, N, out]``. None
         where that does not apply (other nets, groups split into ranges, hooks on the layer)."""
+        layer = self.layer
         net, k = self.net, len(self.net) - 1 if isinstance(self.net, nn.Sequential) else -1
-        if k < 1 or net[k] is not self.layer or start not in (0, k):
+        if layer is None or k < 1 or net[k] is not self.layer or start not in (0, k):
             return None
-        if self.layer._forward_hooks or self.layer._forward_pre_hooks:
+        if layer._forward_hooks or layer._forward_pre_hooks:
             return None  # the layer's forward runs (over the repeated rows) for its hooks
         # start 0: called from sample(), which has just walked the modules (no second walk)
         facts = self._facts_cache().last or self._net_facts()
@@ -334,7 +343,6 @@ class Laplace(Method):
         if len(ranges) > 1:
             return None
         body = [] if start else list(net.children())[:k]  # what net[:k] runs, not rebuilt
-        layer = self.layer
         out: Tensor | None = None
         row = 0
         # the layer is the net's only stochastic module (the body is deterministic): its
@@ -342,7 +350,7 @@ class Laplace(Method):
         # (it holds no other stochastic module: the layers are given, no walk of its modules)
         with sampling(layer, samples, generator, layers=(layer,)):
             step = per_chunk * samples
-            for block in (x,) if n <= step else x.split(step):
+            for block in (x,) if n <= step else torch.split(x, step):
                 h = block
                 for module in body:
                     h = module(h)
@@ -371,7 +379,9 @@ class Laplace(Method):
                     for t in range(samples)]  # fmt: skip
         return torch.stack(outs)
 
-    def _all_layer_deltas(self, samples: int, generator: torch.Generator | None) -> dict:
+    def _all_layer_deltas(
+        self, samples: int, generator: torch.Generator | None
+    ) -> dict[str, Tensor]:
         return all_layer_deltas(self.net, self.blocks, samples, generator)
 
     def _all_layer_forward(self, x: Tensor, deltas: dict[str, Tensor]) -> Tensor:

@@ -4,9 +4,12 @@ the drawn weights (sampled); behind :class:`~bayesify.methods.laplace.laplace.La
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 
+from bayesify.methods.laplace.curvature import PosteriorLayer
 from bayesify.nn.laplace_posterior import LaplaceBlock
 from bayesify.nn.modes import eval_mode
 from bayesify.options import LaplacePredictive
@@ -14,13 +17,13 @@ from bayesify.options import LaplacePredictive
 
 def all_layer_deltas(
     net: nn.Module,
-    blocks: list[tuple[nn.Module, LaplaceBlock]],
+    blocks: Sequence[tuple[PosteriorLayer, LaplaceBlock]],
     samples: int,
     generator: torch.Generator | None,
 ) -> dict[str, Tensor]:
     """Per weight tensor name, T draws of ``θ − θ*`` ``[T, *shape]`` (network dtype)."""
     names = {id(m): name for name, m in net.named_modules()}
-    out = {}
+    out: dict[str, Tensor] = {}
     for layer, block in blocks:
         dw, db = block.deltas(samples, generator)
         prefix = names[id(layer)]
@@ -42,11 +45,13 @@ def all_layer_forward(
     params = {k: state[k] for k in deltas}
 
     def f(p: dict[str, Tensor]) -> Tensor:
-        return functional_call(net, {**state, **p}, (x,))
+        out: Tensor = functional_call(net, {**state, **p}, (x,))
+        return out
 
     with eval_mode(net), torch.no_grad():
         if predictive is LaplacePredictive.SAMPLED:
-            return vmap(lambda d: f({k: params[k] + d[k] for k in d}))(deltas)
+            drawn: Tensor = vmap(lambda d: f({k: params[k] + d[k] for k in d}))(deltas)
+            return drawn
         mean = f(params)
-        lin = vmap(lambda d: jvp(f, (params,), (d,))[1])(deltas)
+        lin: Tensor = vmap(lambda d: jvp(f, (params,), (d,))[1])(deltas)
         return mean.unsqueeze(0) + lin

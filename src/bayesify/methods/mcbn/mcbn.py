@@ -17,10 +17,10 @@ knob that :meth:`MCBN.tune_batch_size` chooses on validation data (Mukhoti et al
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
@@ -200,9 +200,8 @@ class MCBN(Method):
             raise ValueError(f"MCBN mini-batches need at least 2 rows, got batch_size={batch_size}")
         loader = as_loader(as_dataset(train), batch_size, shuffle=True, seed=seed, drop_last=True)
         if len(loader) == 0:
-            raise ValueError(
-                f"{len(loader.dataset)} training rows are fewer than one batch of {batch_size}"
-            )
+            rows = len(cast(Sized, loader.dataset))  # torch's Dataset declares no __len__
+            raise ValueError(f"{rows} training rows are fewer than one batch of {batch_size}")
         dev = self.device
         done = 0
         with kept_modes(self.net), torch.no_grad(), ExitStack() as stack:

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterable, Sequence, Sized
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -28,7 +28,9 @@ class Tunable(Protocol):
     the two ways to set b, the noise fit and its predictive."""
 
     config: Any
-    layers: Sequence[Any]  # MCBatchNorm layers, with their ``spatial_size``
+
+    @property
+    def layers(self) -> Sequence[Any]: ...  # MCBatchNorm layers, with their ``spatial_size``
 
     @property
     def gaussian(self) -> bool: ...
@@ -86,13 +88,15 @@ def tune_effective_batch_size(
             'statistics="gaussian", which needs none'
         )
     xv, yv = method._tensors(val)
-    rows = None if method.gaussian else len(as_dataset(train))
+    # (torch's Dataset declares no __len__; a Dataset without one fails here as before)
+    rows = None if train is None or method.gaussian else len(cast(Sized, as_dataset(train)))
     regression = method.config.task is Task.REGRESSION
 
     def use(b: float) -> None:
         if method.gaussian:
             method.set_effective_batch_size(b)
         else:
+            assert train is not None  # the bank model needs it (checked above)
             method.fill_bank(train, batch_size=max(2, round(b)), seed=seed)
         if regression:
             method.fit_noise((xv, yv), seed=seed)

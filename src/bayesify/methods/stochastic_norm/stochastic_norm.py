@@ -90,7 +90,7 @@ class StochasticNorm(Method):
                 layer.bn_mult_std, layer.bn_add_std = mult, add
         self.initialised = not c.data_init  # data_init waits for the first training batch
 
-    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]]:
         """Unit-norm directions and KL-regularised scale parameters without weight decay."""
         free = [layer.layer.weight for layer in self.layers]
         free += [p for layer in self.layers for p in layer.prior_parameters()]
@@ -107,7 +107,11 @@ class StochasticNorm(Method):
 
     def kl(self) -> Tensor:
         """Σ over layers and channels of KL(q(S) ‖ N(1, prior_std²)), a scalar."""
-        return sum(layer.kl(self.config.prior_std) for layer in self.layers)
+        first, *rest = self.layers  # add_stochastic_scale returns at least one layer
+        total = first.kl(self.config.prior_std)
+        for layer in rest:
+            total = total + layer.kl(self.config.prior_std)
+        return total
 
     def objective(self, x: Tensor, y: Tensor, progress: float, n_data: int) -> Tensor:
         if not self.initialised:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -62,7 +63,7 @@ def flat_parameters(net: nn.Module) -> Tensor:
 def unflatten(theta: Tensor, layout: list[tuple[str, torch.Size]]) -> dict[str, Tensor]:
     """Weights ``[S, P]`` -> ``{name: [S, *shape]}`` (views) for ``layout``."""
     sizes = [math.prod(shape) for _, shape in layout]
-    parts = theta.split(sizes, dim=1)
+    parts = torch.split(theta, sizes, dim=1)
     pairs = zip(layout, parts, strict=True)
     return {name: t.view(len(theta), *shape) for (name, shape), t in pairs}
 
@@ -89,6 +90,11 @@ class Moments:
             self.sq_mean = self.sq_mean * (n / (n + 1)) + theta.square() / (n + 1)
         self.columns = [*self.columns, theta - self.mean][-self.rank :]
         self.count = n + 1
+
+    def means(self) -> tuple[Tensor, Tensor]:
+        """``mean`` and ``sq_mean`` ``[P]`` (after a first snapshot)."""
+        assert self.mean is not None and self.sq_mean is not None
+        return self.mean, self.sq_mean
 
     def deviations(self) -> Tensor:
         """The kept columns as rows ``[K, P]`` (oldest first), zero rows up to ``rank``."""
@@ -128,10 +134,10 @@ class Trajectory:
 def collect(
     net: nn.Module,
     loss: Callable[[Tensor, Tensor], Tensor],
-    loader: DataLoader,
+    loader: DataLoader[Any],
     trajectory: Trajectory,
     rank: int,
-    param_groups: Callable[[float, float], list[dict]],
+    param_groups: Callable[[float, float], list[dict[str, Any]]],
     *,
     progress: bool = False,
 ) -> Moments:
@@ -186,7 +192,7 @@ def draw_weights(
         z1[i].normal_(generator=gen)
         z2[i].normal_(generator=gen)
     z1, z2 = z1.to(mean.device), z2.to(mean.device)
-    for m in members.unique().tolist():
+    for m in torch.unique(members).tolist():
         whole = bool((members == m).all())
         rows = None if whole else (members == m).nonzero().squeeze(1)
         zm = z1 if rows is None else z1[rows]  # [g_m, P], turned into weights in place

@@ -33,6 +33,12 @@ class SwagNet(StochasticModule):
     training rows ``bn_inputs [R, ...]`` batch norm is recomputed on. Outside sampling it is
     ``base``; inside, group g of its rows runs with the weights its :class:`SwagDraw` gives."""
 
+    mean: Tensor
+    sq_mean: Tensor
+    deviations: Tensor
+    bn_inputs: Tensor
+    counts: Tensor
+
     def __init__(self, base: nn.Module, scale: float, batch_norm: SwagBatchNorm) -> None:
         super().__init__()
         self.base = base
@@ -74,7 +80,8 @@ class SwagNet(StochasticModule):
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.stochastic or self._draw is None:
-            return self.base(x)
+            y: Tensor = self.base(x)
+            return y
         if self._weights is None:
             self._weights = self.group_weights(*self._range)
         params, buffers, buffer_dim = self._weights

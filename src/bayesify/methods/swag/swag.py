@@ -27,13 +27,14 @@ from __future__ import annotations
 import copy
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sized
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor, nn
+from torch.utils.data import DataLoader
 
 from bayesify.methods.core.base import Method, MethodConfig
 from bayesify.methods.core.inputs import given_members
@@ -97,6 +98,7 @@ class SWAG(Method):
     name = "swag"
     Config = SWAGConfig
     config: SWAGConfig
+    net: SwagNet  # the wrapper _prepare builds around the network
 
     def _prepare(self, net: nn.Module) -> None:
         spec = getattr(net, "bayesify_spec", None)
@@ -178,7 +180,7 @@ class SWAG(Method):
                 "SWAG.from_pretrained needs the training data (train=...): SWAG's posterior is "
                 "the trajectory of SGD on it"
             )
-        given = {"swag_epochs": epochs, "swag_lr": lr}
+        given: dict[str, Any] = {"swag_epochs": epochs, "swag_lr": lr}
         self.config = replace(self.config, **{k: v for k, v in given.items() if v is not None})
         if batch_size is None and not hasattr(train, "batch_sampler"):
             batch_size = 128
@@ -196,7 +198,7 @@ class SWAG(Method):
         """Run the M trajectories from the network's current weights and keep their moments;
         ``base`` then holds member 0's SWA mean and its batch-norm statistics."""
         cfg, base = self.config, self.net.base
-        loader_bs = loader_batch_size(train) if hasattr(train, "batch_sampler") else None
+        loader_bs = loader_batch_size(train) if isinstance(train, DataLoader) else None
         bs = loader_bs or batch_size or 128
         trained = getattr(self, "_trained_with", None)  # (rate, optimiser) of fit, if it ran
         lr, opt = collecting_rate(cfg.swag_lr, cfg.swag_optimizer, trained)
@@ -232,14 +234,16 @@ class SWAG(Method):
         """Write the trajectories' moments into the buffers, keep ``bn_rows`` training rows
         (networks with batch norm) and set ``base`` to member 0's SWA mean."""
         net = self.net
-        net.mean = torch.stack([r.mean for r in runs])  # type: ignore[misc]
-        net.sq_mean = torch.stack([r.sq_mean for r in runs])  # type: ignore[misc]
+        means = [r.means() for r in runs]  # every run took at least 2 snapshots
+        net.mean = torch.stack([mean for mean, _ in means])
+        net.sq_mean = torch.stack([sq_mean for _, sq_mean in means])
         net.deviations = torch.stack([r.deviations() for r in runs])
         net.counts = torch.tensor([r.count for r in runs], device=net.mean.device)
         if batchnorm_layers(net.base):
             ds = as_dataset(train)
             g = torch.Generator().manual_seed(seed)
-            rows = torch.randperm(len(ds), generator=g)[: self.config.bn_rows]  # type: ignore[arg-type]
+            n = len(cast(Sized, ds))  # torch's Dataset declares no __len__
+            rows = torch.randperm(n, generator=g)[: self.config.bn_rows]
             net.bn_inputs = torch.stack([torch.as_tensor(ds[int(i)][0]) for i in rows]).to(
                 net.mean.device, net.mean.dtype
             )
@@ -285,7 +289,8 @@ class MultiSWAG(SWAG):
         if nets is not None:
             starts = [{k: v.detach().clone() for k, v in n.state_dict().items()} for n in nets]
             net = nets[0]
-        super().__init__(net, config, inplace=inplace, **options)
+        # one network now (a list or tuple gave nets); Method's constructor checks its type
+        super().__init__(cast(nn.Module, net), config, inplace=inplace, **options)
         self._member_starts = starts
 
     def _trajectory_starts(self, start: dict[str, Tensor]) -> list[dict[str, Tensor]]:
@@ -299,7 +304,7 @@ class MultiSWAG(SWAG):
                 "first; collect their trajectories with MultiSWAG.from_pretrained(nets, train) "
                 "or .collect(train)"
             )
-        return super().fit(*args, **kwargs)  # type: ignore[return-value]
+        return super().fit(*args, **kwargs)
 
 
 __all__ = ["MultiSWAG", "MultiSWAGConfig", "SWAG", "SWAGConfig", "SwagNet", "flat_parameters"]

@@ -1,0 +1,103 @@
+"""The page's tables of scores beside their HMC-against-HMC floor: f(x) first (the primary
+table), then the whole predictive. A row's floor is the same score between the problem's second
+HMC reference, subsampled to the method's draws, and the first (``floor_*`` in its metrics).
+
+"Within the floor" counts the splits where the method's distance is below the floor's; a
+distance without a floor (no second reference) is never within it.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from bayesify.bench.posterior.distances import floor_key
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    return "–" if v is None or (isinstance(v, float) and not math.isfinite(v)) else (
+        f"{v:.{digits}f}")  # fmt: skip
+
+
+def mean(values: list[Any]) -> float | None:
+    vals = [v for v in values if v is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def within(rows: list[dict[str, Any]], key: str, larger: bool = False) -> str:
+    """``k/n``: the splits whose ``key`` is below its floor (``larger``: above it, for
+    agreement)."""
+    hits = 0
+    for m in rows:
+        v, floor = m.get(key), m.get(floor_key(key))
+        if v is not None and floor is not None and (v > floor if larger else v < floor):
+            hits += 1
+    return f"{hits}/{len(rows)}"
+
+
+def _avg(rows: list[dict[str, Any]], key: str) -> str:
+    return fmt(mean([m.get(key) for m in rows]))
+
+
+def _line(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def fx_table(dataset: str, rows: list[dict[str, Any]], methods: list[str], gap: bool) -> list[str]:
+    """The f(x) table of one problem: per method, W2 on f(x) and the epistemic std ratio, each
+    beside its floor (means over splits)."""
+    head = ["method", "draws", "W2 f(x)", "floor", "within floor"]
+    head += ["W2 f(x) (gap)", "floor"] if gap else []
+    head += ["std ratio f(x) (data)", "floor"]
+    head += ["std ratio f(x) (gap)", "floor"] if gap else []
+    lines = [f"### {dataset}", "", _line(head), _line(["---"] * len(head))]
+    for method in methods:
+        mine = [r["metrics"] for r in rows if r["method"] == method]
+        if not mine:
+            continue
+        draws = sorted({str(m.get("draws", "–")) for m in mine})
+        cells = [method, "/".join(draws), _avg(mine, "w2_f"), _avg(mine, floor_key("w2_f")),
+                 within(mine, "w2_f")]  # fmt: skip
+        for key, shown in (("w2_f_gap", gap), ("std_ratio_f_data", True),
+                           ("std_ratio_f_gap", gap)):  # fmt: skip
+            if shown:
+                cells += [_avg(mine, key), _avg(mine, floor_key(key))]
+        lines.append(_line(cells))
+    return [*lines, ""]
+
+
+def predictive_table(
+    dataset: str,
+    refs: list[dict[str, Any]],
+    rows: list[dict[str, Any]],
+    methods: list[str],
+    gal: dict[str, float],
+) -> list[str]:
+    """The whole-predictive table of one problem (secondary): W2 (regression) or agreement and
+    TV (classification) beside their floors, the predictive std ratios, test LL."""
+    classification = any("accuracy" in r["metrics"] for r in refs)
+    gap = any(r["metrics"].get("std_ratio_gap") is not None for r in rows)
+    dist = [("agreement", True), ("tv", False)] if classification else [("w2", False)]
+    if gap and not classification:
+        dist.append(("w2_gap", False))
+    head = ["method"]
+    for key, _ in dist:
+        name = {"agreement": "agreement", "tv": "TV", "w2": "W2", "w2_gap": "W2 (gap)"}[key]
+        head += [name, "floor", "within floor"]
+    head += ["std ratio (data)", *(["std ratio (gap)"] if gap else []), "test LL"]
+    head += [*(["LL in uci.md"] if gal else []), "runs"]
+    lines = [f"### {dataset}", "", _line(head), _line(["---"] * len(head))]
+    hmc = ["**HMC**"] + ["–"] * (3 * len(dist)) + ["1", *(["1"] if gap else [])]
+    hmc += [fmt(mean([r["metrics"]["ll"] for r in refs])), *(["–"] if gal else [])]
+    lines.append(_line([*hmc, str(len(refs))]))
+    for method in methods:
+        mine = [r["metrics"] for r in rows if r["method"] == method]
+        if not mine:
+            continue
+        cells = [method]
+        for key, larger in dist:
+            cells += [_avg(mine, key), _avg(mine, floor_key(key)), within(mine, key, larger)]
+        cells += [_avg(mine, "std_ratio_data"), *([_avg(mine, "std_ratio_gap")] if gap else [])]
+        cells += [_avg(mine, "ll"), *([fmt(gal.get(method))] if gal else []), str(len(mine))]
+        lines.append(_line(cells))
+    return [*lines, ""]
