@@ -60,7 +60,12 @@ def test_options_make_the_protocols_jobs_and_reject_bad_values():
         "laplace",
         "laplace-all",
         "swag",
+        "vbll",
+        "evidential-regression",
     }
+    for name in ("vbll", "evidential-regression"):  # one likelihood: each models its own noise
+        jobs = [j for _, j in gal if j.method == name]
+        assert len(jobs) == 5 * 3 and {j.likelihood for j in jobs} == {"homoscedastic"}
     swag = [j for _, j in gal if j.method == "swag"]
     assert len(swag) == 5 * 3 * 2 and {j.grid for j in swag} == {(0.3, 1.0)}
     ens = [j for _, j in gal if j.method == "ensemble"]

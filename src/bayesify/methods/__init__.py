@@ -10,6 +10,14 @@ from bayesify.methods.distillation.distill import distill
 from bayesify.methods.distillation.distilled import Distilled, DistilledConfig
 from bayesify.methods.dropout.mc_dropout import MCDropout, MCDropoutConfig
 from bayesify.methods.ensemble.ensemble import DeepEnsemble, EnsembleConfig
+from bayesify.methods.evidential.classification import (
+    EvidentialClassifier,
+    EvidentialClassifierConfig,
+)
+from bayesify.methods.evidential.regression import (
+    EvidentialRegression,
+    EvidentialRegressionConfig,
+)
 from bayesify.methods.flow.flow_posterior import FlowConfig, FlowPosterior
 from bayesify.methods.ibnn.ibnn import IBNN, IBNNConfig
 from bayesify.methods.laplace.laplace import Laplace, LaplaceConfig
@@ -26,6 +34,7 @@ from bayesify.methods.sngp.sngp import SNGP, SNGPConfig
 from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm, StochasticNormConfig
 from bayesify.methods.swag.swag import SWAG, MultiSWAG, MultiSWAGConfig, SWAGConfig
 from bayesify.methods.tta.tta import TTA, TTAConfig
+from bayesify.methods.vbll.vbll import VBLL, VBLLConfig
 from bayesify.nn.folding import DEFAULT_MAX_ROWS, resolve_max_rows
 from bayesify.options import KLSchedule
 
@@ -47,6 +56,12 @@ __all__ = [
     "EnsembleConfig",
     "BatchEnsemble",
     "BatchEnsembleConfig",
+    "EvidentialRegression",
+    "EvidentialRegressionConfig",
+    "EvidentialClassifier",
+    "EvidentialClassifierConfig",
+    "VBLL",
+    "VBLLConfig",
     "DDU",
     "DDUConfig",
     "SNGP",

@@ -35,6 +35,8 @@ from bayesify.methods.ddu.ddu import DDU
 from bayesify.methods.distillation.distilled import Distilled
 from bayesify.methods.dropout.mc_dropout import MCDropout
 from bayesify.methods.ensemble.ensemble import DeepEnsemble
+from bayesify.methods.evidential.classification import EvidentialClassifier
+from bayesify.methods.evidential.regression import EvidentialRegression
 from bayesify.methods.flow.flow_posterior import FlowPosterior
 from bayesify.methods.ibnn.ibnn import IBNN
 from bayesify.methods.laplace.laplace import Laplace
@@ -43,6 +45,7 @@ from bayesify.methods.sngp.sngp import SNGP
 from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm
 from bayesify.methods.swag.swag import SWAG, MultiSWAG
 from bayesify.methods.tta.tta import TTA
+from bayesify.methods.vbll.vbll import VBLL
 from bayesify.models import build_model, net_from_reference
 
 METHODS: dict[str, type[Method]] = {
@@ -62,6 +65,9 @@ METHODS: dict[str, type[Method]] = {
     "multiswag": MultiSWAG,
     "vcl": VCL,
     "distilled": Distilled,
+    "evidential-regression": EvidentialRegression,
+    "evidential-classification": EvidentialClassifier,
+    "vbll": VBLL,
     "sngp": SNGP,
 }
 

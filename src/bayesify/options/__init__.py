@@ -31,6 +31,8 @@ from bayesify.options.kinds import (
     ConvEstimator,
     CoresetKind,
     CRPSForm,
+    Evidence,
+    EvidentialLoss,
     FastWeightInit,
     FlowKind,
     GPCovWeighting,
@@ -57,6 +59,7 @@ from bayesify.options.kinds import (
     SwagBatchNorm,
     SwagSchedule,
     Task,
+    VBLLCovariance,
 )
 from bayesify.options.parsing import parse_fields, parse_option, parse_value, shown
 from bayesify.options.transforms import (
@@ -73,6 +76,8 @@ __all__ = [
     "BankDraw",
     "BatchNormMode",
     "CRPSForm",
+    "Evidence",
+    "EvidentialLoss",
     "ConvEstimator",
     "CoresetKind",
     "FastWeightInit",
@@ -86,6 +91,7 @@ __all__ = [
     "Likelihood",
     "Link",
     "MemberBatch",
+    "VBLLCovariance",
     "NoiseObjective",
     "NoiseProtocol",
     "Norm",

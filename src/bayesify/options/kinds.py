@@ -328,6 +328,42 @@ class MemberBatch(StrEnum):
     are left out of that step)."""
 
 
+class Evidence(StrEnum):
+    """How an evidential classifier turns its logits into non-negative evidence e (the
+    Dirichlet's concentrations are ``alpha = e + 1``; Sensoy et al. 2018)."""
+
+    RELU = "relu"
+    """``max(logit, 0)``, the paper's: a class with a negative logit has no evidence at all."""
+    SOFTPLUS = "softplus"
+    """``log(1 + exp(logit))``: smooth, every class keeps a little evidence and a gradient."""
+    EXP = "exp"
+    """``exp(logit)`` (logits clamped at 30 first): evidence grows fastest with the logit."""
+
+
+class EvidentialLoss(StrEnum):
+    """The data term of an evidential classifier, per row, under p ~ Dir(alpha) with
+    ``S = sum(alpha)`` (Sensoy et al. 2018, eq. 3-5)."""
+
+    MSE = "mse"
+    """The expected squared error ``E||y - p||²`` (eq. 5), the paper's choice."""
+    DIGAMMA = "digamma"
+    """The Bayes risk of cross-entropy ``E[-log p_y] = psi(S) - psi(alpha_y)`` (eq. 4)."""
+    LOG = "log"
+    """The negative log marginal likelihood ``log S - log alpha_y`` (eq. 3, type II maximum
+    likelihood)."""
+
+
+class VBLLCovariance(StrEnum):
+    """How VBLL parametrises the covariance ``S_k`` of each output's last-layer weights."""
+
+    DENSE = "dense"
+    """A full covariance through its Cholesky factor: ``S_k = L_k L_kᵀ`` (D² numbers per output)."""
+    DIAGONAL = "diagonal"
+    """Independent weights: ``S_k`` diagonal (D numbers per output)."""
+    LOWRANK = "lowrank"
+    """A diagonal plus ``rank`` directions: ``S_k = diag + U_k U_kᵀ`` (D·(rank + 1) per output)."""
+
+
 class GPPrediction(StrEnum):
     """How SNGP's random-feature GP output layer gives its T samples (Liu et al. 2020)."""
 

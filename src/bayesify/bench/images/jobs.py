@@ -23,7 +23,7 @@ DATASET = "fashion-mnist"
 MODELS = ("lenet", "resnet")
 METHODS = ("deterministic", "mc-dropout", "mcbn", "ensemble", "bbb", "ibnn", "stochastic-norm",
            "laplace", "laplace-sampled", "laplace-torch", "tta", "mc-dropout-tta",
-           "swag", "multiswag", "ddu", "sngp")  # fmt: skip
+           "swag", "multiswag", "ddu", "sngp", "vbll", "evidential-classification")  # fmt: skip
 #: test-time augmentation (Ashukha et al. 2020) over the network of another method, without
 #: retraining: "tta" on the deterministic network, "mc-dropout-tta" on the MC dropout one
 TTA_OVER = {"tta": "deterministic", "mc-dropout-tta": "mc-dropout"}
@@ -154,10 +154,14 @@ def _build(method: str, job: ImagesJob) -> Any:
                                  variational_lr=1e-2, **cls)  # fmt: skip
         if method == "stochastic-norm":
             return bayesify.StochasticNorm(_factory(job.model, norm=None), **cls)
+        if method == "vbll":  # the body and the variational last layer trained together
+            return bayesify.VBLL(_factory(job.model), **cls)
         if method == "ddu":  # hidden layers spectrally bounded, the feature density after fit
             return bayesify.DDU(_factory(job.model), **cls)
         if method == "sngp":  # spectral normalisation and a GP output layer, its defaults
             return bayesify.SNGP(_factory(job.model), **cls)
+        if method == "evidential-classification":
+            return bayesify.EvidentialClassifier(_factory(job.model), **cls)
     raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
 
 

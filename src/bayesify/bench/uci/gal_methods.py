@@ -13,7 +13,8 @@ std of IBNN's node noise, StochasticNorm's initial scale σ, MCBN's training bat
 collecting rate as a multiple of the training rate (after the net is trained as the others
 are, SWAG continues with the same optimiser, Adam, at that constant rate: Maddox et al. 2019
 collect at a rate comparable to the training rate; their UCI runs use the training rate
-itself, their CIFAR runs 0.1–0.5 of it); the deep
+itself, their CIFAR runs 0.1–0.5 of it), VBLL's prior variance of the last layer's weights
+(homoscedastic only: its layer learns the noise variance); the deep
 ensemble (Lakshminarayanan et al. 2017: 5 members, each a heteroscedastic net trained by its NLL
 from its own initialisation) has no grid, nor has Laplace (last layer or all layers, KFAC, around
 the trained net; its prior precision by the marginal likelihood).
@@ -44,6 +45,8 @@ GRID_NAMES = {
     "laplace": None,  # last-layer KFAC Laplace of the trained net, δ (and σ²) by marglik
     "laplace-all": None,  # all-layer KFAC Laplace (GLM predictive), δ (and σ²) by marglik
     "swag": "swag_lr_ratio",  # the collecting rate over the training rate
+    "evidential-regression": "coeff",  # the evidence regulariser's weight λ
+    "vbll": "prior_scale",  # the last layer's prior variance (its noise is learned)
 }
 UE_BINS = 10  # bins of the uncertainty–error curve
 
@@ -102,6 +105,11 @@ def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
             return bayesify.Laplace(net, subset=subset, hessian="kfac", **common)
         if job.method == "swag":  # 20 epochs after training (its optimiser), a snapshot each
             return bayesify.SWAG(net, swag_lr=value * job.lr, swag_epochs=20, **common)
+        if job.method == "evidential-regression":  # its NIG head is its noise model
+            net = mlp(n_features, 1, (job.hidden,), norm=None)
+            return bayesify.EvidentialRegression(net, coeff=value, noise_objective="pll")
+        if job.method == "vbll":  # homoscedastic only: its last layer learns the noise
+            return bayesify.VBLL(net, prior_scale=value, **common)
         return bayesify.MCBN(net, bank_size=128, **common)
 
 

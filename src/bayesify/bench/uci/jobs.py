@@ -30,7 +30,7 @@ METHODS_EXPERIMENT = "uci-gal"  # every other method on Gal's splits
 TEYE_EXPERIMENT = "uci-teye"
 PROTOCOLS = ("gal", "teye")
 GAL_METHODS = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "laplace",
-               "laplace-all", "swag")  # fmt: skip
+               "laplace-all", "swag", "vbll", "evidential-regression")  # fmt: skip
 TEYE_METHODS = ("mcbn", "mc-dropout")
 BIG = ("kin8nm", "naval-propulsion-plant", "power-plant", "protein-tertiary-structure")
 SMALL = tuple(d for d in UCI_DATASETS if d not in BIG)
@@ -44,9 +44,17 @@ GRIDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "laplace": ((), ()),  # the prior precision by the marginal likelihood: no grid
     "laplace-all": ((), ()),
     "swag": ((0.3, 1.0), (0.1, 0.3, 1.0, 3.0)),  # collecting rate / training rate
+    "vbll": ((0.1, 1.0), (0.1, 1.0, 10.0)),  # the last layer's prior variance
+    "evidential-regression": ((0.01, 0.1), (0.001, 0.01, 0.1, 1.0)),  # λ (Amini et al.)
 }
-#: likelihoods a method runs when none are given: Lakshminarayanan's ensemble is heteroscedastic
-DEFAULT_LIKELIHOODS = {"ensemble": ("heteroscedastic",)}
+#: likelihoods a method runs when none are given: Lakshminarayanan's ensemble is heteroscedastic;
+#: VBLL homoscedastic (its last layer learns the one noise variance); evidential regression runs
+#: once (its NIG head is its noise model; "homoscedastic" is its default)
+DEFAULT_LIKELIHOODS = {
+    "ensemble": ("heteroscedastic",),
+    "vbll": ("homoscedastic",),
+    "evidential-regression": ("homoscedastic",),
+}
 
 
 def hidden_units(dataset: str) -> int:
