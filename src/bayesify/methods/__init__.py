@@ -13,6 +13,7 @@ from bayesify.methods.flow.flow_posterior import FlowConfig, FlowPosterior
 from bayesify.methods.ibnn.ibnn import IBNN, IBNNConfig
 from bayesify.methods.laplace.laplace import Laplace, LaplaceConfig
 from bayesify.methods.mcbn.mcbn import MCBN, MCBNConfig
+from bayesify.methods.packed_ensemble.packed_ensemble import PackedEnsemble, PackedEnsembleConfig
 from bayesify.methods.registry import (
     METHODS,
     get_method,
@@ -45,6 +46,8 @@ __all__ = [
     "EnsembleConfig",
     "BatchEnsemble",
     "BatchEnsembleConfig",
+    "PackedEnsemble",
+    "PackedEnsembleConfig",
     "Deterministic",
     "Method",
     "MethodConfig",
