@@ -44,6 +44,7 @@ GRID_NAMES = {
     "laplace": None,  # last-layer KFAC Laplace of the trained net, δ (and σ²) by marglik
     "laplace-all": None,  # all-layer KFAC Laplace (GLM predictive), δ (and σ²) by marglik
     "swag": "swag_lr_ratio",  # the collecting rate over the training rate
+    "packed-ensemble": None,  # its defaults: M = 4 members, alpha = 2
 }
 UE_BINS = 10  # bins of the uncertainty–error curve
 
@@ -102,6 +103,8 @@ def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
             return bayesify.Laplace(net, subset=subset, hessian="kfac", **common)
         if job.method == "swag":  # 20 epochs after training (its optimiser), a snapshot each
             return bayesify.SWAG(net, swag_lr=value * job.lr, swag_epochs=20, **common)
+        if job.method == "packed-ensemble":
+            return bayesify.PackedEnsemble(net, init_seed=job.seed + job.split, **common)
         return bayesify.MCBN(net, bank_size=128, **common)
 
 

@@ -30,7 +30,7 @@ METHODS_EXPERIMENT = "uci-gal"  # every other method on Gal's splits
 TEYE_EXPERIMENT = "uci-teye"
 PROTOCOLS = ("gal", "teye")
 GAL_METHODS = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "laplace",
-               "laplace-all", "swag")  # fmt: skip
+               "laplace-all", "swag", "packed-ensemble")  # fmt: skip
 TEYE_METHODS = ("mcbn", "mc-dropout")
 BIG = ("kin8nm", "naval-propulsion-plant", "power-plant", "protein-tertiary-structure")
 SMALL = tuple(d for d in UCI_DATASETS if d not in BIG)
@@ -44,6 +44,7 @@ GRIDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "laplace": ((), ()),  # the prior precision by the marginal likelihood: no grid
     "laplace-all": ((), ()),
     "swag": ((0.3, 1.0), (0.1, 0.3, 1.0, 3.0)),  # collecting rate / training rate
+    "packed-ensemble": ((), ()),  # M = 4, alpha = 2 (the defaults): no grid
 }
 #: likelihoods a method runs when none are given: Lakshminarayanan's ensemble is heteroscedastic
 DEFAULT_LIKELIHOODS = {"ensemble": ("heteroscedastic",)}
