@@ -118,8 +118,8 @@ def main() -> None:
         print(f"| {n} | " + " | ".join(f"{med[k]:.3f}" for k in names) + f" | {ratio:.2f} |")
     packed = methods["packed-ensemble"]
     assert isinstance(packed, bayesify.PackedEnsemble)
-    widths = [(k.in_features, k.out_features, k.groups) for k in packed.net
-              if isinstance(k, PackedLinear)]  # fmt: skip
+    widths = [(k.in_features, k.out_features, getattr(k, "groups", 1)) for k in packed.net
+              if isinstance(k, PackedLinear | nn.Linear)]  # fmt: skip
     print(f"\npacked linear layers (in, out, groups): {widths}")
 
 

@@ -18,7 +18,13 @@ from test_mcbn import regression_data
 import bayesify
 from bayesify.methods.core.spread import NegligibleSpreadWarning, epistemic_share
 from bayesify.models import lenet, mlp
-from bayesify.nn.packed import PackedLinear, member_network, members_first, pack_network
+from bayesify.nn.packed import (
+    PackedConv2d,
+    PackedLinear,
+    member_network,
+    members_first,
+    pack_network,
+)
 from bayesify.seeding import seeded
 
 
@@ -59,6 +65,16 @@ def test_a_grouped_linear_is_its_groups_as_separate_linear_layers():
     assert layer.weight.abs().max() <= 1 / math.sqrt(3)
     with pytest.raises(ValueError, match="do not split into 4 groups"):
         PackedLinear(10, 8, groups=4)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_packed_convolution_is_torchs_grouped_convolution(bias):
+    """The CPU path (groups one by one) gives torch's grouped convolution."""
+    with seeded(0):
+        conv = PackedConv2d(8, 12, 3, stride=2, padding=1, groups=4, bias=bias)
+    x = torch.randn(3, 8, 9, 9)
+    expected = F.conv2d(x, conv.weight, conv.bias, 2, 1, 1, 4)
+    torch.testing.assert_close(conv(x), expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("gamma", [1, 2])
@@ -105,15 +121,16 @@ def test_widths_groups_and_parameters():
     hidden-to-hidden weights; the first layer reads the whole input, the last gives 4 x out."""
     net = mlp(5, 3, (16, 16), norm=None)
     m1 = bayesify.PackedEnsemble(net, members=4, alpha=2, gamma=1)
-    first, hidden, last = (k for k in m1.net if isinstance(k, PackedLinear))
-    assert (first.in_features, first.out_features, first.groups) == (5, 32, 1)
+    first, hidden, last = (k for k in m1.net if isinstance(k, PackedLinear | torch.nn.Linear))
+    assert type(first) is torch.nn.Linear  # one group: a plain dense layer on the input
+    assert (first.in_features, first.out_features) == (5, 32)
     assert (hidden.in_features, hidden.out_features, hidden.groups) == (32, 32, 4)
     assert (last.in_features, last.out_features, last.groups) == (32, 12, 4)
     # each member: a 5-8-8-3 network; 4 of them
     per_member = (5 * 8 + 8) + (8 * 8 + 8) + (8 * 3 + 3)
     assert sum(p.numel() for p in m1.net.parameters()) == 4 * per_member
     m2 = bayesify.PackedEnsemble(net, members=4, alpha=2, gamma=2)
-    assert [k.groups for k in m2.net if isinstance(k, PackedLinear)] == [1, 8, 4]
+    assert [k.groups for k in m2.net if isinstance(k, PackedLinear)] == [8, 4]
     assert m2.net[2].weight.numel() == 32 * 32 // 8
     # widths that do not divide are rounded up to a multiple of M * gamma
     m3 = bayesify.PackedEnsemble(mlp(5, 1, (10,), norm=None), members=3, alpha=1.5)
@@ -203,7 +220,7 @@ def test_the_callers_network_is_untouched_and_inplace_packs_it():
                                       torch.nn.Linear]  # fmt: skip
     assert all(torch.equal(net.state_dict()[k], v) for k, v in before.items())
     inplace = bayesify.PackedEnsemble(net, inplace=True)
-    assert inplace.net is net and isinstance(net[0], PackedLinear)
+    assert inplace.net is net and net[0].out_features == 16 and isinstance(net[3], PackedLinear)
     assert method.net is not net
 
 
@@ -222,5 +239,7 @@ def test_refusals_are_one_line_errors():
     with pytest.raises(ValueError, match="Linear or nn.Conv2d layers"):
         bayesify.PackedEnsemble(torch.nn.Sequential(torch.nn.ReLU()))
     x, y = regression_data()
+    with pytest.raises(ValueError, match="have 3 feature"):  # the first layer is checked
+        bayesify.PackedEnsemble(mlp(5)).fit((x[:, :3], y), epochs=1, progress=False)
     with pytest.raises(ValueError, match="trained from scratch"):
         bayesify.PackedEnsemble.from_pretrained(mlp(5), val=(x, y))

@@ -34,7 +34,8 @@ NORMS = (nn.BatchNorm1d, nn.BatchNorm2d)
 
 class PackedLinear(nn.Module):
     """A linear layer of ``groups`` blocks: ``x [N, groups*in_g]`` -> ``[N, groups*out_g]``,
-    block g's outputs from block g's inputs only (``groups=1``: a dense layer). ``weight
+    block g's outputs from block g's inputs only (the packed network's first layer, one
+    group, is a plain ``nn.Linear``). ``weight
     [groups, out_g, in_g]``, ``bias [groups*out_g]``; each block starts as a fresh
     ``nn.Linear(in_g, out_g)`` would (uniform in ±1/sqrt(in_g))."""
 
@@ -65,6 +66,23 @@ class PackedLinear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, " + (
             f"groups={self.groups}, bias={self.bias is not None}"
         )
+
+
+class PackedConv2d(nn.Conv2d):
+    """An ``nn.Conv2d`` with groups whose CPU forward runs its groups one by one: torch's
+    grouped convolution kernel was about 2.5 times slower on CPU than the same groups as
+    separate convolutions (benchmarks/packed_ensemble.md); elsewhere torch's own."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.groups == 1 or x.device.type != "cpu" or self.padding_mode != "zeros":
+            return super().forward(x)
+        g = self.groups
+        biases = self.bias.chunk(g) if self.bias is not None else [None] * g
+        parts = [
+            F.conv2d(xg, wg, bg, self.stride, self.padding, self.dilation)
+            for xg, wg, bg in zip(x.chunk(g, 1), self.weight.chunk(g), biases, strict=True)
+        ]
+        return torch.cat(parts, 1)
 
 
 @dataclass(frozen=True)
@@ -148,9 +166,12 @@ def pack_network(net: nn.Module, members: int, alpha: float, gamma: int) -> Pack
         bias = module.bias is not None
         new: nn.Module
         if isinstance(module, nn.Conv2d):
-            new = nn.Conv2d(p_in, p_out, module.kernel_size, module.stride,  # type: ignore[arg-type]
-                            module.padding, module.dilation, groups, bias,  # type: ignore[arg-type]
-                            module.padding_mode)  # fmt: skip
+            conv = nn.Conv2d if groups == 1 else PackedConv2d
+            new = conv(p_in, p_out, module.kernel_size, module.stride,  # type: ignore[arg-type]
+                       module.padding, module.dilation, groups, bias,  # type: ignore[arg-type]
+                       module.padding_mode)  # fmt: skip
+        elif groups == 1:  # the first layer: a plain dense layer, its outputs split by member
+            new = nn.Linear(p_in, p_out, bias)
         else:
             new = PackedLinear(p_in, p_out, groups, bias)
         setattr(parent, name, new.to(module.weight))
@@ -178,7 +199,7 @@ def member_network(net: nn.Module, member: int, members: int) -> nn.Sequential:
     batch norm on its channels, the other layers as they are."""
     layers: list[nn.Module] = []
     for _, _, module in _children(net):
-        if isinstance(module, PackedLinear):
+        if isinstance(module, PackedLinear | nn.Linear):
             layers.append(_member_linear(module, member, members))
         elif isinstance(module, nn.Conv2d):
             layers.append(_member_conv(module, member, members))
@@ -194,13 +215,12 @@ def _block(size: int, member: int, members: int) -> slice:
     return slice(member * k, (member + 1) * k)
 
 
-def _member_linear(layer: PackedLinear, member: int, members: int) -> nn.Linear:
-    g, out_g, in_g = layer.weight.shape
+def _member_linear(layer: PackedLinear | nn.Linear, member: int, members: int) -> nn.Linear:
     rows = _block(layer.out_features, member, members)
-    if g == 1:  # the first layer: the member's output rows over the whole input
-        w = layer.weight[0, rows]
+    if isinstance(layer, nn.Linear):  # the first layer: the member's rows over the whole input
+        w = layer.weight[rows]
     else:
-        w = torch.block_diag(*layer.weight[_block(g, member, members)])  # type: ignore[no-untyped-call]
+        w = torch.block_diag(*layer.weight[_block(layer.groups, member, members)])  # type: ignore[no-untyped-call]
     lin = nn.Linear(w.shape[1], w.shape[0], bias=layer.bias is not None).to(w)
     with torch.no_grad():
         lin.weight.copy_(w)
