@@ -12,6 +12,7 @@ import pytest
 import torch
 
 import bayesify
+from bayesify.posthoc.deferral import DeferralPolicy
 from bayesify.predictor import Predictor
 
 from .conftest import (
@@ -43,6 +44,10 @@ def test_the_cli_trains_calibrates_and_predicts_a_file(pe_bundle, tmp_path):
     method = bayesify.load(pe_bundle)
     assert type(method) is bayesify.PackedEnsemble and method.members == 3
     assert method.config.alpha == 3.0
+    # the exact mixture of the 3 members: fitted on one draw of them, no sequential decision
+    # drawing repeated members (calibrate's default decision elsewhere)
+    policy = DeferralPolicy.from_metadata(method.metadata)
+    assert policy.decision is None and policy.validation["samples"] == 3
     rows = toy_table(tmp_path / "rows.csv", 40, 2)
     out = tmp_path / "pred.csv"
     invoke_ok(["predict", pe_bundle, rows, "--out", out, "--samples", "3", "--no-progress"])

@@ -142,7 +142,8 @@ def calibrate_bundle(
     ``test_limit`` held-out rows (0: no test check).
 
     ``decision``: fit the threshold under that sequential decision (the one the predictor then
-    serves, whatever its sampling policy); None: on one draw of ``samples`` samples. ``score``
+    serves, whatever its sampling policy); None: on one draw of ``samples`` samples (also for a
+    method whose samples are an exact mixture of fewer, all drawn at once). ``score``
     defaults to the task's epistemic score (:data:`DEFAULT_SCORES`); ``progress`` shows a bar
     of the samples drawn.
 
@@ -152,6 +153,10 @@ def calibrate_bundle(
     figures come from the ``test`` table, else the built-in test split (a table-calibrated
     bundle without ``test`` gets none).
     """
+    if decision is not None and method.sample_count(decision.max_samples) < decision.max_samples:
+        # an exact mixture of fewer samples (Packed-Ensembles' members): one draw of them all
+        # has no Monte Carlo error, and more draws would only repeat them
+        decision, samples = None, method.sample_count(decision.max_samples)
     predictor = Predictor(method)
     score = score or DEFAULT_SCORES[predictor.task].value
     test_rows = rows_of(predictor, test, target)
