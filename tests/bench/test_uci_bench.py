@@ -62,6 +62,7 @@ def test_options_make_the_protocols_jobs_and_reject_bad_values():
         "swag",
         "vbll",
         "evidential-regression",
+        "packed-ensemble",
     }
     for name in ("vbll", "evidential-regression"):  # one likelihood: each models its own noise
         jobs = [j for _, j in gal if j.method == name]

@@ -142,9 +142,10 @@ def calibrate_bundle(
     ``test_limit`` held-out rows (0: no test check).
 
     ``decision``: fit the threshold under that sequential decision (the one the predictor then
-    serves, whatever its sampling policy); None: on one draw of ``samples`` samples. ``score``
-    defaults to the method's ``deferral_score`` where it has one, else the task's epistemic
-    score (:data:`DEFAULT_SCORES`); ``progress`` shows a bar
+    serves, whatever its sampling policy); None: on one draw of ``samples`` samples (also for a
+    method with finitely many distinct samples, all drawn at once). ``score`` defaults to the
+    method's ``deferral_score`` where it has one, else the task's epistemic score
+    (:data:`DEFAULT_SCORES`); ``progress`` shows a bar
     of the samples drawn.
 
     The policy is fitted on ``data`` (a table file with the ``target`` column; see
@@ -153,6 +154,11 @@ def calibrate_bundle(
     figures come from the ``test`` table, else the built-in test split (a table-calibrated
     bundle without ``test`` gets none).
     """
+    distinct = method.distinct_samples()
+    if decision is not None and distinct is not None:
+        # an exact mixture of finitely many samples (ensemble members): one draw of them all
+        # has no Monte Carlo error, and more draws would only repeat them
+        decision, samples = None, method.sample_count(distinct)
     predictor = Predictor(method)
     # a method whose samples are all equal (DDU) names its own: its mutual information is 0
     score = score or getattr(method, "deferral_score", None) or DEFAULT_SCORES[predictor.task].value

@@ -22,6 +22,7 @@ from bayesify.methods.flow.flow_posterior import FlowConfig, FlowPosterior
 from bayesify.methods.ibnn.ibnn import IBNN, IBNNConfig
 from bayesify.methods.laplace.laplace import Laplace, LaplaceConfig
 from bayesify.methods.mcbn.mcbn import MCBN, MCBNConfig
+from bayesify.methods.packed_ensemble.packed_ensemble import PackedEnsemble, PackedEnsembleConfig
 from bayesify.methods.registry import (
     METHODS,
     get_method,
@@ -66,6 +67,8 @@ __all__ = [
     "DDUConfig",
     "SNGP",
     "SNGPConfig",
+    "PackedEnsemble",
+    "PackedEnsembleConfig",
     "Deterministic",
     "Method",
     "MethodConfig",

@@ -41,6 +41,7 @@ from bayesify.methods.flow.flow_posterior import FlowPosterior
 from bayesify.methods.ibnn.ibnn import IBNN
 from bayesify.methods.laplace.laplace import Laplace
 from bayesify.methods.mcbn.mcbn import MCBN
+from bayesify.methods.packed_ensemble.packed_ensemble import PackedEnsemble
 from bayesify.methods.sngp.sngp import SNGP
 from bayesify.methods.stochastic_norm.stochastic_norm import StochasticNorm
 from bayesify.methods.swag.swag import SWAG, MultiSWAG
@@ -56,6 +57,7 @@ METHODS: dict[str, type[Method]] = {
     "ensemble": DeepEnsemble,
     "batch-ensemble": BatchEnsemble,
     "ddu": DDU,
+    "packed-ensemble": PackedEnsemble,
     "ibnn": IBNN,
     "stochastic-norm": StochasticNorm,
     "laplace": Laplace,

@@ -47,6 +47,7 @@ GRID_NAMES = {
     "swag": "swag_lr_ratio",  # the collecting rate over the training rate
     "evidential-regression": "coeff",  # the evidence regulariser's weight λ
     "vbll": "prior_scale",  # the last layer's prior variance (its noise is learned)
+    "packed-ensemble": None,  # its defaults: M = 4 members, alpha = 2
 }
 UE_BINS = 10  # bins of the uncertainty–error curve
 
@@ -110,6 +111,8 @@ def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
             return bayesify.EvidentialRegression(net, coeff=value, noise_objective="pll")
         if job.method == "vbll":  # homoscedastic only: its last layer learns the noise
             return bayesify.VBLL(net, prior_scale=value, **common)
+        if job.method == "packed-ensemble":
+            return bayesify.PackedEnsemble(net, init_seed=job.seed + job.split, **common)
         return bayesify.MCBN(net, bank_size=128, **common)
 
 

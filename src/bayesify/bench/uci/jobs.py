@@ -30,7 +30,8 @@ METHODS_EXPERIMENT = "uci-gal"  # every other method on Gal's splits
 TEYE_EXPERIMENT = "uci-teye"
 PROTOCOLS = ("gal", "teye")
 GAL_METHODS = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "laplace",
-               "laplace-all", "swag", "vbll", "evidential-regression")  # fmt: skip
+               "laplace-all", "swag", "vbll", "evidential-regression",
+               "packed-ensemble")  # fmt: skip
 TEYE_METHODS = ("mcbn", "mc-dropout")
 BIG = ("kin8nm", "naval-propulsion-plant", "power-plant", "protein-tertiary-structure")
 SMALL = tuple(d for d in UCI_DATASETS if d not in BIG)
@@ -46,6 +47,7 @@ GRIDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "swag": ((0.3, 1.0), (0.1, 0.3, 1.0, 3.0)),  # collecting rate / training rate
     "vbll": ((0.1, 1.0), (0.1, 1.0, 10.0)),  # the last layer's prior variance
     "evidential-regression": ((0.01, 0.1), (0.001, 0.01, 0.1, 1.0)),  # λ (Amini et al.)
+    "packed-ensemble": ((), ()),  # M = 4, alpha = 2 (the defaults): no grid
 }
 #: likelihoods a method runs when none are given: Lakshminarayanan's ensemble is heteroscedastic;
 #: VBLL homoscedastic (its last layer learns the one noise variance); evidential regression runs

@@ -1,0 +1,170 @@
+"""Packed-Ensembles (Laurent, Lafage, Tartaglione, Daniel, Martinez, Bursuc & Franchi, ICLR
+2023): an ensemble of M independent members in one network of grouped layers.
+
+The caller's ``nn.Sequential`` of Linear/Conv2d/batch norm/pooling/activation layers is rebuilt
+by :func:`~bayesify.nn.packed.pack_network`: every layer ``alpha`` times wider, cut into M
+members of ``gamma`` groups each, so that no weight connects two members; the first layer reads
+the shared input, the last gives each member the original outputs. The M members run in one
+forward pass over the N rows. Their weights are drawn afresh (seed ``init_seed``): the method
+is trained from scratch, and ``from_pretrained`` does not apply (a trained network's weights
+have neither the packed widths nor independent members).
+
+Training: the mean of the M members' losses on the same mini-batch, in one pass (their sum
+scaled by 1/M, as every member's own loss).
+
+Prediction: the members are the samples. Their mixture is exact with M samples, so T is always
+M (:meth:`PackedEnsemble.sample_count`): a smaller T is rounded up to M (every member weighs the
+same), a larger one is not drawn, since further samples would only repeat members and add no
+information (``pred.num_samples`` says M). ``samples="adaptive"`` checks its options and
+returns the M members with ``samples_used`` M for every row: their Monte Carlo error is zero,
+so there is nothing to sample adaptively.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal, Self
+
+import torch
+from torch import Tensor, nn
+
+from bayesify.methods.core.adaptive import AdaptivePredictive, check_options
+from bayesify.methods.core.base import Method, MethodConfig
+from bayesify.nn import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, MaxRows, check_sample_bytes
+from bayesify.nn.packed import Packing, member_network, members_first, pack_network
+from bayesify.predictive import Predictive, Task
+from bayesify.seeding import seeded
+from bayesify.train import Data
+
+
+@dataclass(frozen=True)
+class PackedEnsembleConfig(MethodConfig):
+    """``members``: M; ``alpha``: every layer's width factor (the members share it: each is
+    ``alpha / M`` of the original width); ``gamma``: groups per member in the hidden layers
+    (fewer weights); ``init_seed``: the seed of the packed network's initial weights."""
+
+    members: int = 4
+    alpha: float = 2.0
+    gamma: int = 1
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._require(("members",), lambda v: v >= 2, ">= 2")
+        self._require(("alpha",), lambda v: 0 < v < math.inf, "> 0")
+        self._require(("gamma",), lambda v: v >= 1, ">= 1")
+
+
+class PackedEnsemble(Method):
+    """Packed-Ensembles: M independent members packed into one network of grouped layers,
+    ``alpha`` times wider, trained together and predicted in one pass (the members are the
+    samples, T = M)."""
+
+    name = "packed-ensemble"
+    Config = PackedEnsembleConfig
+    config: PackedEnsembleConfig
+    spread_hint = "the members agree: raise members, or lower alpha (smaller members vary more)"
+
+    def _prepare(self, net: nn.Module) -> None:
+        cfg = self.config
+        with seeded(cfg.init_seed):
+            self.packing: Packing = pack_network(net, cfg.members, cfg.alpha, cfg.gamma)
+
+    @property
+    def members(self) -> int:
+        return self.config.members
+
+    def nll(self, out: Tensor, y: Tensor) -> Tensor:
+        """The mean of the members' data terms: ``out [N, M*out]`` read as M members' outputs
+        on the same N rows (the training objective and the validation loss)."""
+        m = self.members
+        each = members_first(out, m).flatten(0, 1)  # [M*N, out, ...]
+        return super().nll(each, y.repeat(m, *(1,) * (y.dim() - 1)))
+
+    def sample_count(self, samples: int) -> int:
+        """Always M: the M members are the predictive's samples, and its mixture is exact with
+        them (fewer would weigh members unequally; more would only repeat them)."""
+        return self.members
+
+    def distinct_samples(self) -> int:
+        """The M members: the mixture is exact once each has run."""
+        return self.members
+
+    def _draw_samples(
+        self,
+        x: Tensor,
+        samples: int,
+        generator: torch.Generator | None,
+        max_rows: int | None,
+        start: int = 0,
+        max_bytes: int | None = None,
+    ) -> Tensor:
+        """``[M, N, ...]``: chunks of at most ``max_rows`` rows, each one forward of the packed
+        network, written into one output allocated after the first chunk (refused first when
+        the M samples would exceed ``max_bytes``)."""
+        m, out = self.members, None
+        per_chunk = len(x) if max_rows is None else max(1, max_rows)
+        for i in range(0, len(x), per_chunk):
+            y = members_first(self.net(x[i : i + per_chunk]), m)
+            if out is None:
+                row = math.prod(y.shape[2:])
+                check_sample_bytes(m, len(x), row, y.element_size(), 0, max_bytes)
+                out = y.new_empty((m, len(x), *y.shape[2:]))
+            out[:, i : i + y.shape[1]] = y
+        assert out is not None
+        return out
+
+    def member(self, m: int) -> nn.Sequential:
+        """Member ``m`` as a plain network with its exact weights (copies; eval mode)."""
+        if not isinstance(m, int) or not 0 <= m < self.members:
+            raise ValueError(f"member must be an int in [0, {self.members}), got {m!r}")
+        return member_network(self.net, m, self.members).eval()
+
+    def reference_samples(
+        self, x: Tensor, samples: int, generator: torch.Generator | None = None
+    ) -> Tensor:
+        """The M members cut out as plain networks and run one after the other:
+        ``[M, N, ...]`` (what the one packed pass must equal)."""
+        x, _ = self._sample_inputs(x, samples, None, None)
+        with torch.no_grad():
+            return torch.stack([self.member(m)(x) for m in range(self.members)])
+
+    def predict(
+        self,
+        x: Tensor | Data,
+        samples: int | Literal["adaptive"] = 50,
+        *,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+        max_rows: MaxRows = DEFAULT_MAX_ROWS,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        **adaptive: Any,
+    ) -> Predictive:
+        """As :meth:`Method.predict`, with T = M (see :meth:`sample_count`). ``samples=
+        "adaptive"`` (``tol``, ``start``, ``max_samples`` checked as usual): the M members,
+        ``samples_used`` M for every row, since their mixture has no Monte Carlo error."""
+        if samples != "adaptive":  # fixed T (adaptive options without it: the base's error)
+            return super().predict(x, samples, generator=generator, seed=seed,
+                                   max_rows=max_rows, max_bytes=max_bytes, **adaptive)  # fmt: skip
+        check_options(adaptive.pop("tol", None), adaptive.pop("start", 8),
+                      adaptive.pop("max_samples", 32))  # fmt: skip
+        if adaptive:
+            raise TypeError(f"unknown option(s) {', '.join(sorted(adaptive))}")
+        pred = super().predict(x, self.members, generator=generator, seed=seed,
+                               max_rows=max_rows, max_bytes=max_bytes)  # fmt: skip
+        if pred.task is Task.CLASSIFICATION:
+            out = AdaptivePredictive.classification(pred.samples)
+        else:
+            out = AdaptivePredictive.regression(pred.samples, pred.noise_variance)
+        assert isinstance(out, AdaptivePredictive)
+        out.samples_used = torch.full((pred.samples.shape[1],), self.members, dtype=torch.long)
+        return out
+
+    @classmethod
+    def from_pretrained(cls, *args: Any, **kwargs: Any) -> Self:
+        """Not for Packed-Ensembles: a one-line ``ValueError`` (see the module docstring)."""
+        raise ValueError(
+            "PackedEnsemble is trained from scratch: a trained network has neither the packed "
+            "widths nor independent members; build PackedEnsemble(net) and call fit()"
+        )
