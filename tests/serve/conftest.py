@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
+import pandas as pd
 import pytest
 import torch
 
@@ -122,3 +124,46 @@ def server(toy_bundle, tmp_path_factory):
                        "--samples", "16", "--batch-wait-ms", "2")  # fmt: skip
     yield srv
     stop_server(srv)
+
+
+def train_calibrated(tmp: Path, method: str, samples: int, *options: str) -> Path:
+    """A classification bundle of ``method`` trained on the toy table by ``bayesify train``
+    (``options``: ``--option k=v`` pairs and the like), then ``bayesify calibrate``d for
+    deferral at 0.8 coverage and conformal sets at ``samples`` samples; its folder."""
+    out = tmp / "bundle"
+    invoke_ok(["train", "--method", method, "--data", toy_table(tmp / "train.csv", 400, 0),
+               "--target", "grade", "--hidden", "16", "--epochs", "5", "--lr", "0.01",
+               *options, "--out", out, "--no-eval"])  # fmt: skip
+    invoke_ok(["calibrate", out, "--data", toy_table(tmp / "val.csv", 300, 1), "--coverage", "0.8",
+               "--conformal", "--samples", str(samples)])  # fmt: skip
+    return out
+
+
+def predict_file_ok(bundle: Path, tmp: Path, samples: int) -> tuple[Path, pd.DataFrame]:
+    """``bayesify predict`` on 40 fresh toy rows: every row a label, deferral flags that split
+    the rows, conformal set columns and better than chance labels; (rows file, predictions)."""
+    rows = toy_table(tmp / "rows.csv", 40, 2)
+    out = tmp / "pred.csv"
+    invoke_ok(["predict", bundle, rows, "--out", out, "--samples", str(samples),
+               "--no-progress"])  # fmt: skip
+    pred = pd.read_csv(out)
+    assert len(pred) == 40 and set(pred["label"]) <= set(CLASSES)
+    assert pred["defer"].dtype == bool and 0 < pred["defer"].mean() < 1
+    assert [c for c in pred.columns if "set" in c], list(pred.columns)
+    assert (pred["label"] == pd.read_csv(rows)["grade"]).mean() > 0.6
+    return rows, pred
+
+
+def served_predictions(bundle: Path, log: Path, serve_samples: int,
+                       **body: object) -> tuple[list[list[float]], list[dict]]:  # fmt: skip
+    """Six toy rows sent to a real ``bayesify serve --samples serve_samples`` process as one
+    ``/v1/predict`` request (``body``: more request fields); (the rows, their predictions)."""
+    rows = toy_data(6, 3)[0].tolist()
+    server = start_server(bundle, log, "--samples", str(serve_samples))
+    try:
+        inputs = [dict(zip(FEATURES, r, strict=True)) for r in rows]
+        r = httpx.post(f"{server.url}/v1/predict", json={"inputs": inputs, **body})
+        assert r.status_code == 200, r.text
+        return rows, r.json()["predictions"]
+    finally:
+        stop_server(server)

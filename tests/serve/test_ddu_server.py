@@ -5,7 +5,6 @@ the bundle's density scores raw table rows."""
 
 from __future__ import annotations
 
-import httpx
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,42 +13,19 @@ import torch
 import bayesify
 from bayesify.predictor import Predictor
 
-from .conftest import (
-    CLASSES,
-    FEATURES,
-    invoke_ok,
-    start_server,
-    stop_server,
-    toy_data,
-    toy_table,
-)
+from .conftest import FEATURES, predict_file_ok, served_predictions, train_calibrated
 
 
 @pytest.fixture(scope="module")
 def ddu_bundle(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("ddu")
-    out = tmp / "bundle"
-    train = toy_table(tmp / "train.csv", 400, 0)
-    invoke_ok(["train", "--method", "ddu", "--data", train, "--target", "grade",
-               "--hidden", "16", "--epochs", "5", "--lr", "0.01", "--out", out,
-               "--no-eval"])  # fmt: skip
-    invoke_ok(["calibrate", out, "--data", toy_table(tmp / "val.csv", 300, 1), "--coverage", "0.8",
-             "--conformal", "--samples", "2"])  # fmt: skip
-    return out
+    return train_calibrated(tmp_path_factory.mktemp("ddu"), "ddu", 2)
 
 
 def test_the_cli_trains_calibrates_and_predicts_a_file(ddu_bundle, tmp_path):
     method = bayesify.load(ddu_bundle)
     assert type(method) is bayesify.DDU and bool(method.density.fitted)
     assert method.metadata["deferral"]["score"] == "entropy"
-    rows = toy_table(tmp_path / "rows.csv", 40, 2)
-    out = tmp_path / "pred.csv"
-    invoke_ok(["predict", ddu_bundle, rows, "--out", out, "--samples", "2", "--no-progress"])
-    pred = pd.read_csv(out)
-    assert len(pred) == 40 and set(pred["label"]) <= set(CLASSES)
-    assert pred["defer"].dtype == bool and 0 < pred["defer"].mean() < 1
-    assert [c for c in pred.columns if "set" in c], list(pred.columns)
-    assert (pred["label"] == pd.read_csv(rows)["grade"]).mean() > 0.6
+    rows, _ = predict_file_ok(ddu_bundle, tmp_path, 2)
     # the density takes raw rows as predict does: table rows score above rows far from them
     frame = pd.read_csv(rows)[FEATURES]
     inside = method.density_score(frame)
@@ -58,15 +34,7 @@ def test_the_cli_trains_calibrates_and_predicts_a_file(ddu_bundle, tmp_path):
 
 
 def test_a_served_request_is_the_networks_softmax(ddu_bundle, tmp_path):
-    rows = toy_data(6, 3)[0].tolist()
-    server = start_server(ddu_bundle, tmp_path / "server.log", "--samples", "2")
-    try:
-        inputs = [dict(zip(FEATURES, r, strict=True)) for r in rows]
-        r = httpx.post(f"{server.url}/v1/predict", json={"inputs": inputs, "samples": 4})
-        assert r.status_code == 200, r.text
-        preds = r.json()["predictions"]
-    finally:
-        stop_server(server)
+    rows, preds = served_predictions(ddu_bundle, tmp_path / "server.log", 2, samples=4)
     ref = Predictor.load(ddu_bundle).predict(pd.DataFrame(rows, columns=FEATURES), samples=2)
     probs = np.array([p["probabilities"] for p in preds])
     np.testing.assert_allclose(probs, ref.columns["probabilities"], atol=1e-5)
