@@ -32,15 +32,14 @@ set in ``distillation``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from bayesify.methods.core.base import Method, MethodConfig
-from bayesify.nn import MaxRows, resolve_max_rows
+from bayesify.methods.core.base import MethodConfig
+from bayesify.methods.core.one_pass import OnePassMethod
 from bayesify.nn.dropout import MCDropout as MCDropoutLayer
 from bayesify.nn.modes import eval_mode
 from bayesify.options import Task
@@ -87,7 +86,7 @@ def last_linear(net: nn.Module) -> tuple[nn.Module, str, nn.Linear]:
     return found
 
 
-class Distilled(Method):
+class Distilled(OnePassMethod):
     """A student network trained on a teacher's predictive: the summaries in one pass."""
 
     name = "distilled"
@@ -122,19 +121,6 @@ class Distilled(Method):
         raise ValueError(FIT_REFUSED)
 
     # ------------------------------------------------------------------ the one pass
-    def heads(self, x: Tensor, max_rows: int | None = None) -> Tensor:
-        """The network's outputs on checked network inputs ``x [N, ...]``: ``[N, width]``, at
-        most ``max_rows`` rows per forward, outside any sampling."""
-        step = max(max_rows or len(x), 1)
-        outs = [self.net(x[a : a + step]) for a in range(0, len(x), step)]
-        out = torch.cat(outs) if outs else self.net(x)
-        if out.dim() != 2 or out.shape[-1] != self.head_width:
-            raise ValueError(
-                f"the student's network must output [N, {self.head_width}], got "
-                f"{list(out.shape)}: its last nn.Linear is not its output layer"
-            )
-        return out
-
     def concentrations(self, out: Tensor) -> Tensor:
         """Classification heads ``[N, C + 1]`` -> Dirichlet concentrations ``alpha [N, C]``."""
         z, s = out[:, :-1], out[:, -1:]
@@ -144,19 +130,6 @@ class Distilled(Method):
         """Regression heads ``[N, 3]`` -> mean, epistemic and aleatoric variance ``[N]``."""
         logs = out[:, 1:].clamp(-LOG_CLAMP, LOG_CLAMP).exp()
         return out[:, 0], logs[:, 0], logs[:, 1]
-
-    def _draw_samples(
-        self,
-        x: Tensor,
-        samples: int,
-        generator: torch.Generator | None,
-        max_rows: int | None,
-        start: int = 0,
-        max_bytes: int | None = None,
-    ) -> Tensor:
-        """One pass over the N rows, then T draws: classification ``[T, N, C]`` log class
-        probabilities; regression ``[T, N, 2]`` (sample mean, noise variance)."""
-        return self._draws(self.heads(x, max_rows), samples, generator)
 
     def _draws(self, out: Tensor, samples: int, generator: torch.Generator | None) -> Tensor:
         if self.config.task is Task.CLASSIFICATION:
@@ -170,29 +143,6 @@ class Distilled(Method):
             z = torch.zeros_like(z)
         means = mu + ve.sqrt() * z  # [T, N]
         return torch.stack([means, va.expand_as(means)], -1)
-
-    def _prefix_sampler(
-        self, x: Tensor, generator: torch.Generator | None, max_rows: MaxRows
-    ) -> Callable[[Tensor, int], Tensor] | None:
-        """Adaptive sampling's rounds: the network runs once over ``x``; every round only draws
-        (the same draws as ``self.sample(x[rows], T, generator=generator)``)."""
-        x, _ = self._sample_inputs(x, 1, None, None)
-        with eval_mode(self.net), torch.no_grad():
-            out = self.heads(x, resolve_max_rows(max_rows, x, self.net))
-
-        def draw(rows: Tensor, samples: int) -> Tensor:
-            return self._draws(out[rows.to(out.device)], samples, generator)
-
-        return draw
-
-    def reference_samples(
-        self, x: Tensor, samples: int, generator: torch.Generator | None = None
-    ) -> Tensor:
-        """The one-pass model's reference: one unchunked forward over all N rows, then the
-        same draws (the network has no sample axis to loop over)."""
-        x, _ = self._sample_inputs(x, samples, None, None)
-        with eval_mode(self.net), torch.no_grad():
-            return self._draws(self.heads(x), samples, generator)
 
     def to_predictive(self, out: Tensor) -> Predictive:
         """Draws ``[T, N, C]`` (log probabilities) or ``[T, N, 2]`` (means, noise variance)."""
