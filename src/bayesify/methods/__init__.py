@@ -20,7 +20,8 @@ from bayesify.methods.evidential.regression import (
 )
 from bayesify.methods.flow.flow_posterior import FlowConfig, FlowPosterior
 from bayesify.methods.ibnn.ibnn import IBNN, IBNNConfig
-from bayesify.methods.laplace.laplace import Laplace, LaplaceConfig
+from bayesify.methods.laplace.config import LaplaceConfig
+from bayesify.methods.laplace.laplace import Laplace
 from bayesify.methods.mcbn.mcbn import MCBN, MCBNConfig
 from bayesify.methods.packed_ensemble.packed_ensemble import PackedEnsemble, PackedEnsembleConfig
 from bayesify.methods.registry import (

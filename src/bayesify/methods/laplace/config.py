@@ -1,0 +1,55 @@
+"""Laplace's options (:class:`LaplaceConfig`) and the combinations it refuses."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bayesify.methods.core.config import MethodConfig
+from bayesify.options import (
+    HessianStructure,
+    LaplacePredictive,
+    LaplaceSubset,
+    Link,
+    PriorFit,
+    Task,
+)
+
+
+@dataclass(frozen=True)
+class LaplaceConfig(MethodConfig):
+    """``subset``: last-layer | all; ``hessian``: full | kfac | diag (full: last layer only);
+    ``prior_fit``: marglik | grid; ``prior_precision``: a fixed δ instead (skips the fit);
+    ``predictive``: glm | sampled; ``link``: mc | probit (classification; default mc: drawn
+    logits, which carry the mutual information; probit: last layer, glm)."""
+
+    subset: LaplaceSubset = LaplaceSubset.LAST_LAYER
+    hessian: HessianStructure = HessianStructure.KFAC
+    prior_fit: PriorFit = PriorFit.MARGLIK
+    prior_precision: float | None = None
+    predictive: LaplacePredictive = LaplacePredictive.GLM
+    link: Link | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        all_layers = self.subset is LaplaceSubset.ALL
+        if all_layers and self.hessian is HessianStructure.FULL:
+            raise ValueError("hessian='full' is for subset='last-layer' (all layers: kfac or diag)")
+        if self.link is not None and self.task is not Task.CLASSIFICATION:
+            raise ValueError("link is a classification option (regression is Gaussian)")
+        if self.link is Link.PROBIT and (
+            all_layers or self.predictive is not LaplacePredictive.GLM
+        ):
+            raise ValueError(
+                "link='probit' is for subset='last-layer' with predictive='glm'; use link='mc'"
+            )
+        if self.prior_precision is not None and not self.prior_precision > 0:
+            raise ValueError(f"prior_precision must be > 0, got {self.prior_precision}")
+
+    @property
+    def probit(self) -> bool:
+        """Whether predictions use the probit approximation (no draws)."""
+        if self.task is not Task.CLASSIFICATION or self.subset is LaplaceSubset.ALL:
+            return False
+        if self.predictive is not LaplacePredictive.GLM:
+            return False
+        return self.link is Link.PROBIT
