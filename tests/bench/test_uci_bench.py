@@ -63,10 +63,13 @@ def test_options_make_the_protocols_jobs_and_reject_bad_values():
         "vbll",
         "evidential-regression",
         "packed-ensemble",
+        "sngp",
     }
-    for name in ("vbll", "evidential-regression"):  # one likelihood: each models its own noise
+    for name in ("vbll", "evidential-regression", "sngp"):  # homoscedastic only
         jobs = [j for _, j in gal if j.method == name]
         assert len(jobs) == 5 * 3 and {j.likelihood for j in jobs} == {"homoscedastic"}
+    sngp = [j for _, j in gal if j.method == "sngp"]
+    assert {j.grid for j in sngp} == {(1.0, 2.0)}  # the length-scale ℓ
     swag = [j for _, j in gal if j.method == "swag"]
     assert len(swag) == 5 * 3 * 2 and {j.grid for j in swag} == {(0.3, 1.0)}
     ens = [j for _, j in gal if j.method == "ensemble"]

@@ -13,8 +13,9 @@ std of IBNN's node noise, StochasticNorm's initial scale σ, MCBN's training bat
 collecting rate as a multiple of the training rate (after the net is trained as the others
 are, SWAG continues with the same optimiser, Adam, at that constant rate: Maddox et al. 2019
 collect at a rate comparable to the training rate; their UCI runs use the training rate
-itself, their CIFAR runs 0.1–0.5 of it), VBLL's prior variance of the last layer's weights
-(homoscedastic only: its layer learns the noise variance); the deep
+itself, their CIFAR runs 0.1–0.5 of it), VBLL's prior variance of the last layer's weights,
+evidential regression's evidence regulariser λ, SNGP's RBF length-scale ℓ of its random
+features (:data:`HOMOSCEDASTIC_ONLY`: the methods that run homoscedastic only); the deep
 ensemble (Lakshminarayanan et al. 2017: 5 members, each a heteroscedastic net trained by its NLL
 from its own initialisation) has no grid, nor has Laplace (last layer or all layers, KFAC, around
 the trained net; its prior precision by the marginal likelihood).
@@ -48,6 +49,14 @@ GRID_NAMES = {
     "evidential-regression": "coeff",  # the evidence regulariser's weight λ
     "vbll": "prior_scale",  # the last layer's prior variance (its noise is learned)
     "packed-ensemble": None,  # its defaults: M = 4 members, alpha = 2
+    "sngp": "lengthscale",  # the RBF length-scale of its random Fourier features
+}
+#: methods run in the homoscedastic setting only, whatever likelihoods are asked for, and why
+HOMOSCEDASTIC_ONLY = {
+    "vbll": "its last layer learns the one noise variance",
+    "evidential-regression": "its Normal-Inverse-Gamma head is its own noise model (its rows "
+    "are stored as homoscedastic)",
+    "sngp": "its GP output layer has one output, the noise τ⁻¹ fitted on validation",
 }
 UE_BINS = 10  # bins of the uncertainty–error curve
 
@@ -75,6 +84,8 @@ class UCIMethodJob(SearchJob):
             raise ValueError(f"unknown method {self.method!r}; valid: {', '.join(GRID_NAMES)}")
         if GRID_NAMES[self.method] is not None and not self.grid:
             raise ValueError(f"{self.method} needs a grid of {GRID_NAMES[self.method]} values")
+        if self.method in HOMOSCEDASTIC_ONLY and self.likelihood != Likelihood.HOMOSCEDASTIC.value:
+            raise ValueError(f"{self.method} runs homoscedastic only, got {self.likelihood}")
 
 
 def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
@@ -111,6 +122,8 @@ def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
             return bayesify.EvidentialRegression(net, coeff=value, noise_objective="pll")
         if job.method == "vbll":  # homoscedastic only: its last layer learns the noise
             return bayesify.VBLL(net, prior_scale=value, **common)
+        if job.method == "sngp":  # homoscedastic only: the GP layer's draws of f plus τ⁻¹
+            return bayesify.SNGP(net, lengthscale=value, seed=job.seed + job.split, **common)
         if job.method == "packed-ensemble":
             return bayesify.PackedEnsemble(net, init_seed=job.seed + job.split, **common)
         return bayesify.MCBN(net, bank_size=128, **common)
@@ -176,7 +189,9 @@ def _grid_trial(job: UCIMethodJob, data: Any, params: dict[str, Any], report: An
 
 def score_method_job(job: UCIMethodJob) -> dict[str, Any]:
     """Train each grid value (the job's search, by default the full grid), keep the best by
-    validation log-likelihood, score it on test."""
+    validation log-likelihood, score it on test; then time its predict per 1,000 rows beside
+    the deterministic network's (:mod:`~bayesify.bench.uci.predict_time`)."""
+    from bayesify.bench.uci.predict_time import predict_times
     from bayesify.data import load_uci
 
     data = load_uci(job.dataset, job.split, protocol="gal", val_fraction=job.val_fraction)
@@ -194,4 +209,5 @@ def score_method_job(job: UCIMethodJob) -> dict[str, Any]:
         val_ll_standardised=val_ll,
         epochs_kept=method.history.best_epoch + 1 if method.history else None,
     )
+    out.update(predict_times(method, job, data.x_test))  # beside the deterministic network
     return out

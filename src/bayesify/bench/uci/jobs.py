@@ -22,7 +22,7 @@ from typing import Any
 from bayesify.bench.search import SearchJob
 from bayesify.bench.uci.gal import PRESETS as GAL_PRESETS
 from bayesify.bench.uci.gal import GalUCIJob
-from bayesify.bench.uci.gal_methods import UCIMethodJob
+from bayesify.bench.uci.gal_methods import HOMOSCEDASTIC_ONLY, UCIMethodJob
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
 
 GAL_EXPERIMENT = "gal-uci"  # MC dropout rows (the experiment name of the earlier command)
@@ -31,7 +31,7 @@ TEYE_EXPERIMENT = "uci-teye"
 PROTOCOLS = ("gal", "teye")
 GAL_METHODS = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "laplace",
                "laplace-all", "swag", "vbll", "evidential-regression",
-               "packed-ensemble")  # fmt: skip
+               "packed-ensemble", "sngp")  # fmt: skip
 TEYE_METHODS = ("mcbn", "mc-dropout")
 BIG = ("kin8nm", "naval-propulsion-plant", "power-plant", "protein-tertiary-structure")
 SMALL = tuple(d for d in UCI_DATASETS if d not in BIG)
@@ -48,15 +48,22 @@ GRIDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "vbll": ((0.1, 1.0), (0.1, 1.0, 10.0)),  # the last layer's prior variance
     "evidential-regression": ((0.01, 0.1), (0.001, 0.01, 0.1, 1.0)),  # λ (Amini et al.)
     "packed-ensemble": ((), ()),  # M = 4, alpha = 2 (the defaults): no grid
+    "sngp": ((1.0, 2.0), (0.5, 1.0, 2.0, 4.0)),  # ℓ of the random features (default 1)
 }
-#: likelihoods a method runs when none are given: Lakshminarayanan's ensemble is heteroscedastic;
-#: VBLL homoscedastic (its last layer learns the one noise variance); evidential regression runs
-#: once (its NIG head is its noise model; "homoscedastic" is its default)
-DEFAULT_LIKELIHOODS = {
-    "ensemble": ("heteroscedastic",),
-    "vbll": ("homoscedastic",),
-    "evidential-regression": ("homoscedastic",),
-}
+#: likelihoods a method runs when none are given: Lakshminarayanan's ensemble is heteroscedastic
+#: (the methods of HOMOSCEDASTIC_ONLY run homoscedastic whatever is given)
+DEFAULT_LIKELIHOODS = {"ensemble": ("heteroscedastic",)}
+LIKELIHOODS = ("homoscedastic", "heteroscedastic")
+
+
+def method_likelihoods(method: str, likelihoods: tuple[str, ...] | None) -> tuple[str, ...]:
+    """The likelihoods ``method`` runs when ``likelihoods`` are asked for (None: its default):
+    a method of :data:`HOMOSCEDASTIC_ONLY` runs the homoscedastic one only, and none where only
+    heteroscedastic is asked for."""
+    liks = likelihoods or DEFAULT_LIKELIHOODS.get(method, LIKELIHOODS)
+    if method in HOMOSCEDASTIC_ONLY:
+        return tuple(lik for lik in liks if lik == "homoscedastic")
+    return tuple(liks)
 
 
 def hidden_units(dataset: str) -> int:
@@ -137,10 +144,7 @@ def gal_jobs(methods: tuple[str, ...], datasets: tuple[str, ...], splits: int,
         for name in datasets:
             n = uci_n_splits(name, "gal")
             n = min(n, splits or n)
-            liks = likelihoods or DEFAULT_LIKELIHOODS.get(
-                method, ("homoscedastic", "heteroscedastic")
-            )
-            for lik in liks:
+            for lik in method_likelihoods(method, likelihoods):
                 for s in range(n):
                     if method == "mc-dropout":
                         out.append((GAL_EXPERIMENT, mc_dropout_job(name, s, lik, preset, epochs)))

@@ -25,6 +25,8 @@ from bayesify.bench.uci.figures import uncertainty_error_figure
 from bayesify.bench.uci.gal import ENSEMBLE_2017, GAL_2016
 from bayesify.bench.uci.gal2018_results import Gal2018, gal_2018_results
 from bayesify.bench.uci.gal2018_sections import gal_2018_cell, paired_section, summary_lines
+from bayesify.bench.uci.gal_methods import HOMOSCEDASTIC_ONLY
+from bayesify.bench.uci.predict_time_page import predict_time_section
 from bayesify.bench.uci.rows import Cell, cells, load_records, mean_se, pm, write_csv
 from bayesify.bench.uci.selective import selective_section
 from bayesify.bench.uci.teye_report import TEYE_STARS, TEYE_TABLE_1, TEYE_TABLE_1_MCDO
@@ -39,7 +41,8 @@ GAL_2016_NOTE = (
     "adversarial training) as published."
 )
 METHOD_ORDER = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "laplace",
-                "laplace-all", "swag")  # fmt: skip
+                "laplace-all", "swag", "vbll", "evidential-regression", "packed-ensemble",
+                "sngp")  # fmt: skip
 
 
 def _variants(table: dict[Cell, list], protocol: str) -> list[tuple[str, str]]:
@@ -138,10 +141,27 @@ def _gal_section(table: dict[Cell, list], figures: Path, page_dir: Path,
             rows = table.get(("gal", m, lik, d))
             if rows:
                 lines.append(_detail_line(d, m, lik, rows))
+    timed = predict_time_section(table, "gal", variants)
+    lines += ["", *timed] if timed else []
     lines += ["", *selective_section(table, "gal", variants, SHORT,
                                      figures / "risk_coverage_gal.png", page_dir)]  # fmt: skip
     lines += ["", *_figure_lines(table, "gal", variants, figures, page_dir)]
     return lines
+
+
+def homoscedastic_only_note(table: dict[Cell, list]) -> str:
+    """The sentence naming the methods with rows that run homoscedastic only ('' if none)."""
+    shown = [m for m in METHOD_ORDER if m in HOMOSCEDASTIC_ONLY
+             and any(p == "gal" and cm == m for p, cm, _, _ in table)]  # fmt: skip
+    if not shown:
+        return ""
+    return (
+        f"Homoscedastic only: {', '.join(shown)} "
+        f"{'runs' if len(shown) == 1 else 'run'} in the homoscedastic setting alone, whatever "
+        "likelihoods a command asks for, so there is no heteroscedastic column for "
+        f"{'it' if len(shown) == 1 else 'them'} "
+        f"({'; '.join(f'{m}: {HOMOSCEDASTIC_ONLY[m]}' for m in shown)})."
+    )
 
 
 def _splits(table: dict[Cell, list], dataset: str) -> set[int]:
@@ -315,11 +335,14 @@ def write_page(out: str | Path, *, stores: Sequence[str | Path], command: str, r
         "Methods on Gal's splits: one hidden layer of 50 ReLU units (100 for protein); the last "
         "20% of each training split is validation, used for the grid (MC dropout: rate; BBB: "
         "prior σ; IBNN: prior std; StochasticNorm: initial σ; MCBN: batch size; SWAG: SGD rate "
-        "of its 20 collecting epochs after training), the best epoch and τ (homoscedastic); the "
-        "test split is only scored. Heteroscedastic nets output a "
+        "of its 20 collecting epochs after training; VBLL: the last layer's prior variance; "
+        "evidential regression: the evidence regulariser λ; SNGP: the RBF length-scale ℓ of its "
+        "random features; Packed-Ensembles: none, M = 4, α = 2), the best epoch and τ "
+        "(homoscedastic); the test split is only scored. Heteroscedastic nets output a "
         "mean and a variance and are trained by their Gaussian NLL; the deep ensemble is 5 "
         "such nets (no adversarial training). Settings per row are in the store's config.",
         "",
+        *([note, ""] if (note := homoscedastic_only_note(table)) else []),
         *_gal_section(
             table, figures, out.parent, gal_2018_results() if gal2018 is None else gal2018
         ),
