@@ -139,3 +139,36 @@ def test_predict_time_table_means_and_per_job_ratios():
     assert body == ["| yacht | sngp | homoscedastic | 2 | 100 | 70.00 ± 10.00 | 2.50 ± 1.50 | "
                     "40.0 ± 20.0 |"]  # fmt: skip
     assert predict_time_section(cells(recs[2:]), "gal", variants) == []
+
+
+def test_a_run_stores_predict_times_and_the_page_shows_sngp_homoscedastic_only(tmp_path):
+    from typer.testing import CliRunner
+
+    from bayesify.bench.store import ResultsStore
+    from bayesify.cli import app
+    from bayesify.data import DataError, data_root
+
+    try:
+        (data_root() / "uci" / "yacht").resolve(strict=True)
+    except (DataError, FileNotFoundError) as e:
+        pytest.skip(f"shared UCI data not found: {e}")
+    store, page = tmp_path / "a.db", tmp_path / "uci.md"
+    args = ["bench", "uci", "--datasets", "yacht", "--splits", "1", "--epochs", "2",
+            "--methods", "sngp,packed-ensemble", "--likelihoods",
+            "homoscedastic,heteroscedastic", "--workers", "1", "--store", str(store),
+            "--out", str(page)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    with ResultsStore(store) as s:
+        rows = s.records("uci-gal")
+    got = sorted((r["method"], r["config"]["likelihood"]) for r in rows)
+    assert got == [("packed-ensemble", "heteroscedastic"), ("packed-ensemble", "homoscedastic"),
+                   ("sngp", "homoscedastic")]  # fmt: skip
+    for r in rows:
+        m = r["metrics"]
+        assert m["predict_ms_per_1000"] > 0 and m["det_predict_ms_per_1000"] > 0
+        assert m["predict_samples"] == (4 if r["method"] == "packed-ensemble" else 100)
+    text = page.read_text()
+    assert "sngp homo" in text and "sngp hetero" not in text
+    assert "Homoscedastic only: sngp runs in the homoscedastic setting alone" in text
+    assert "| yacht | sngp | homoscedastic | 1 | 100 |" in text  # its predict-time line
