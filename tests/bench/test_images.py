@@ -130,6 +130,57 @@ def test_a_density_score_is_scored_as_the_predictive_scores_are():
     assert coverage["density"] == coverage["entropy"]
 
 
+def test_digits_are_upsampled_into_mnists_box_and_normalised_like_it():
+    from bayesify.bench.images.digits import load_digits_ood, to_mnist_format
+    from bayesify.data import FASHION_MNIST_MEAN as MEAN
+    from bayesify.data import FASHION_MNIST_STD as STD
+
+    x = to_mnist_format(torch.full((2, 8, 8), 16.0))  # white: 1 in the 20×20 box, 0 around
+    assert x.shape == (2, 1, 28, 28) and x.dtype == torch.float32
+    raw = x * STD + MEAN
+    torch.testing.assert_close(raw[:, :, 4:24, 4:24], torch.ones(2, 1, 20, 20))
+    raw[:, :, 4:24, 4:24] = 0
+    torch.testing.assert_close(raw, torch.zeros(2, 1, 28, 28))
+    one = torch.zeros(1, 8, 8)
+    one[0, 0, 7] = 16.0  # the top-right pixel lands in the box's top-right 2.5×2.5 corner
+    peak = (to_mnist_format(one)[0, 0] * STD + MEAN).argmax()
+    assert (int(peak) // 28, int(peak) % 28) in {(r, c) for r in (4, 5, 6) for c in (21, 22, 23)}
+    every = load_digits_ood()
+    assert every.shape == (1797, 1, 28, 28)
+    assert every.min() >= -MEAN / STD - 1e-6 and every.max() <= (1 - MEAN) / STD + 1e-6
+    part = load_digits_ood(100, seed=1)  # a subset: rows of the whole set, in order
+    hits = [int(((every - row).abs().amax((1, 2, 3)) == 0).nonzero()[0]) for row in part[:5]]
+    assert len(part) == 100 and hits == sorted(hits)
+
+
+def test_summary_states_the_single_pass_target_and_laplace_check_with_errors():
+    from bayesify.bench.images.report import SCORE_LABELS
+    from bayesify.bench.images.report_summary import cell, summary_section
+
+    def row(ratio, **auroc):
+        ood = {k: {"auroc": v} for k, v in auroc.items()}
+        return {"error": 0.1, "ood": ood, "ood_digits": ood, "timed_ms_per_1000": 10 * ratio,
+                "det_ms_per_1000": 10.0, "time_ratio": ratio}  # fmt: skip
+
+    methods = {
+        "deterministic": [row(1.0, max_prob=0.80, entropy=0.81)] * 3,
+        "ensemble": [row(3.0, max_prob=0.8, mutual_information=a) for a in (0.90, 0.91, 0.92)],
+        "sngp": [row(1.1, mutual_information=a) for a in (0.90, 0.905, 0.91)],
+        "batch-ensemble": [row(2.0, mutual_information=0.95)] * 3,  # too slow to count
+        "laplace": [row(1.0, entropy=0.85, mutual_information=m) for m in (0.80, 0.81, 0.82)],
+    }
+    text = "\n".join(summary_section("lenet", methods, SCORE_LABELS))
+    assert "| sngp | 3 | yes | 0.1000 ± 0.0000 | 0.9050 ± 0.0029 (MI) |" in text
+    assert "best sampling method ensemble 0.9100 ± 0.0058" in text
+    assert "**met** by sngp 0.9050 ± 0.0029 (gap -0.0050, time ratio 1.10 ± 0.00)" in text
+    assert "the others: batch-ensemble 0.9500" in text
+    assert "paired difference -0.0400 ± 0.0058 over 3 seed(s): within 0.05" in text
+    assert cell([1.0, 2.0, 4.0]) == f"2.3333 ± {np.std([1, 2, 4], ddof=1) / math.sqrt(3):.4f}"
+    methods["sngp"] = [row(1.4, mutual_information=0.9)]
+    text = "\n".join(summary_section("lenet", methods, SCORE_LABELS))
+    assert "deterministic time, on the means) **not met**; the others: batch" in text
+
+
 def _tiny_preset() -> ij.Preset:
     return replace(ij.PRESETS["quick"], epochs=1, samples=3, n_calib=60, n_ood=80,
                    n_corrupt=40, gammas=(0.0, 1.0), ps=(0.0, 0.5), bank_batches=(16, 32),
@@ -177,11 +228,15 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
         wrong = (net.eval()(data["test"][0]).argmax(-1) != data["test"][1]).float().mean()
     assert rows["deterministic"]["error"] == pytest.approx(wrong.item())
     assert rows["deterministic"]["n"] == {"train": 200, "val": 200, "test": 100, "ood": 80,
-                                          "corrupt": 40}  # fmt: skip
+                                          "ood_digits": 80, "corrupt": 40}  # fmt: skip
     assert [s["b"] for s in rows["mcbn"]["mcbn_sweep"]] == [16, 32]
     for method in ("deterministic", "mcbn", "ensemble", "mc-dropout"):
-        assert set(rows[method]["ood"]) == {"max_prob", "max_logit", "energy", "entropy",
-                                            "mutual_information", "mahalanobis"}  # fmt: skip
+        for key in ("ood", "ood_digits"):  # both OOD sets get every score
+            assert set(rows[method][key]) == {"max_prob", "max_logit", "energy", "entropy",
+                                              "mutual_information", "mahalanobis"}  # fmt: skip
+        # the method's predict time beside the deterministic network's, from the same job
+        r = rows[method]
+        assert r["time_ratio"] == pytest.approx(r["timed_ms_per_1000"] / r["det_ms_per_1000"])
     assert len(rows["mc-dropout"]["corruption"]["gaussian"]) == 2
 
     again = images.run(opts)  # every row is done: nothing is recomputed
@@ -196,6 +251,18 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
         assert rows[name]["training"]["cached"] and rows[name]["n"] == rows["mc-dropout"]["n"]
         assert rows[name]["uncertainty"]["test"] != rows["deterministic"]["uncertainty"]["test"]
 
+    # the weight-sharing ensembles: M = the ensemble's 2 members, rows on every table
+    text = images.run(replace(opts, methods=("batch-ensemble", "packed-ensemble")))
+    with ResultsStore(opts.store) as db:
+        rows = {r["method"]: r["metrics"] for r in db.records("images")}
+    assert rows["batch-ensemble"]["samples_drawn"] == 4  # T = 3 rounded up to a multiple of 2
+    assert rows["packed-ensemble"]["samples_drawn"] == 2  # T = M
+    for name in ("batch-ensemble", "packed-ensemble"):
+        assert not rows[name]["training"]["cached"]
+        assert rows[name]["uncertainty"]["test"]["epistemic"] > 0  # the members differ
+        assert f"| {name} | 1 | yes |" in text  # the summary: one seed, one pass
+        assert text.count(f"| {name} |") >= 6  # summary, accuracy, 2 OOD sets, coverage
+
 
 @pytest.mark.parametrize("model", ij.MODELS)
 def test_every_paper_method_trains_and_samples_on_both_models(model):
@@ -207,11 +274,17 @@ def test_every_paper_method_trains_and_samples_on_both_models(model):
         from_another_net = ("mcbn", "ensemble", *ij.TTA_OVER, "swag", "multiswag")
         if method in from_another_net or method.startswith("laplace"):  # (the tiny run)
             continue
-        job = ij.ImagesJob(method, ij.DATASET, 0, 0, model=model)
+        job = ij.ImagesJob(method, ij.DATASET, 0, 0, model=model)  # members: 3
+        if (model, method) in ij.UNSUPPORTED:  # refused by the method, skipped by the command
+            with pytest.raises(ValueError, match="nn.Sequential"):
+                ij._build(method, job)
+            continue
         m = ij._build(method, job)
         m.fit((x, y), epochs=1, batch_size=16, progress=False)
         samples = m.predict(x[:4], samples=4, seed=0).samples
-        assert samples.shape == (4, 4, 10), method
+        # BatchEnsemble: T rounded up to a multiple of M = 3; Packed-Ensembles: T = M
+        t = {"batch-ensemble": 6, "packed-ensemble": 3}.get(method, 4)
+        assert samples.shape == (t, 4, 10), method
         deterministic = method in ("deterministic", "ddu")
         assert deterministic == bool((samples == samples[0]).all()), method
 

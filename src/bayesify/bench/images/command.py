@@ -1,13 +1,16 @@
-"""Fashion-MNIST at full size with MNIST as the out-of-distribution set: accuracy, calibration, OOD
-detection, corruption sweeps, error–coverage curves and MCBN's batch-size sweep per method,
+"""Fashion-MNIST with MNIST and scikit-learn digits as out-of-distribution sets: accuracy,
+calibration, OOD detection, predict time, corruption sweeps, error–coverage curves and MCBN's
+batch-size sweep per method,
 run job by job (one per method, model and seed) into a resumable results store.
 
 The training images are split into training and validation parts (the validation part stops
 training early and fits the temperature). Each job trains its method (or loads the network from
-the checkpoint folder), predicts the Fashion-MNIST test set, MNIST test images and corrupted test
-images with T samples, and writes one row. MCBN is the deterministic batch-norm network sampled
-with mini-batch statistics (Teye et al.), so the two share one trained network; the deep
-ensemble's first member is that network too (member m is trained with seed s + 1000·m).
+the checkpoint folder), predicts the Fashion-MNIST test set, MNIST test images and
+scikit-learn's digits (the two OOD sets) and corrupted test images with T samples, times its
+predict beside the deterministic network's, and writes one row. MCBN is the deterministic
+batch-norm network sampled with mini-batch statistics (Teye et al.), so the two share one
+trained network; the deep ensemble's first member is that network too (member m is trained with
+seed s + 1000·m). BatchEnsemble and Packed-Ensembles have as many members as the ensemble.
 
     bayesify bench images --preset quick
 """
@@ -27,6 +30,7 @@ from bayesify.bench.images.jobs import (
     METHODS,
     MODELS,
     PRESETS,
+    UNSUPPORTED,
     ImagesJob,
     Preset,
     score_job,
@@ -58,6 +62,9 @@ class ImagesOptions:
     n_val: int = option(5000, "Validation images split off the training images.")
     n_train: int = option(0, "Training images (0: all the others).")
     n_test: int = option(0, "Fashion-MNIST test images (0: all 10,000).")
+    n_ood: int = option(0, "MNIST test images, and scikit-learn digits, as OOD sets (0: the "
+                        "preset's).")  # fmt: skip
+    n_corrupt: int = option(0, "Test images corrupted at every level (0: the preset's).")
     workers: int = option(1, "Parallel worker processes.")
     cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
 
@@ -69,7 +76,8 @@ class ImagesOptions:
             check_choices("methods", self.methods, METHODS)
         if self.n_val < 1:
             raise ValueError(f"--n-val must be >= 1, got {self.n_val}")
-        for name in ("seeds", "epochs", "patience", "members", "samples", "n_train", "n_test"):
+        for name in ("seeds", "epochs", "patience", "members", "samples", "n_train", "n_test",
+                     "n_ood", "n_corrupt"):  # fmt: skip
             if getattr(self, name) < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 0, got "
                                  f"{getattr(self, name)}")  # fmt: skip
@@ -87,9 +95,11 @@ class ImagesOptions:
                        seeds=self.seeds or pre.seeds, epochs=self.epochs or pre.epochs,
                        patience=self.patience or pre.patience,
                        members=self.members or pre.members,
-                       samples=self.samples or pre.samples)  # fmt: skip
+                       samples=self.samples or pre.samples, n_ood=self.n_ood or pre.n_ood,
+                       n_corrupt=self.n_corrupt or pre.n_corrupt)  # fmt: skip
 
     def jobs(self) -> list[ImagesJob]:
+        """One job per model, seed and method (the pairs in UNSUPPORTED left out)."""
         p = self.settings()
         common = {"epochs": p.epochs, "patience": p.patience, "samples": p.samples,
                   "n_calib": p.n_calib, "n_ood": p.n_ood, "n_corrupt": p.n_corrupt,
@@ -98,7 +108,7 @@ class ImagesOptions:
                   "n_train": self.n_train, "n_test": self.n_test}  # fmt: skip
         return [ImagesJob(method, DATASET, 0, seed, model=model, **common)
                 for model in p.models for seed in range(p.seeds)
-                for method in p.methods]  # fmt: skip
+                for method in p.methods if (model, method) not in UNSUPPORTED]  # fmt: skip
 
 
 def run(opts: ImagesOptions) -> str:

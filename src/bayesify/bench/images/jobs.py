@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from bayesify.bench.images import digits
 from bayesify.bench.images import scores as sc
 
 log = logging.getLogger(__name__)
@@ -23,7 +24,11 @@ DATASET = "fashion-mnist"
 MODELS = ("lenet", "resnet")
 METHODS = ("deterministic", "mc-dropout", "mcbn", "ensemble", "bbb", "ibnn", "stochastic-norm",
            "laplace", "laplace-sampled", "laplace-torch", "tta", "mc-dropout-tta",
-           "swag", "multiswag", "ddu", "sngp", "vbll", "evidential-classification")  # fmt: skip
+           "swag", "multiswag", "ddu", "sngp", "vbll", "evidential-classification",
+           "batch-ensemble", "packed-ensemble")  # fmt: skip
+#: (model, method) pairs that cannot run, skipped by the command: Packed-Ensembles packs an
+#: nn.Sequential of plain layers, and the ResNet's residual blocks would mix its members
+UNSUPPORTED = {("resnet", "packed-ensemble")}
 #: test-time augmentation (Ashukha et al. 2020) over the network of another method, without
 #: retraining: "tta" on the deterministic network, "mc-dropout-tta" on the MC dropout one
 TTA_OVER = {"tta": "deterministic", "mc-dropout-tta": "mc-dropout"}
@@ -118,10 +123,14 @@ def _data(split: int, n_val: int, n_train: int, n_test: int, n_ood: int) -> dict
         "val": (full.x[val], full.y[val]),
         "test": (test.x, test.y),
         "ood": ood.x,
+        digits.NAME: digits.load_digits_ood(n_ood, seed=split),  # the second OOD set
     }
 
 
 # ---------------------------------------------------------------------------------- networks
+CLS = {"task": "classification"}
+
+
 def _factory(model: str, norm: str | None = "batch") -> nn.Module:
     from bayesify.models import lenet, resnet
 
@@ -137,7 +146,7 @@ def _build(method: str, job: ImagesJob) -> Any:
     import bayesify
     from bayesify.seeding import seeded
 
-    cls = {"task": "classification"}
+    cls = CLS
     with seeded(job.seed):
         if method == "deterministic":
             return bayesify.Deterministic(_factory(job.model), **cls)
@@ -162,6 +171,9 @@ def _build(method: str, job: ImagesJob) -> Any:
             return bayesify.SNGP(_factory(job.model), **cls)
         if method == "evidential-classification":
             return bayesify.EvidentialClassifier(_factory(job.model), **cls)
+        if method in ("batch-ensemble", "packed-ensemble"):  # M = the deep ensemble's members
+            kind = bayesify.BatchEnsemble if method == "batch-ensemble" else bayesify.PackedEnsemble
+            return kind(_factory(job.model), members=job.members, init_seed=job.seed, **cls)
     raise ValueError(f"unknown method {method!r}; valid: {', '.join(METHODS)}")
 
 
@@ -284,12 +296,14 @@ def _feature_scores(method: Any, data: dict[str, Any], preds: dict[str, Any]) ->
     except ValueError as e:
         names.remove("mahalanobis")
         missing["mahalanobis"] = str(e)
-    x = {"test": data["test"][0], "ood": data["ood"]}
+    x = {k: data["test"][0] if k == "test" else data[k] for k in preds}
     return {k: ood_scores(method, x[k], names, pred=preds[k]) for k in x}, missing
 
 
 def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
     """Train (or load) ``job``'s method and score it: the runner's job function."""
+    import bayesify
+    from bayesify.bench.images.predict_time import predict_times
     from bayesify.bench.toys.mcbn_collapse import ood_scores as collapse_scores
     from bayesify.data import FASHION_MNIST_MEAN, FASHION_MNIST_STD
     from bayesify.data.corruptions import gaussian_mix, salt_and_pepper
@@ -308,6 +322,7 @@ def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
     p_test = predict(x_test)
     test_seconds = time.perf_counter() - t0
     p_ood = predict(data["ood"], 1)
+    p_digits = predict(data[digits.NAME], 4)
     xv, yv = data["val"]
     p_val = predict(xv[: job.n_calib], 2)
     predict_seconds = time.perf_counter() - t0
@@ -328,13 +343,17 @@ def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
             lambda x, p, gen: salt_and_pepper(x, p, low=low, high=high, generator=gen),
             seed=job.split),
     }  # fmt: skip
-    features, missing = _feature_scores(method, data, {"test": p_test, "ood": p_ood})
+    preds = {"test": p_test, "ood": p_ood, digits.NAME: p_digits}
+    features, missing = _feature_scores(method, data, preds)
     out: dict[str, Any] = {
         **sc.accuracy_scores(p_test, y_test),
         "temperature": temperature,
         "scaled": scaled,
         "samples_drawn": p_test.num_samples,
         "ood": sc.ood_scores(p_test, p_ood, features.get("test"), features.get("ood")),
+        # the second OOD set, scored as MNIST is
+        "ood_digits": sc.ood_scores(p_test, p_digits, features.get("test"),
+                                    features.get(digits.NAME)),
         "ood_missing": missing,
         "uncertainty": {"test": sc.mean_uncertainty(p_test), "ood": sc.mean_uncertainty(p_ood)},
         # deferral by a method's own feature density too (DDU's epistemic score)
@@ -345,8 +364,12 @@ def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
         "training": training,
         "predict_seconds": predict_seconds,
         "predict_ms_per_1000": 1e6 * test_seconds / len(y_test),
+        # beside the deterministic network of the same model, timed interleaved in this job
+        **predict_times(predict, bayesify.Deterministic(_factory(job.model), **CLS), x_test,
+                        job.seed),
         "n": {"train": len(data["train"][1]), "val": len(yv), "test": len(y_test),
-              "ood": len(data["ood"]), "corrupt": len(yc)},
+              "ood": len(data["ood"]), "ood_digits": len(data[digits.NAME]),
+              "corrupt": len(yc)},
     }  # fmt: skip
     if job.method == "mcbn":  # Mukhoti et al. Fig. 1: the bank filled with batches of b
         sweep = []

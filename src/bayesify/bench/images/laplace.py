@@ -1,5 +1,6 @@
 """Laplace rows of ``bayesify bench images``: post-hoc on the deterministic network of the same
-seed (as MCBN), bayesify's last-layer KFAC Laplace with the probit and the sampled predictive,
+seed (as MCBN), bayesify's last-layer KFAC Laplace with its default GLM predictive (logits drawn
+from the linearised predictive, link mc) and the sampled one,
 and laplace-torch 0.3 itself (last-layer KFAC, marginal-likelihood prior, probit) as the
 reference row. Each returns the method and its fit seconds."""
 
@@ -16,7 +17,7 @@ from bayesify.predictive import Predictive
 
 #: images method name -> what it is
 LAPLACE_METHODS = {
-    "laplace": "bayesify Laplace, last-layer KFAC, marglik prior, GLM probit",
+    "laplace": "bayesify Laplace's default: last-layer KFAC, marglik prior, GLM, drawn logits",
     "laplace-sampled": "bayesify Laplace, last-layer KFAC, marglik prior, sampled last layer",
     "laplace-torch": "laplace-torch 0.3, last-layer KFAC, marglik prior, GLM probit",
 }
