@@ -178,9 +178,12 @@ SUMMARY_NOTE = (
     "predict time per 1,000 rows with its T samples, beside an untrained deterministic "
     "network of the same model timed interleaved with it in the same job (median of 3 rounds "
     "after a warm-up on 500 test images, one torch thread), and their ratio (mean ± standard "
-    "error over seeds of the per-job ratios). one pass: the method runs its body once per row "
-    "(BatchEnsemble and Packed-Ensembles run their members in one batched pass); every other "
-    "method but the baseline draws T passes. Below the tables, issue 40's target (a one-pass "
+    "error over seeds of the per-job ratios). one pass: the method is one of issue 40's "
+    "single-pass families (its body runs once per row; BatchEnsemble and Packed-Ensembles run "
+    "their M members in one batched pass over M×N rows); the others sample T networks or batch "
+    "statistics, and bayesify runs a network's deterministic prefix once, so MC dropout before "
+    "the last linear layer costs little more than one pass: the ratio column, not the family, "
+    "gives the cost. Below the tables, issue 40's target (a one-pass "
     "method within 0.01 AUROC of the best sampling method at ≤ 1.3× the deterministic time, "
     "by default scores, on the means) and issue 35's Laplace check, with their errors.",
 )
