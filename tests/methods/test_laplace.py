@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 
 import bayesify
 from bayesify.models import lenet, mlp
+from bayesify.options import Link
 
 
 def classification_data(n: int = 160, seed: int = 0):
@@ -324,7 +325,7 @@ def test_default_classification_draws_logits_whose_mutual_information_flags_ood(
     x, y = classification_data(400)
     net = _trained(mlp(5, 3, (16,), norm=None), (x[:200], y[:200]), "classification")
     la = bayesify.Laplace.from_pretrained(net, (x[:200], y[:200]), task="classification")
-    assert la.config.link is None and not la.config.probit
+    assert la.config.link is Link.MC and not la.config.probit
     ood = 6 * torch.randn(200, 5, generator=torch.Generator().manual_seed(3))
     mi_in = la.predict(x[200:], 100, seed=0).mutual_information
     mi_ood = la.predict(ood, 100, seed=0).mutual_information

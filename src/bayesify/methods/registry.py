@@ -194,7 +194,7 @@ def _method(
         with counted_build(path, limits):
             net = build_model(cfg["model"])
     check_members(path, cfg["config"], net, limits)
-    config = cls.Config.from_dict(resolve_method_names(cls.Config, cfg["config"]))
+    config = cls.Config.from_saved(resolve_method_names(cls.Config, cfg["config"]))
     with counted_build(path, limits):
         return cls(net, config, inplace=True)  # a network built here: no copy needed
 

@@ -51,3 +51,9 @@ class MethodConfig:
                 f"unknown {cls.__name__} option(s) {sorted(unknown)}; valid: {sorted(names)}"
             )
         return cls(**d)
+
+    @classmethod
+    def from_saved(cls, d: dict[str, Any]) -> MethodConfig:
+        """The config a bundle saved (``to_dict``'s output); a method whose saved options
+        meant something else in older bundles says so here."""
+        return cls.from_dict(d)

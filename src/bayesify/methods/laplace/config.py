@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
+from typing import Any
 
 from bayesify.methods.core.config import MethodConfig
+from bayesify.methods.core.spread import BayesifyWarning
 from bayesify.options import (
     HessianStructure,
     LaplacePredictive,
@@ -31,6 +34,10 @@ class LaplaceConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.link is None and self.task is Task.CLASSIFICATION:
+            # resolved here, so a bundle names the link it predicts with and a later change of
+            # the default cannot change what a saved bundle predicts
+            object.__setattr__(self, "link", Link.MC)
         all_layers = self.subset is LaplaceSubset.ALL
         if all_layers and self.hessian is HessianStructure.FULL:
             raise ValueError("hessian='full' is for subset='last-layer' (all layers: kfac or diag)")
@@ -53,3 +60,17 @@ class LaplaceConfig(MethodConfig):
         if self.predictive is not LaplacePredictive.GLM:
             return False
         return self.link is Link.PROBIT
+
+    @classmethod
+    def from_saved(cls, d: dict[str, Any]) -> MethodConfig:
+        if d.get("task") == Task.CLASSIFICATION.value and d.get("link") is None:
+            warnings.warn(UNNAMED_LINK, BayesifyWarning, stacklevel=2)
+        return super().from_saved(d)
+
+
+#: a classification bundle saved before its link was written down: the default then was probit
+UNNAMED_LINK = (
+    "this Laplace bundle does not name its link: it predicts with link='mc' (drawn logits, "
+    "the default since 2026-11-27); bundles saved before then predicted with the probit "
+    "approximation: re-save the method with link='probit' to keep that"
+)
