@@ -12,6 +12,40 @@ import bayesify
 from bayesify.methods import Method
 from bayesify.predictive import Task
 
+
+def regression_data(n: int = 256, d: int = 5, seed: int = 0):
+    """``n`` rows of ``d`` normal features, y = sin(x₀) + x₁/2 + N(0, 0.1²): ``[n, d]``, ``[n]``."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    y = torch.sin(x[:, 0]) + 0.5 * x[:, 1] + 0.1 * torch.randn(n, generator=g)
+    return x, y
+
+
+def fitted_regression(method_class, **options):
+    """``method_class`` on an MLP 5-16-16-1 (no norm), fitted 3 epochs on the first 200 rows of
+    :func:`regression_data` and validated on the other 56; with 30 of those rows to predict."""
+    from bayesify.models import mlp
+
+    x, y = regression_data()
+    method = method_class(mlp(5, hidden=(16, 16), norm=None), **options)
+    method.fit((x[:200], y[:200]), val=(x[200:], y[200:]), epochs=3, batch_size=16,
+               progress=False)  # fmt: skip
+    return method, x[200:230]
+
+
+def fitted_lenet(method_class, rows: int = 64, predict: int = 10, **options):
+    """``method_class`` on a LeNet with batch norm, fitted one epoch on ``rows`` random 28×28
+    images of 10 classes; with the first ``predict`` images to predict."""
+    from bayesify.models import lenet
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, 1, 28, 28, generator=g)
+    y = torch.randint(0, 10, (rows,), generator=g)
+    method = method_class(lenet(norm="batch"), task="classification", **options)
+    method.fit((x, y), epochs=1, batch_size=16, progress=False)
+    return method, x[:predict]
+
+
 #: per test class: (network handed to a method, its state_dict and train flags at that moment)
 CALLERS: dict[type, list[tuple[torch.nn.Module, dict, list[bool]]]] = {}
 

@@ -10,34 +10,24 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from conformance import MethodConformance
+from conformance import MethodConformance, fitted_lenet, fitted_regression
 from test_mcbn import regression_data
 
 import bayesify
 from bayesify.methods.core.spread import NegligibleSpreadWarning, epistemic_share
-from bayesify.models import lenet, mlp
+from bayesify.models import mlp
 from bayesify.nn import sampling
 from bayesify.nn.batch_ensemble import BatchEnsembleLayer, member_forward_reference
 
 
 class TestBatchEnsembleRegression(MethodConformance):
     def make(self):
-        x, y = regression_data()
-        method = bayesify.BatchEnsemble(mlp(5, hidden=(16, 16), norm=None))
-        method.fit(
-            (x[:200], y[:200]), val=(x[200:], y[200:]), epochs=3, batch_size=16, progress=False
-        )
-        return method, x[200:230]
+        return fitted_regression(bayesify.BatchEnsemble)
 
 
 class TestBatchEnsembleConvClassificationWithBN(MethodConformance):
     def make(self):
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(64, 1, 28, 28, generator=g)
-        y = torch.randint(0, 10, (64,), generator=g)
-        method = bayesify.BatchEnsemble(lenet(norm="batch"), task="classification", members=3)
-        method.fit((x, y), epochs=1, batch_size=16, progress=False)
-        return method, x[:10]
+        return fitted_lenet(bayesify.BatchEnsemble, members=3)
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conformance import MethodConformance
+from conformance import MethodConformance, fitted_lenet
 from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
 from sklearn.discriminant_analysis import QuadraticDiscriminantAnalysis
@@ -20,7 +20,7 @@ from sklearn.discriminant_analysis import QuadraticDiscriminantAnalysis
 import bayesify
 from bayesify.methods.ddu.density import JITTERS, ClassDensity
 from bayesify.metrics import auroc
-from bayesify.models import lenet, mlp
+from bayesify.models import mlp
 from bayesify.nn.spectral_bound import spectral_bounds
 
 
@@ -47,12 +47,7 @@ class TestDDUConvWithBN(MethodConformance):
     stochastic = False
 
     def make(self):
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(48, 1, 28, 28, generator=g)
-        y = torch.randint(0, 10, (48,), generator=g)
-        method = bayesify.DDU(lenet(norm="batch"))
-        method.fit((x, y), epochs=1, batch_size=16, progress=False)
-        return method, x[:7]
+        return fitted_lenet(bayesify.DDU, rows=48, predict=7)
 
 
 def _log_pdf(q: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np.ndarray:

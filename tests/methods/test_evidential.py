@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from conformance import MethodConformance
+from conformance import MethodConformance, fitted_regression
 from scipy import stats
 from scipy.special import digamma, gammaln
 from test_mcbn import regression_data
@@ -37,11 +37,7 @@ def blobs(n: int, seed: int = 0, spread: float = 0.5) -> tuple[torch.Tensor, tor
 
 class TestEvidentialRegression(MethodConformance):
     def make(self):
-        x, y = regression_data()
-        method = bayesify.EvidentialRegression(mlp(5, hidden=(16, 16), norm=None))
-        method.fit((x[:200], y[:200]), val=(x[200:], y[200:]), epochs=3, batch_size=16,
-                   progress=False)  # fmt: skip
-        return method, x[200:230]
+        return fitted_regression(bayesify.EvidentialRegression)
 
 
 class TestEvidentialClassifier(MethodConformance):

@@ -6,20 +6,13 @@ import copy
 
 import pytest
 import torch
-from conformance import MethodConformance
+from conformance import MethodConformance, regression_data
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 import bayesify
 from bayesify.models import lenet, mlp
 from bayesify.nn import MCBatchNorm
-
-
-def regression_data(n: int = 256, d: int = 5, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g)
-    y = torch.sin(x[:, 0]) + 0.5 * x[:, 1] + 0.1 * torch.randn(n, generator=g)
-    return x, y
 
 
 class TestMCBNRegression(MethodConformance):

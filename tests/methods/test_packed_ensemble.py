@@ -12,12 +12,12 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from conformance import MethodConformance
+from conformance import MethodConformance, fitted_lenet, fitted_regression
 from test_mcbn import regression_data
 
 import bayesify
 from bayesify.methods.core.spread import NegligibleSpreadWarning, epistemic_share
-from bayesify.models import lenet, mlp
+from bayesify.models import mlp
 from bayesify.nn.packed import (
     PackedConv2d,
     PackedLinear,
@@ -32,25 +32,14 @@ class TestPackedEnsembleRegression(MethodConformance):
     samples = 4  # T is always M
 
     def make(self):
-        x, y = regression_data()
-        method = bayesify.PackedEnsemble(mlp(5, hidden=(16, 16), norm=None))
-        method.fit(
-            (x[:200], y[:200]), val=(x[200:], y[200:]), epochs=3, batch_size=16, progress=False
-        )
-        return method, x[200:230]
+        return fitted_regression(bayesify.PackedEnsemble)
 
 
 class TestPackedEnsembleConvClassificationWithBN(MethodConformance):
     samples = 3
 
     def make(self):
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(64, 1, 28, 28, generator=g)
-        y = torch.randint(0, 10, (64,), generator=g)
-        net = lenet(norm="batch")
-        method = bayesify.PackedEnsemble(net, task="classification", members=3, gamma=2)
-        method.fit((x, y), epochs=1, batch_size=16, progress=False)
-        return method, x[:10]
+        return fitted_lenet(bayesify.PackedEnsemble, members=3, gamma=2)
 
 
 def test_a_grouped_linear_is_its_groups_as_separate_linear_layers():

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conformance import MethodConformance
+from conformance import MethodConformance, fitted_lenet
 from test_mcbn import regression_data
 
 import bayesify
 from bayesify.methods.core.spread import epistemic_share
-from bayesify.models import lenet, mlp
+from bayesify.models import mlp
 from bayesify.nn import sampling
 from bayesify.nn.random_feature_gp import RandomFeatureGP
 from bayesify.nn.spectral_bound import spectral_bounds
@@ -56,13 +56,8 @@ class TestSNGPMeanFieldConvWithBN(MethodConformance):
     stochastic = False  # the mean-field logits: every sample the same
 
     def make(self):
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(48, 1, 28, 28, generator=g)
-        y = torch.randint(0, 10, (48,), generator=g)
-        method = bayesify.SNGP(lenet(norm="batch"), task="classification", num_features=128,
-                               prediction="mean-field")  # fmt: skip
-        method.fit((x, y), epochs=1, batch_size=16, progress=False)
-        return method, x[:8]
+        return fitted_lenet(bayesify.SNGP, rows=48, predict=8, num_features=128,
+                            prediction="mean-field")  # fmt: skip
 
 
 def test_random_features_approximate_the_rbf_kernel():

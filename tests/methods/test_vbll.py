@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from conformance import MethodConformance
+from conformance import MethodConformance, fitted_lenet, fitted_regression
 from test_mcbn import regression_data
 from torch.distributions import MultivariateNormal, kl_divergence
 
@@ -19,29 +19,19 @@ import bayesify
 from bayesify.methods.core.sampling import Sampling
 from bayesify.methods.core.spread import NegligibleSpreadWarning, epistemic_share
 from bayesify.methods.vbll.bounds import jensen_bound, regression_bound, wishart_term
-from bayesify.models import lenet, mlp
+from bayesify.models import mlp
 from bayesify.nn import sampling
 from bayesify.nn.vbll import VBLLLinear
 
 
 class TestVBLLRegression(MethodConformance):
     def make(self):
-        x, y = regression_data()
-        method = bayesify.VBLL(mlp(5, hidden=(16, 16), norm=None))
-        method.fit(
-            (x[:200], y[:200]), val=(x[200:], y[200:]), epochs=3, batch_size=16, progress=False
-        )
-        return method, x[200:230]
+        return fitted_regression(bayesify.VBLL)
 
 
 class TestVBLLConvClassificationWithBN(MethodConformance):
     def make(self):
-        g = torch.Generator().manual_seed(0)
-        x = torch.randn(64, 1, 28, 28, generator=g)
-        y = torch.randint(0, 10, (64,), generator=g)
-        method = bayesify.VBLL(lenet(norm="batch"), task="classification", covariance="lowrank")
-        method.fit((x, y), epochs=1, batch_size=16, progress=False)
-        return method, x[:10]
+        return fitted_lenet(bayesify.VBLL, covariance="lowrank")
 
 
 def random_layer(covariance: str, n_in: int = 4, n_out: int = 3, seed: int = 0) -> VBLLLinear:
