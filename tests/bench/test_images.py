@@ -174,8 +174,11 @@ def test_summary_states_the_single_pass_target_and_laplace_check_with_errors():
     assert "best sampling method ensemble 0.9100 ± 0.0058" in text
     assert "**met** by sngp 0.9050 ± 0.0029 (gap -0.0050, time ratio 1.10 ± 0.00)" in text
     assert "the others: batch-ensemble 0.9500" in text
-    assert "paired difference -0.0400 ± 0.0058 over 3 seed(s): within 0.05" in text
+    assert "paired over 3 seed(s): -0.0400 ± 0.0058 (MI below entropy), within 0.05" in text
     assert cell([1.0, 2.0, 4.0]) == f"2.3333 ± {np.std([1, 2, 4], ddof=1) / math.sqrt(3):.4f}"
+    one = "\n".join(summary_section("lenet", {k: v[:1] for k, v in methods.items()},
+                                      SCORE_LABELS))  # fmt: skip
+    assert "nan" not in one and "best sampling method ensemble 0.9000 (one seed)" in one
     methods["sngp"] = [row(1.4, mutual_information=0.9)]
     text = "\n".join(summary_section("lenet", methods, SCORE_LABELS))
     assert "deterministic time, on the means) **not met**; the others: batch" in text

@@ -46,6 +46,14 @@ def mean_se(values: list[Any]) -> tuple[float, float]:
     return m, math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1) / len(vals))
 
 
+def pm(mean_and_se: tuple[float, float], digits: int = 4) -> str:
+    """``mean ± se``, or ``mean (one seed)`` where there is no standard error."""
+    m, se = mean_and_se
+    if math.isnan(se):
+        return f"{m:.{digits}f} (one seed)"
+    return f"{m:.{digits}f} ± {se:.{digits}f}"
+
+
 def by_score(ms: list[dict[str, Any]], key: str = "ood") -> dict[str, list[dict[str, float]]]:
     """A method's rows (one per seed) -> score name -> per-seed metrics on the OOD set ``key``,
     for the scores every seed has."""
@@ -113,12 +121,11 @@ def _target(auc: dict[str, dict], methods: dict[str, list], sets: list[str]) -> 
             r = mean_se([row.get("time_ratio") for row in methods[m]])
             gap = mu - sampling[top][0]
             ok = gap >= -AUROC_GAP and r[0] <= TIME_RATIO
-            text = (f"{m} {mu:.4f} ± {se:.4f} (gap {gap:+.4f}, time ratio {r[0]:.2f} ± "
-                    f"{r[1]:.2f})")  # fmt: skip
+            text = f"{m} {pm((mu, se))} (gap {gap:+.4f}, time ratio {pm(r, 2)})"
             (passing if ok else closest).append(text)
         verdict = "**met** by " + "; ".join(passing) if passing else "**not met**"
         out.append(f"- {OOD_SETS[k]}, default scores: best sampling method {top} "
-                   f"{sampling[top][0]:.4f} ± {sampling[top][1]:.4f}; single-pass target "
+                   f"{pm(sampling[top])}; single-pass target "
                    f"(within {AUROC_GAP} AUROC at ≤ {TIME_RATIO}× the deterministic time, on the "
                    f"means) {verdict}" + (f"; the others: {'; '.join(closest)}" if closest
                                           else "") + ".")  # fmt: skip
@@ -138,7 +145,8 @@ def _laplace(methods: dict[str, list]) -> list[str]:
         ent = [p["auroc"] for p in s["entropy"]]
         diff = mean_se([a - b for a, b in zip(mi, ent, strict=True)])
         ok = "within" if abs(diff[0]) <= 0.05 else "**not** within"
+        side = "above" if diff[0] > 0 else "below"
         out.append(f"- Laplace (default: GLM, drawn logits) on {name}: MI AUROC {cell(mi)}, "
-                   f"entropy AUROC {cell(ent)}; paired difference {diff[0]:+.4f} ± "
-                   f"{diff[1]:.4f} over {len(mi)} seed(s): {ok} 0.05 (on the mean).")  # fmt: skip
+                   f"entropy AUROC {cell(ent)}; MI − entropy, paired over {len(mi)} seed(s): "
+                   f"{pm(diff)} (MI {side} entropy), {ok} 0.05 on the mean.")  # fmt: skip
     return out
