@@ -199,3 +199,19 @@ def test_members_that_sample_have_no_end_to_their_draws():
     m = DeepEnsemble(mlp(4, 3, (16,), norm=None, dropout=0.3), members=3, method=MCDropout,
                      task="classification")  # fmt: skip
     assert m.distinct_samples() is None and _method().distinct_samples() is None
+
+
+@pytest.mark.parametrize("wrap", ["dataset", "loader", "array"])
+def test_a_dataset_loader_or_array_gives_the_tensors_adaptive_prediction(wrap):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    m, x = _method(), _x()
+    y = torch.zeros(len(x), dtype=torch.long)
+    given = {"dataset": TensorDataset(x, y),
+             "loader": DataLoader(TensorDataset(x, y), batch_size=7, shuffle=True),  # order kept
+             "array": x.numpy()}[wrap]  # fmt: skip
+    pred = m.predict(given, "adaptive", tol=0.02, start=4, max_samples=16, seed=5)
+    same = m.predict(x, "adaptive", tol=0.02, start=4, max_samples=16, seed=5)
+    assert torch.equal(pred.samples_used, same.samples_used)
+    assert len(pred.samples_used.unique()) > 1  # the tolerance splits the rows
+    torch.testing.assert_close(pred.mean, same.mean)

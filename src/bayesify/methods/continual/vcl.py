@@ -234,7 +234,7 @@ class VCL(BayesByBackprop):
         with use_head(self.module, head):
             return super().predict(x, samples, **options)
 
-    def sample(self, x: Tensor, samples: int = 50, *, head: int | None = None,
+    def sample(self, x: Tensor | Data, samples: int = 50, *, head: int | None = None,
                **options: Any) -> Tensor:  # fmt: skip
         """:meth:`Method.sample` with output head ``head`` (see :meth:`predict`)."""
         with use_head(self.module, head):

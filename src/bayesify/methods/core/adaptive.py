@@ -31,6 +31,7 @@ from typing import Any, Protocol
 import torch
 from torch import Tensor
 
+from bayesify.methods.core.inputs import input_rows
 from bayesify.options import shown
 from bayesify.predictive import Predictive, Task
 
@@ -92,8 +93,8 @@ def standard_error(pred: Predictive) -> Tensor:
 
 def predict_adaptive(
     method: Sampler,
-    x: Tensor,
-    samples: str = "adaptive",
+    x: Any,
+    samples: int | str = "adaptive",
     *,
     tol: float | None = None,
     start: int = 8,
@@ -122,6 +123,7 @@ def predict_adaptive(
         pred = method.to_predictive(draws)
         return outputs(pred) if outputs is not None else pred
 
+    x = torch.as_tensor(input_rows(x))  # a Dataset or DataLoader: its inputs, in order
     # the net's deterministic prefix runs once, not again in every round (same draws either way)
     prefixed = method._prefix_sampler(x, generator, max_rows)
 
@@ -140,7 +142,6 @@ def predict_adaptive(
     draws = first.new_empty((max_samples, *first.shape[1:]))
     draws[:start] = first
     used = torch.full((n,), start, dtype=torch.long)
-    x = torch.as_tensor(x)
     active = torch.nonzero(standard_error(returned(first)).cpu() > tol).flatten()
     distinct = method.distinct_samples()  # finitely many: stop once all are drawn
     have = start

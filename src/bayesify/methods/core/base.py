@@ -150,7 +150,7 @@ class Method(FromPretrained, Trainable, Bundled, Sampling):
             )
         return F.mse_loss(out.reshape(y.shape), y)
 
-    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]]:
         """Optimiser parameter groups; methods override to give variational parameters their own."""
         return [
             {

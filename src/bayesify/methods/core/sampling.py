@@ -75,7 +75,7 @@ class Sampling:
 
     def sample(
         self,
-        x: Tensor,
+        x: Tensor | Data,
         samples: int = 50,
         *,
         generator: torch.Generator | None = None,

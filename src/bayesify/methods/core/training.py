@@ -34,6 +34,7 @@ from bayesify.train import (
 
 if TYPE_CHECKING:
     from bayesify.methods.core.config import MethodConfig
+    from bayesify.train.loop import History
 
 
 class Trainable:
@@ -42,6 +43,8 @@ class Trainable:
     config: MethodConfig
     name: ClassVar[str]
     net: Any
+    constant_variance: float | None
+    history: History | None
 
     @with_recipe
     def fit(
