@@ -114,3 +114,34 @@ def test_sequential_deferral_is_stable_where_one_draw_flips():
     assert (capped.columns["defer"] == res.columns["defer"]).mean() > 0.8
     notes = predictor.guarantee_notes(SamplingPolicy.fixed(16))
     assert any("at most 64 samples per row, not the 1024" in n for n in notes), notes
+
+
+def test_an_exact_mixture_holds_its_calibrations_under_every_policy():
+    """A deep ensemble of plain networks has M distinct samples, drawn equally whatever T or
+    adaptive sampling asks: one predictive, so the conformal calibration and the one-draw
+    deferral threshold made at T = M hold under every policy, without a warning; MC dropout's
+    (the fixture's) still warn (above)."""
+    from bayesify.methods import DeepEnsemble
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(900, 2, generator=g)
+    y = x[:, 0] + 0.3 * torch.randn(900, generator=g)
+    torch.manual_seed(0)
+    method = DeepEnsemble(mlp(2, hidden=(16,), norm=None), members=3)
+    method.fit((x[:300], y[:300]), val=(x[300:400], y[300:400]), epochs=3, progress=False)
+    assert method.distinct_samples() == 3
+    calibrate_conformal(method, (x[400:700], y[400:700]), samples=3, seed=1)
+    DeferralPolicy.fit(method.predict(x[400:700], 3, seed=1), y[400:700], score="std",
+                       target_coverage=0.8).store(method.metadata)  # fmt: skip
+    predictor, test = Predictor(method), x[700:].numpy()
+    at_m = predictor.predict(test, samples=3, seed=0)
+    policies = [SamplingPolicy.fixed(30), SamplingPolicy.fixed(2),
+                SamplingPolicy.adaptive(0.01, 8, 32)]  # fmt: skip
+    for policy in policies:
+        assert predictor.unheld(policy) == [] and predictor.guarantee_notes(policy) == []
+    for samples in (30, 2):
+        res = predictor.predict(test, samples=samples, seed=5)
+        assert res.warnings == []
+        for col in ("lower", "upper", "defer"):
+            np.testing.assert_allclose(res.columns[col], at_m.columns[col], atol=1e-5)
+    assert ServedModel(predictor, "e", default_samples=30).card()["warnings"] == []

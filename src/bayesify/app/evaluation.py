@@ -223,7 +223,9 @@ def evaluate_table(
     conf = None
     warnings: list[str] = []
     if predictor.conformal is not None:
-        conf, note = predictor.conformal.select(SamplingPolicy.fixed(samples))
+        conf, note = predictor.conformal.select(
+            SamplingPolicy.fixed(samples), predictor.exact_mixture
+        )
         warnings += [note] if note else []
     generator = torch.Generator().manual_seed(seed)
     parts: list[dict[str, Tensor]] = []

@@ -265,14 +265,20 @@ class ConformalByPolicy:
     def policies(self) -> list[SamplingPolicy | None]:
         return list(self.calibrations)
 
-    def select(self, policy: SamplingPolicy) -> tuple[Conformal, str | None]:
+    def select(
+        self, policy: SamplingPolicy, exact_mixture: bool = False
+    ) -> tuple[Conformal, str | None]:
         """The calibration for ``policy`` and ``None``, or, when none was made under it, the
         nearest one and a one-line warning. Nearest: the fixed-T calibration with the most
         samples that are at most the fewest any served row gets (fewer samples, noisier
         scores: a wider quantile, typically over-covering); failing that the one with the
-        fewest samples (coverage may then fall below the level)."""
+        fewest samples (coverage may then fall below the level). ``exact_mixture``: the
+        method has finitely many distinct samples, drawn equally under every policy, so any
+        calibration holds (the first, without a warning)."""
         if policy in self.calibrations:
             return self.calibrations[policy], None
+        if exact_mixture:
+            return next(iter(self.calibrations.values())), None
         fixed = sorted((p.least_samples, p) for p in self.calibrations if p and not p.is_adaptive)
         if not fixed:
             conf = next(iter(self.calibrations.values()))

@@ -70,6 +70,9 @@ class Predictor(BundleFacts):
         #: the bundle's conformal calibrations (one per sampling policy): intervals and
         #: prediction sets come from the one made under the policy served
         self.conformal = ConformalByPolicy.from_dict(conf) if conf else None
+        #: finitely many distinct samples (ensemble members), drawn equally under every
+        #: sampling policy: one predictive, so every calibration holds under every policy
+        self.exact_mixture = method.distinct_samples() is not None
         self._warned: set[str] = set()
         #: most samples a sequential deferral decision may draw per row when lower than the
         #: bundle's (a latency budget); None: the decision the threshold was fitted under
@@ -267,7 +270,7 @@ class Predictor(BundleFacts):
         policy = policy or SamplingPolicy.fixed(pred.num_samples)
         conformal = None
         if self.conformal is not None:
-            conformal, note = self.conformal.select(policy)
+            conformal, note = self.conformal.select(policy, self.exact_mixture)
             if note and warnings is not None:
                 warnings.append(note)
         return output_columns(pred, level, conformal, self.class_labels, generator)
@@ -288,7 +291,7 @@ class Predictor(BundleFacts):
         if deferral is not None:
             if deferral.decision is None:
                 defer, score = deferral.decide(pred)
-                note = deferral_note(deferral, policy)
+                note = deferral_note(deferral, policy, self.exact_mixture)
                 if note:
                     warnings.append(note)
             else:
@@ -326,10 +329,10 @@ class Predictor(BundleFacts):
         served under ``policy`` (empty: both were fitted for it)."""
         notes = []
         if self.conformal is not None:
-            notes.append(self.conformal.select(policy)[1])
+            notes.append(self.conformal.select(policy, self.exact_mixture)[1])
         deferral = DeferralPolicy.from_metadata(self.method.metadata)
         if deferral is not None:
-            notes.append(deferral_note(deferral, policy))
+            notes.append(deferral_note(deferral, policy, self.exact_mixture))
             served = self.served_decision(deferral) if deferral.decision is not None else None
             if served is not None and served != deferral.decision:
                 notes.append(f"the deferral decision draws at most {served.max_samples} "
@@ -341,7 +344,8 @@ class Predictor(BundleFacts):
     def unheld(self, policy: SamplingPolicy) -> list[str]:
         """Why the bundle's conformal calibration or deferral threshold does not hold under
         ``policy`` (empty: both hold, or the bundle has neither)."""
-        return unheld(policy, self.conformal, DeferralPolicy.from_metadata(self.method.metadata))
+        deferral = DeferralPolicy.from_metadata(self.method.metadata)
+        return unheld(policy, self.conformal, deferral, self.exact_mixture)
 
     def _empty_columns(self) -> dict[str, np.ndarray]:
         return {}

@@ -21,10 +21,15 @@ def sampling_policy(samples: Any, adaptive: dict[str, Any]) -> SamplingPolicy:
     return SamplingPolicy.fixed(int(samples))
 
 
-def deferral_note(policy: DeferralPolicy, served: SamplingPolicy) -> str | None:
-    """A warning when a one-draw deferral threshold is served under another sampling policy."""
+def deferral_note(
+    policy: DeferralPolicy, served: SamplingPolicy, exact_mixture: bool = False
+) -> str | None:
+    """A warning when a one-draw deferral threshold is served under another sampling policy
+    (none for an ``exact_mixture``: every policy draws its finitely many samples equally)."""
     fitted = policy.validation.get("samples")
     if policy.decision is not None or (fitted and served == SamplingPolicy.fixed(fitted)):
+        return None
+    if exact_mixture:
         return None
     at = f"T={fitted}" if fitted else "an unrecorded sample count"
     return (
@@ -38,10 +43,15 @@ def unheld(
     policy: SamplingPolicy,
     conformal: ConformalByPolicy | None,
     deferral: DeferralPolicy | None,
+    exact_mixture: bool = False,
 ) -> list[str]:
     """Why the bundle's calibrations do not hold under ``policy`` (empty: they do): a
     conformal calibration made under other policies only, a one-draw deferral threshold
-    fitted at another fixed T. (A sequential deferral decision holds under any policy.)"""
+    fitted at another fixed T. (A sequential deferral decision holds under any policy, and
+    every calibration of an ``exact_mixture``: its finitely many distinct samples, drawn
+    equally whatever the policy, give one predictive.)"""
+    if exact_mixture:
+        return []
     out = []
     if conformal is not None and policy not in conformal.calibrations:
         made = [p.label() for p in conformal.calibrations if p] or ["an unrecorded policy"]
