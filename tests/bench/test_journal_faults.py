@@ -120,3 +120,23 @@ def test_a_bench_command_exits_2_with_the_one_line(tmp_path):
     assert result.exit_code == 2, result.output
     [line] = result.output.strip().splitlines()
     assert line.startswith(f"error: the search journal {journal} is damaged: line ")
+
+
+def test_a_lock_left_by_a_killed_writer_is_broken_after_the_stale_time(tmp_path):
+    """A writer SIGKILLed while appending leaves the journal's lock link: the next search waits
+    STALE_LOCK_S seconds of it standing unchanged, not Optuna's default 30, then runs."""
+    import os
+    import time
+
+    from bayesify.bench.search_journal import STALE_LOCK_S
+
+    path = tmp_path / "s.journal"
+    path.write_bytes(_journal(tmp_path / "first.journal"))
+    os.symlink(str(path), str(path) + ".lock")  # the lock as a killed writer leaves it
+    start = time.monotonic()
+    run_search(partial(trials.objective, 0.0), trials.space(),
+               SearchSettings(storage=str(path), study="after-the-kill"))  # fmt: skip
+    waited = time.monotonic() - start
+    assert STALE_LOCK_S <= waited < 25, waited  # Optuna's own grace period is 30 s
+    assert not os.path.lexists(str(path) + ".lock")
+    check_journal(str(path))

@@ -10,6 +10,9 @@ from typing import Any
 
 from bayesify.bench.store import StoreError
 
+#: seconds a journal lock may stand unchanged before it counts as left by a killed writer
+STALE_LOCK_S = 5
+
 
 class SearchJournalError(StoreError):
     """A search journal that cannot be read (cut short or garbled): one line naming it and
@@ -43,5 +46,8 @@ def journal_storage(optuna: Any, path: str) -> Any:
         return None
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     check_journal(path)
-    backend = optuna.storages.journal.JournalFileBackend(path)
+    # a writer holds the lock for one appended line (milliseconds); one killed while holding it
+    # leaves the lock behind, which Optuna's default breaks only after 30 s of waiting
+    lock = optuna.storages.journal.JournalFileSymlinkLock(path, grace_period=STALE_LOCK_S)
+    backend = optuna.storages.journal.JournalFileBackend(path, lock_obj=lock)
     return optuna.storages.journal.JournalStorage(backend)
