@@ -339,7 +339,8 @@ def test_time_series_break_at_undefined_values_and_mark_drift(folder_server, pag
     def with_history(route):
         response = route.fetch()
         body = response.json()
-        body["history"] = hist
+        body.pop("history_after", None)  # the whole history in every answer
+        body.update(history=hist, history_seq=len(hist), history_total=len(hist))
         route.fulfill(response=response, json=body)
 
     page.route("**/v1/status*", with_history)
@@ -359,3 +360,42 @@ def test_time_series_break_at_undefined_values_and_mark_drift(folder_server, pag
     for i, cy in enumerate(tops):
         assert cy == pytest.approx(y_of(page, "#ts-latency", 10.0 + i), abs=0.5)
     visible_text_is_clean(page)
+
+
+def feedback_round(url: str, name: str, seed: int) -> None:
+    """One request of 40 rows to ``name`` and its outcomes: one history snapshot more."""
+    x, y = toy_data(40, seed)
+    preds = httpx.post(f"{url}/v1/predict", json={"inputs": x.tolist(), "model": name}).json()
+    outcomes = [{"request_id": p["request_id"], "outcome": int(t)}
+                for p, t in zip(preds["predictions"], y, strict=True)]  # fmt: skip
+    assert httpx.post(f"{url}/v1/feedback", json={"outcomes": outcomes, "model": name}).is_success
+
+
+def test_a_poll_after_the_first_reads_only_the_snapshots_since(folder_server):
+    url = folder_server.url
+    whole = status_of(url, "plain")
+    seq = whole["history_seq"]
+    assert whole["history_total"] == len(whole["history"]) >= 2 and "history_after" not in whole
+    since = {"name": "plain", "version": 1, "history_of": "plain/1", "history_after": seq}
+    again = httpx.get(f"{url}/v1/status", params=since).json()
+    assert again["history"] == [] and again["history_after"] == seq == again["history_seq"]
+    feedback_round(url, "plain", 900)
+    after = httpx.get(f"{url}/v1/status", params=since).json()
+    now = status_of(url, "plain")
+    assert len(after["history"]) >= 1 and after["history_seq"] > seq
+    assert (whole["history"] + after["history"])[-after["history_total"] :] == now["history"]
+    # held for another model: the whole history of the one asked for
+    other = httpx.get(f"{url}/v1/status", params={**since, "history_of": "toy/1"}).json()
+    assert "history_after" not in other and other["history"] == now["history"]
+
+
+def test_the_page_polls_for_new_snapshots_only_and_draws_them_all(folder_server, page):
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/v1/status" in r.url else None)
+    show(page, folder_server.url, "plain")
+    feedback_round(folder_server.url, "plain", 901)
+    hist = status_of(folder_server.url, "plain")["history"]
+    page.wait_for_function(f"Number(document.body.dataset.snapshots) === {len(hist)}")
+    drawn = page.locator("#ts-rows circle.pt[data-series=served]").count()
+    assert drawn == len(hist)
+    assert any("history_after=" in u and "history_of=plain%2F1" in u for u in asked), asked

@@ -326,12 +326,17 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         return card
 
     @app.get("/v1/status", response_model=None, responses=not_found)
-    async def status(name: str | None = None,
-                     version: int | None = None) -> dict[str, Any] | Response:  # fmt: skip
+    async def status(name: str | None = None, version: int | None = None,
+                     history_of: str | None = None,
+                     history_after: int | None = None) -> dict[str, Any] | Response:  # fmt: skip
         """What the status page polls: the summary and live figures of one model (``?name=``
         and ``&version=``; default: the first served), its ``history`` of snapshots when the
-        monitor keeps one, and every model with its version, state and, when loaded, whether
-        it has a deferral policy (``models``)."""
+        monitor keeps one (``history_seq``: the newest one's number; ``history_total``: how
+        many there are), and every model with its version, state and, when loaded, whether
+        it has a deferral policy (``models``). With ``history_of=NAME/VERSION`` naming the
+        model shown and ``history_after=SEQ``, ``history`` holds only the snapshots after
+        number SEQ (echoed as ``history_after``); the reader appends them and keeps the last
+        ``history_total``."""
         models = repo.summaries(unloaded=True)
         for m in models:
             if m["state"] == "READY":
@@ -352,8 +357,14 @@ def create_app(models: ServedModel | Repository, settings: Settings | None = Non
         summary["version"] = entry.version
         out = {"model": summary, "deferral": card["deferral"], "monitor": monitor.figures(),
                "drifting": monitor.drifting, "time": time.time(), "models": models}  # fmt: skip
-        if hasattr(monitor, "history"):
-            out["history"] = monitor.history()
+        if hasattr(monitor, "history_after"):
+            shown = history_of == f"{summary['name']}/{entry.version}"
+            after = history_after if shown and history_after is not None else None
+            out["history"], out["history_seq"], out["history_total"] = monitor.history_after(
+                after or 0
+            )
+            if after is not None:
+                out["history_after"] = after
         return JSONResponse(out)  # plain JSON: its encoder took 3/4 of a 500-snapshot answer
 
     @app.get("/healthz")

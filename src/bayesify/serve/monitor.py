@@ -361,6 +361,11 @@ class Monitor:
         """The last ``limit`` snapshots of the figures (:mod:`.history`), oldest first."""
         return self._ledger.history(limit)
 
+    def history_after(self, after: int, limit: int = 500) -> tuple[list[dict[str, Any]], int, int]:
+        """The snapshots numbered above ``after`` among the last ``limit``, the newest number
+        and how many the last ``limit`` are (the status page's poll after its first)."""
+        return self._ledger.history_after(after, limit)
+
     def _snapshot(self, now: float) -> dict[str, Any]:
         return snapshot(now, self.figures(), self.task, self.has_policy, self.drifting)
 

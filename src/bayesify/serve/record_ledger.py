@@ -269,9 +269,21 @@ class Ledger:
                             f"{_KEY} ORDER BY seq LIMIT ?)", (*self.key, n - keep))  # fmt: skip
 
     def history(self, limit: int = 500) -> list[dict[str, Any]]:
-        """The last ``limit`` snapshots, oldest first. Snapshots read before are kept parsed:
-        a call reads only those added since (rows go oldest first, so the oldest number held
-        says which cached ones are still there)."""
+        """The last ``limit`` snapshots, oldest first."""
+        return [snap for _, snap in self._held(limit)]
+
+    def history_after(self, after: int, limit: int = 500) -> tuple[list[dict[str, Any]], int, int]:
+        """Of the last ``limit`` snapshots, those numbered above ``after`` (oldest first), the
+        newest one's number (0: none) and how many the last ``limit`` are: what a reader
+        holding the snapshots up to ``after`` needs to hold the last ``limit``."""
+        held = self._held(limit)
+        new = [snap for seq, snap in held if seq > after]
+        return new, (held[-1][0] if held else 0), len(held)
+
+    def _held(self, limit: int) -> list[tuple[int, dict[str, Any]]]:
+        """The last ``limit`` (number, snapshot) pairs, oldest first. Snapshots read before are
+        kept parsed: a call reads only those added since (rows go oldest first, so the oldest
+        number held says which cached ones are still there)."""
         with self.backend.transaction(write=False) as cur:  # its lock guards the cache too
             lo, hi = cur.execute(f"SELECT min(seq), max(seq) FROM history WHERE {_KEY}",
                                  self.key).fetchone()  # fmt: skip
@@ -284,7 +296,7 @@ class Ledger:
             kept = [h for h in self._history if h[0] >= (lo or 0)]
             new = [(int(seq), json.loads(text)) for seq, text in reversed(rows)]
             self._history = (kept + new)[-self._history_limit :]
-            return [snap for _, snap in self._history[-limit:]]
+            return self._history[-limit:]
 
     # ------------------------------------------------------------------ retention
     def expire(self, now: float | None = None) -> None:
