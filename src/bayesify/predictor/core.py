@@ -6,7 +6,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -52,7 +52,7 @@ def _check_level(level: float) -> float:
 def _check_samples(samples: Any) -> int:
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise ValueError(f"samples must be a positive integer, got {samples!r}")
-    return samples
+    return int(samples)
 
 
 class Predictor(BundleFacts):
@@ -92,7 +92,7 @@ class Predictor(BundleFacts):
     def predict(
         self,
         inputs: Any,
-        samples: int | None = None,
+        samples: int | Literal["adaptive"] | None = None,
         level: float = 0.9,
         seed: int | None = None,
         *,
@@ -247,8 +247,12 @@ class Predictor(BundleFacts):
         return self._prep.scale(torch.as_tensor(arr, dtype=dtype))
 
     def _predictive(
-        self, x: torch.Tensor, samples: Any, generator: torch.Generator | None, adaptive: dict
-    ):
+        self,
+        x: torch.Tensor,
+        samples: Any,
+        generator: torch.Generator | None,
+        adaptive: dict[str, Any],
+    ) -> Predictive:
         m = self.method
         if samples == "adaptive" or adaptive:
             from bayesify.methods.core.adaptive import predict_adaptive
@@ -307,7 +311,9 @@ class Predictor(BundleFacts):
         if used is not None:
             cols["samples_used"] = used.cpu().numpy()
 
-    def _first_samples(self, pred: Predictive, policy: SamplingPolicy, start: int):
+    def _first_samples(
+        self, pred: Predictive, policy: SamplingPolicy, start: int
+    ) -> Predictive | None:
         """The served samples a sequential decision may start from (its first ``start``
         draws, drawn before anything depended on them), or None to draw afresh."""
         if policy.least_samples < start or self.method.sample_count(start) != start:
