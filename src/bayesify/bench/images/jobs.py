@@ -167,8 +167,9 @@ def _build(method: str, job: ImagesJob) -> Any:
             return bayesify.VBLL(_factory(job.model), **cls)
         if method == "ddu":  # hidden layers spectrally bounded, the feature density after fit
             return bayesify.DDU(_factory(job.model), **cls)
-        if method == "sngp":  # spectral normalisation and a GP output layer, its defaults
-            return bayesify.SNGP(_factory(job.model), **cls)
+        if method == "sngp":  # spectral bound and a GP output layer, its defaults; no batch
+            # norm: on the batch-norm LeNet it did not train (validation loss log 10 throughout)
+            return bayesify.SNGP(_factory(job.model, norm=None), **cls)
         if method == "evidential-classification":
             return bayesify.EvidentialClassifier(_factory(job.model), **cls)
         if method in ("batch-ensemble", "packed-ensemble"):  # M = the deep ensemble's members
