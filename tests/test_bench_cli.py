@@ -66,6 +66,8 @@ COMMANDS = {
         "--n-val": "5000",
         "--n-train": "0",
         "--n-test": "0",
+        "--n-ood": "0",
+        "--n-corrupt": "0",
         "--workers": "1",
     },
     "mcbn-collapse": {

@@ -167,3 +167,12 @@ def served_predictions(bundle: Path, log: Path, serve_samples: int,
         return rows, r.json()["predictions"]
     finally:
         stop_server(server)
+
+
+def feedback_round(url: str, name: str, seed: int) -> None:
+    """One request of 40 rows to ``name`` and its outcomes: one history snapshot more."""
+    x, y = toy_data(40, seed)
+    preds = httpx.post(f"{url}/v1/predict", json={"inputs": x.tolist(), "model": name}).json()
+    outcomes = [{"request_id": p["request_id"], "outcome": int(t)}
+                for p, t in zip(preds["predictions"], y, strict=True)]  # fmt: skip
+    assert httpx.post(f"{url}/v1/feedback", json={"outcomes": outcomes, "model": name}).is_success

@@ -22,7 +22,7 @@ import pytest
 
 from bayesify.bench.process import start_server
 
-from .conftest import API_KEY, regression_data, stop_server, toy_data
+from .conftest import API_KEY, feedback_round, regression_data, stop_server, toy_data
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CLOCK = re.compile(r"^\d\d:\d\d:\d\d$")
@@ -360,15 +360,6 @@ def test_time_series_break_at_undefined_values_and_mark_drift(folder_server, pag
     for i, cy in enumerate(tops):
         assert cy == pytest.approx(y_of(page, "#ts-latency", 10.0 + i), abs=0.5)
     visible_text_is_clean(page)
-
-
-def feedback_round(url: str, name: str, seed: int) -> None:
-    """One request of 40 rows to ``name`` and its outcomes: one history snapshot more."""
-    x, y = toy_data(40, seed)
-    preds = httpx.post(f"{url}/v1/predict", json={"inputs": x.tolist(), "model": name}).json()
-    outcomes = [{"request_id": p["request_id"], "outcome": int(t)}
-                for p, t in zip(preds["predictions"], y, strict=True)]  # fmt: skip
-    assert httpx.post(f"{url}/v1/feedback", json={"outcomes": outcomes, "model": name}).is_success
 
 
 def test_a_poll_after_the_first_reads_only_the_snapshots_since(folder_server):

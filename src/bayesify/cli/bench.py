@@ -39,10 +39,10 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
      "The flow posterior against the exact posterior of 2-parameter models where mean-field "
      "fails."),
     ("images", f"{_B}.images.command:ImagesOptions",
-     "Fashion-MNIST at full size with MNIST as the out-of-distribution set: accuracy, "
-     "calibration, OOD detection, corruption sweeps, error–coverage curves and MCBN's "
-     "batch-size sweep per method, run job by job (one per method, model and seed) into a "
-     "resumable results store."),
+     "Fashion-MNIST with MNIST and scikit-learn digits as out-of-distribution sets: accuracy, "
+     "calibration, OOD detection, predict time, corruption sweeps, error–coverage curves and "
+     "MCBN's batch-size sweep per method, run job by job (one per method, model and seed) into "
+     "a resumable results store."),
     ("mcbn-collapse", f"{_B}.toys.mcbn_collapse:MCBNCollapseOptions",
      "MCBN's uncertainty collapse with large batches (Mukhoti et al. 2020, Fig. 1), and its "
      "fix."),

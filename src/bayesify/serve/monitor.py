@@ -1,5 +1,4 @@
 """Calibration in production: what one model served, scored against outcomes reported later.
-
 One :class:`Monitor` per served model (``name``, ``version``). Thread-safe.
 
 **The record.** What must outlive the process or be shared lives in a store
@@ -44,7 +43,7 @@ warning is logged once and again only after recovery.
 **History** (:mod:`.history`). At each :meth:`Monitor.refresh`, and at most once every
 ``history_every`` seconds while requests are served (whichever process of the store comes
 first), a snapshot of the figures is appended to the record; :meth:`Monitor.history` reads
-them back, oldest first.
+them back, oldest first (:meth:`Monitor.history_after`: those after a snapshot's number).
 """
 
 from __future__ import annotations
@@ -82,6 +81,7 @@ from bayesify.serve.record_rows import (
     ClassScore,
     Score,
     ServedRow,
+    target_range,
 )
 
 __all__ = ["ACCEPTED", "ALREADY", "FLAGGED", "INVALID", "STD_BOUND", "UNKNOWN", "AmbiguousId",
@@ -92,17 +92,6 @@ log = logging.getLogger(__name__)
 #: without a recorded target range, an outcome this many served standard deviations from the
 #: served mean is flagged
 STD_BOUND = 1e3
-
-
-def target_range(metadata: dict[str, Any]) -> tuple[float, float] | None:
-    """The training targets' ``(min, max)`` a bundle records (``metadata["target_range"]``:
-    ``[min, max]`` in target units), or None."""
-    r = metadata.get("target_range")
-    try:
-        lo, hi = float(r[0]), float(r[1])  # type: ignore[index]
-    except (TypeError, ValueError, IndexError, KeyError):
-        return None
-    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and lo <= hi else None
 
 
 class Monitor:
@@ -362,8 +351,7 @@ class Monitor:
         return self._ledger.history(limit)
 
     def history_after(self, after: int, limit: int = 500) -> tuple[list[dict[str, Any]], int, int]:
-        """The snapshots numbered above ``after`` among the last ``limit``, the newest number
-        and how many the last ``limit`` are (the status page's poll after its first)."""
+        """:meth:`~bayesify.serve.record_ledger.Ledger.history_after`."""
         return self._ledger.history_after(after, limit)
 
     def _snapshot(self, now: float) -> dict[str, Any]:

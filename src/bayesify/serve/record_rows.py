@@ -122,3 +122,14 @@ def score_row(values: tuple) -> tuple[int, Score]:
                             None if logp is None else float(logp), _float(pit), bool(covered),
                             _float(level))  # fmt: skip
     return int(batch), score
+
+
+def target_range(metadata: dict[str, Any]) -> tuple[float, float] | None:
+    """The training targets' ``(min, max)`` a bundle records (``metadata["target_range"]``:
+    ``[min, max]`` in target units), or None."""
+    r = metadata.get("target_range")
+    try:
+        lo, hi = float(r[0]), float(r[1])  # type: ignore[index]
+    except (TypeError, ValueError, IndexError, KeyError):
+        return None
+    return (lo, hi) if math.isfinite(lo) and math.isfinite(hi) and lo <= hi else None
