@@ -23,7 +23,9 @@ from torch import Tensor
 from bayesify.app.calibration_tables import TableRows, rows_of, table_predictive
 from bayesify.data import UCI_DATASETS, load_fashion_mnist, load_uci
 from bayesify.methods import Method
+from bayesify.methods.core.ood import feature_scores, fit_mahalanobis_inputs
 from bayesify.posthoc.deferral import DeferralPolicy, DeferralScore
+from bayesify.posthoc.deferral_scores import FEATURE_SCORES
 from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.posthoc.sequential import Draw, SequentialDecision
 from bayesify.predictive import Predictive, Task
@@ -56,15 +58,45 @@ def bundle_splits(method: Method) -> tuple[Split, Split]:
         loc, scale = s.scaler.y_mean, s.scaler.y_std
         return (Split(s.x_val, loc + scale * s.y_val.double(), loc, scale),
                 Split(s.x_test, loc + scale * s.y_test.double(), loc, scale))  # fmt: skip
-    if data != "fashion-mnist":
-        raise ValueError(f"unknown dataset {data!r} in the bundle's metadata")
+    train, n_val = _fashion_training(method)
+    test = load_fashion_mnist("test")
+    return Split(train.x[:n_val], train.y[:n_val]), Split(test.x, test.y)
+
+
+def _fashion_training(method: Method) -> tuple[Any, int]:
+    """The Fashion-MNIST rows a bundle was trained with and how many of them, from the first,
+    ``build_training`` held out for validation."""
+    meta = method.metadata
+    if meta.get("data") != "fashion-mnist":
+        raise ValueError(f"unknown dataset {meta.get('data')!r} in the bundle's metadata")
     train = load_fashion_mnist("train")
     limit = meta.get("limit")
     if limit is not None:
         train = train.subset(limit, seed=meta.get("seed", 0))
-    n_val = max(1, len(train) // 10)  # the rows build_training held out for validation
-    test = load_fashion_mnist("test")
-    return Split(train.x[:n_val], train.y[:n_val]), Split(test.x, test.y)
+    return train, max(1, len(train) // 10)
+
+
+def fit_bundle_mahalanobis(
+    method: Method, data: str | Path | TableRows | None = None, target: str | None = None
+) -> int:
+    """Fit the Mahalanobis OOD score (``bayesify.fit_mahalanobis``) of a classification bundle
+    on its training rows: ``data`` (a table file with the ``target`` column, or those rows
+    read), or the training split of the built-in dataset it was trained on. Stored in
+    ``method.metadata``; returns the number of rows fitted on."""
+    if method.config.task is not Task.CLASSIFICATION:
+        raise ValueError("the Mahalanobis score is for classification bundles")
+    predictor = Predictor(method)
+    rows = rows_of(predictor, data, target)
+    if rows is not None:
+        x, y = predictor.network_inputs(rows.inputs), rows.y
+    else:
+        if method.metadata.get("data") is None:
+            raise ValueError("this bundle records no built-in dataset; give the training rows "
+                             "as a table file (--mahalanobis FILE)")  # fmt: skip
+        train, n_val = _fashion_training(method)
+        x, y = train.x[n_val:], train.y[n_val:]
+    fit_mahalanobis_inputs(method, x, y)
+    return len(y)
 
 
 def _outputs(method: Method, split: Split):
@@ -162,16 +194,24 @@ def calibrate_bundle(
     predictor = Predictor(method)
     # a method whose samples are all equal (DDU) names its own: its mutual information is 0
     score = score or getattr(method, "deferral_score", None) or DEFAULT_SCORES[predictor.task].value
+    feature = score in tuple(FEATURE_SCORES)
+    if feature:  # of the features, not the samples: one pass decides it exactly
+        decision = None
+
+    def row_scores(x: Tensor) -> Tensor | None:
+        return feature_scores(method, [score], x)[score] if feature else None
+
     test_rows = rows_of(predictor, test, target)
     rows = rows_of(predictor, data, target)
     with progress_bar(desc="calibrate", unit="sample", unit_scale=True, progress=progress) as bar:
         if rows is not None:
             y, split = rows.y, None
+            s = row_scores(predictor.network_inputs(rows.inputs)) if feature else None
             draw = counted(predictor.draw(rows.inputs, seed), bar) if decision else None
             pred = None if decision else table_predictive(predictor, rows, samples, seed)
         else:
             val, split = bundle_splits(method)
-            y = val.y
+            y, s = val.y, row_scores(val.x)
             draw = counted(split_draw(method, val, seed), bar) if decision else None
             pred = None if decision else predictive(method, val, samples, seed)
         options = {"score": score, "target_coverage": coverage, "target_error": error,
@@ -181,31 +221,33 @@ def calibrate_bundle(
             policy = DeferralPolicy.fit_sequential(draw, y, decision=decision, **options)
         else:
             assert pred is not None
-            policy = DeferralPolicy.fit(pred, y, **options)
+            policy = DeferralPolicy.fit(pred, y, row_scores=s, **options)
             policy.validation["samples"] = samples
         where = f"{method.metadata.get('data')} validation split"
         policy.validation["data"] = str(rows.path) if rows is not None else where
         policy.store(method.metadata)
         figures = None
-        held: tuple[Predictive, Tensor, Draw] | None = None
+        held: tuple[Predictive, Tensor, Draw, Tensor | None] | None = None
         if test_limit != 0:
             start = decision.start if decision else samples
             if test_rows is not None:
                 held_rows = test_rows.head(test_limit)
+                s_t = row_scores(predictor.network_inputs(held_rows.inputs)) if feature else None
                 held = (table_predictive(predictor, held_rows, start, seed + 1), held_rows.y,
-                        counted(predictor.draw(held_rows.inputs, seed + 1), bar))  # fmt: skip
+                        counted(predictor.draw(held_rows.inputs, seed + 1), bar), s_t)  # fmt: skip
             elif split is not None:
                 if test_limit is not None:
                     split = Split(split.x[:test_limit], split.y[:test_limit], split.loc,
                                   split.scale)  # fmt: skip
                 held = (predictive(method, split, start, seed + 1), split.y,
-                        counted(split_draw(method, split, seed + 1), bar))  # fmt: skip
+                        counted(split_draw(method, split, seed + 1), bar),
+                        row_scores(split.x))  # fmt: skip
         if held is not None:
-            pred_t, y_t, draw_t = held
+            pred_t, y_t, draw_t, s_t = held
             defer = None
             if decision is not None:
                 defer, _, used = policy.decide_sequential(draw_t, len(y_t), pred_t)
-            figures = policy.evaluate(pred_t, y_t, defer=defer)
+            figures = policy.evaluate(pred_t, y_t, defer=defer, row_scores=s_t)
             if decision is not None:
                 figures["mean_samples"] = float(used.double().mean())
     return CalibrationResult(policy, figures)

@@ -40,9 +40,12 @@ def calibrate(
     score: Annotated[
         str | None,
         typer.Option(
-            help="Deferral score: mi, entropy, max_prob (1 - max probability) or "
-            "epistemic_variance (classification); std or epistemic_variance (regression).",
-            show_default="mi for classification, epistemic_variance for regression",
+            help="Deferral score: mi, entropy, max_prob (1 - max probability), "
+            "epistemic_variance, or a score of the network's features, decided on one pass: "
+            "density (DDU's feature density) or mahalanobis (needs a fit: --mahalanobis) "
+            "(classification); std or epistemic_variance (regression).",
+            show_default="density for DDU; else mi for classification, epistemic_variance for "
+            "regression",
         ),
     ] = None,
     coverage: Annotated[
@@ -53,6 +56,15 @@ def calibrate(
     ] = None,
     error_metric: Annotated[
         str | None, typer.Option(help="error (classification); rmse or mae (regression).")
+    ] = None,
+    mahalanobis: Annotated[
+        str | None,
+        typer.Option(
+            help="First fit the Mahalanobis OOD score (served as ood_mahalanobis, and "
+            "--score mahalanobis) on training rows: a table file of the rows the bundle was "
+            "trained on, with the target column, or the bundle's dataset name for its "
+            "built-in training split. Classification bundles."
+        ),
     ] = None,
     conformal: Annotated[
         bool,
@@ -135,7 +147,12 @@ def calibrate(
     target error on accepted rows, and/or conformal intervals and sets (--conformal), on a
     table of your rows (--data FILE) or the bundle's validation split, store them in the
     bundle, and check them on held-out rows."""
-    from bayesify.app.calibration import calibrate_bundle, dataset_seed_note, training_table_note
+    from bayesify.app.calibration import (
+        calibrate_bundle,
+        dataset_seed_note,
+        fit_bundle_mahalanobis,
+        training_table_note,
+    )
     from bayesify.app.calibration_conformal import (
         DEFAULT_CONFORMAL_POLICIES,
         calibrate_conformal_bundle,
@@ -153,9 +170,9 @@ def calibrate(
 
     set_threads(threads)
     deferral = coverage is not None or error is not None
-    if coverage is not None and error is not None or not (deferral or conformal):
+    if coverage is not None and error is not None or not (deferral or conformal or mahalanobis):
         raise fail("give exactly one of --coverage and --error (a deferral policy), and/or "
-                   "--conformal")  # fmt: skip
+                   "--conformal, and/or --mahalanobis")  # fmt: skip
     checks = [(coverage is not None and not 0 < coverage <= 1, f"--coverage must be in (0, 1], "
                f"got {coverage}"),
               (error is not None and not 0 < error < float("inf"), f"--error must be a "
@@ -207,7 +224,14 @@ def calibrate(
             raise ValueError(f"no row of {empty.path} could be used: all {len(empty.skipped)} "
                              f"were skipped (listed in {side}); the bundle was not "
                              "changed")  # fmt: skip
-        res = conf = None
+        res = conf = fitted = None
+        if mahalanobis is not None:
+            if not is_table_path(mahalanobis) and mahalanobis != method.metadata.get("data"):
+                raise ValueError(f"--mahalanobis {mahalanobis!r}: not a table file (.csv, "
+                                 ".parquet, .npz) nor the bundle's own dataset "
+                                 f"({method.metadata.get('data')!r})")  # fmt: skip
+            train_table = mahalanobis if is_table_path(mahalanobis) else None
+            fitted = fit_bundle_mahalanobis(method, train_table, target)
         if deferral:
             res = calibrate_bundle(method, score=score, coverage=coverage, error=error,
                                    error_metric=error_metric, samples=single[0].samples or 32,
@@ -228,6 +252,8 @@ def calibrate(
     except (ValueError, TypeError, OSError) as e:
         raise fail(flag_message(str(e))) from None
     _print_skipped(tables.skipped, side)
+    if fitted is not None:
+        console.print(f"mahalanobis: fitted on {fitted} training rows", highlight=False)
     if res is not None:
         _print_deferral(res, test_limit)
     if conf is not None:
@@ -276,7 +302,7 @@ def _print_deferral(res, test_limit: int | None) -> None:
     from bayesify.cli.common import console
 
     p = res.policy
-    how = "one draw" if p.decision is None else (
+    how = "one pass of the features" if p.feature_score else "one draw" if p.decision is None else (
         f"sequential decision, {p.decision.start} to {p.decision.max_samples} samples, "
         f"z = {p.decision.z:g}")  # fmt: skip
     console.print(f"deferral policy: defer when {p.score.value} > {p.threshold:.6g} "

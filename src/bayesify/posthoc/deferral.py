@@ -20,6 +20,10 @@ between seeds for rows near the threshold). :meth:`DeferralPolicy.fit_sequential
 threshold under a sequential decision (:mod:`bayesify.posthoc.sequential`: more samples until
 the score is on one side with a stated confidence), the procedure the predictor then serves, so
 the fitted deferral rate holds and a row's answer does not depend on the seed.
+
+A feature score (``density``, ``mahalanobis``: :data:`FEATURE_SCORES`) is computed from the
+network's features by the caller and handed in as ``row_scores``; it has no Monte Carlo error,
+so it is fitted on one pass and its threshold holds under every sampling policy.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from torch import Tensor
 
 from bayesify import metrics
 from bayesify.posthoc.deferral_scores import (
+    FEATURE_SCORES,
     METRICS_FOR,
     SCORES_FOR,
     DeferralScore,
@@ -94,12 +99,14 @@ class DeferralPolicy:
         target_coverage: float | None = None,
         target_error: float | None = None,
         error_metric: ErrorMetric | str | None = None,
+        row_scores: Tensor | None = None,
     ) -> DeferralPolicy:
         """Fit the threshold on a validation predictive ``pred`` (N rows) and its targets ``y``.
 
         Give exactly one of ``target_coverage`` (fraction accepted, in (0, 1]) and
         ``target_error`` (error on accepted rows, > 0; ``error_metric``: ``"error"`` for
-        classification, ``"rmse"`` (default) or ``"mae"`` for regression).
+        classification, ``"rmse"`` (default) or ``"mae"`` for regression). ``row_scores [N]``:
+        the rows' feature score, for a ``score`` of :data:`FEATURE_SCORES`.
         """
         if not isinstance(pred, Predictive):
             raise TypeError(f"fit takes a Predictive, got {type(pred).__name__}")
@@ -107,10 +114,10 @@ class DeferralPolicy:
             raise ValueError("give exactly one of target_coverage and target_error")
         y = checked_targets(pred, y)
         kind = parse_kind(DeferralScore, score, "score", SCORES_FOR[pred.task])
-        s = uncertainty_score(pred, kind)
+        s = uncertainty_score(pred, kind, row_scores)
         policy, metric = cls._from_scores(pred, y, s, score, target_coverage, target_error,
                                           error_metric)  # fmt: skip
-        policy.validation = policy.evaluate(pred, y, error_metric=metric)
+        policy.validation = policy.evaluate(pred, y, error_metric=metric, row_scores=s)
         return policy
 
     @classmethod
@@ -181,6 +188,9 @@ class DeferralPolicy:
         validation figures are those of the sequential decisions at the final threshold, with
         ``mean_samples`` (average samples per row the decision used).
         """
+        if parse_kind(DeferralScore, score, "score", tuple(DeferralScore)) in FEATURE_SCORES:
+            raise ValueError(f"{score}: a feature score has no Monte Carlo error to decide "
+                             "sequentially; fit it on one pass (DeferralPolicy.fit)")  # fmt: skip
         decision = decision or SequentialDecision()
         y_t = torch.as_tensor(y)
         n = len(y_t)
@@ -232,12 +242,19 @@ class DeferralPolicy:
         res = self.run(draw, n, first, self.decision)
         return res.score > self.threshold, res.score, res.used
 
-    def decide(self, pred: Predictive) -> tuple[Tensor, Tensor]:
-        """``(defer [N] bool, score [N] float64)`` for a predictive of the same task."""
+    @property
+    def feature_score(self) -> bool:
+        """Whether the score is of the network's features (``decide`` needs ``row_scores``;
+        the threshold holds under every sampling policy)."""
+        return self.score in FEATURE_SCORES
+
+    def decide(self, pred: Predictive, row_scores: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """``(defer [N] bool, score [N] float64)`` for a predictive of the same task
+        (``row_scores [N]``: the rows' feature score, for a feature-score policy)."""
         if pred.task is not self.task:
             raise ValueError(f"this policy is for {self.task.value}, got a {pred.task.value} "
                              "predictive")  # fmt: skip
-        s = uncertainty_score(pred, self.score)
+        s = uncertainty_score(pred, self.score, row_scores)
         return s > self.threshold, s
 
     def evaluate(
@@ -247,14 +264,16 @@ class DeferralPolicy:
         *,
         error_metric: ErrorMetric | str | None = None,
         defer: Tensor | None = None,
+        row_scores: Tensor | None = None,
     ) -> dict[str, Any]:
         """Coverage and error, NLL (and ECE) on all and on accepted rows of ``pred`` with
         targets ``y``: the figures a policy is fitted on, or checked against on held-out data.
-        ``defer [N]``: the decisions (e.g. sequential ones), default ``decide(pred)``."""
+        ``defer [N]``: the decisions (e.g. sequential ones), default ``decide(pred,
+        row_scores)``."""
         y = checked_targets(pred, y)
         metric = ErrorMetric(error_metric or self._metric())
         if defer is None:
-            defer, _ = self.decide(pred)
+            defer, _ = self.decide(pred, row_scores)
         defer = torch.as_tensor(defer, dtype=torch.bool).cpu()
         keep = ~defer
         loss = row_loss(pred, y, metric)
@@ -310,6 +329,8 @@ class DeferralPolicy:
             threshold = float(d["threshold"])
             decision = d.get("decision")
             decision = SequentialDecision.from_dict(decision) if decision else None
+            if decision is not None and score in FEATURE_SCORES:
+                raise ValueError(f"{score.value} is decided on one pass, not sequentially")
         except (KeyError, TypeError, ValueError) as e:
             raise ValueError(f"damaged deferral policy: {e}") from None
         return cls(score, threshold, task, dict(d.get("target", {})),

@@ -22,6 +22,14 @@ class DeferralScore(StrEnum):
     MAX_PROB = "max_prob"  # 1 - the largest mean class probability, classification
     STD = "std"  # predictive standard deviation (total), regression
     EPISTEMIC_VARIANCE = "epistemic_variance"  # variance over samples (summed over classes)
+    DENSITY = "density"  # minus the method's feature log density (DDU), classification
+    MAHALANOBIS = "mahalanobis"  # Mahalanobis distance of the features (a fit), classification
+
+
+#: scores of the network's features, not of the predictive: the caller computes them
+#: (:func:`bayesify.methods.core.ood.feature_scores`) and hands them in as ``row_scores``. They
+#: are deterministic, so a threshold on them holds under every sampling policy.
+FEATURE_SCORES = (DeferralScore.DENSITY, DeferralScore.MAHALANOBIS)
 
 
 class ErrorMetric(StrEnum):
@@ -34,7 +42,7 @@ class ErrorMetric(StrEnum):
 
 SCORES_FOR = {
     Task.CLASSIFICATION: (DeferralScore.MI, DeferralScore.ENTROPY, DeferralScore.MAX_PROB,
-                          DeferralScore.EPISTEMIC_VARIANCE),
+                          DeferralScore.EPISTEMIC_VARIANCE, *FEATURE_SCORES),
     Task.REGRESSION: (DeferralScore.STD, DeferralScore.EPISTEMIC_VARIANCE),
 }  # fmt: skip
 METRICS_FOR = {
@@ -59,10 +67,21 @@ _OOD_NAMES = {DeferralScore.MI: "mutual_information", DeferralScore.ENTROPY: "en
               DeferralScore.MAX_PROB: "max_prob"}  # fmt: skip
 
 
-def uncertainty_score(pred: Predictive, score: DeferralScore | str) -> Tensor:
-    """The per-row score ``[N]`` (float64) a policy thresholds."""
+def uncertainty_score(
+    pred: Predictive, score: DeferralScore | str, row_scores: Any = None
+) -> Tensor:
+    """The per-row score ``[N]`` (float64) a policy thresholds: of the predictive, or for a
+    feature score (:data:`FEATURE_SCORES`) ``row_scores [N]``, which it then requires."""
     score = parse_kind(DeferralScore, score, "score", SCORES_FOR[pred.task])
-    if score in _OOD_NAMES:
+    if score in FEATURE_SCORES:
+        if row_scores is None:
+            raise ValueError(f"{score.value} is a score of the network's features, not of the "
+                             "predictive: pass its row_scores (bayesify.ood_scores(method, x, "
+                             f"[{score.value!r}]))")  # fmt: skip
+        out = torch.as_tensor(row_scores).reshape(-1)
+        if len(out) != len(pred):
+            raise ValueError(f"row_scores has {len(out)} rows, the predictive {len(pred)}")
+    elif score in _OOD_NAMES:
         out = pred.ood_score(_OOD_NAMES[score])
     elif score is DeferralScore.STD:
         out = pred.std

@@ -15,7 +15,7 @@ from torch import nn
 from bayesify.data.errors import DataError
 from bayesify.data.preprocessing import Preprocessing, RowErrors, describe_row_errors
 from bayesify.methods import Method
-from bayesify.methods.core.ood import score_rows
+from bayesify.methods.core.ood import feature_scores, score_rows
 from bayesify.methods.registry import load as load_method
 from bayesify.posthoc.conformal import METADATA_KEY as CONFORMAL_KEY
 from bayesify.posthoc.conformal import ConformalByPolicy
@@ -144,8 +144,9 @@ class Predictor(BundleFacts):
         pred = self._predictive(x, samples, generator, adaptive)
         warnings: list[str] = []
         cols = self._columns(pred, level, generator, policy, warnings)
-        self._serving_columns(pred, cols, x, generator, policy, warnings)
-        raw = None if self.method.preprocessing is None else torch.as_tensor(arr)
+        raw = None if self.method.preprocessing is None else torch.as_tensor(
+            arr if arr.flags.writeable else arr.copy())  # fmt: skip
+        self._serving_columns(pred, cols, x, generator, policy, warnings, raw)
         for name, s in score_rows(self.method, pred, scores, x, raw).items():
             cols[f"ood_{name}"] = s.numpy()
         if not with_samples:
@@ -187,7 +188,7 @@ class Predictor(BundleFacts):
         if samples != "adaptive":
             samples = _check_samples(self.default_samples if samples is None else samples)
         generator = _generator(seed, generator)
-        return self._predictive(self._inputs(self._usable(inputs)), samples, generator, adaptive)
+        return self._predictive(self.network_inputs(inputs), samples, generator, adaptive)
 
     def draw(
         self, inputs: Any, seed: int | None = None, *, generator: torch.Generator | None = None
@@ -195,7 +196,12 @@ class Predictor(BundleFacts):
         """``draw(rows, have, more)``: ``more`` fresh samples of the rows ``rows`` of raw
         ``inputs`` as a :class:`Predictive` in the records' units (what a sequential deferral
         decision is run and fitted on; :mod:`bayesify.posthoc.sequential`)."""
-        return self._draw(self._inputs(self._usable(inputs)), _generator(seed, generator))
+        return self._draw(self.network_inputs(inputs), _generator(seed, generator))
+
+    def network_inputs(self, inputs: Any) -> torch.Tensor:
+        """Raw ``inputs`` as the network takes them (encoded and scaled): ``[N, *input_shape]``.
+        Every row must be usable: a ``DataError`` names the first that is not."""
+        return self._inputs(self._usable(inputs))
 
     def _usable(self, inputs: Any) -> np.ndarray:
         arr, bad = self._prep.rows_to_array(inputs)
@@ -287,14 +293,19 @@ class Predictor(BundleFacts):
         generator: torch.Generator | None,
         policy: SamplingPolicy,
         warnings: list[str],
+        raw: torch.Tensor | None = None,
     ) -> None:
         """Adds ``defer``/``defer_score``/``defer_threshold`` with a deferral policy in the
-        bundle (a sequential policy: ``defer_samples``, the samples its decision used),
-        ``samples_used`` after adaptive sampling."""
+        bundle (a sequential policy: ``defer_samples``, the samples its decision used; a
+        feature score: computed at the network inputs ``x``), ``samples_used`` after adaptive
+        sampling."""
         deferral = DeferralPolicy.from_metadata(self.method.metadata)
         if deferral is not None:
             if deferral.decision is None:
-                defer, score = deferral.decide(pred)
+                name = deferral.score.value
+                row = feature_scores(self.method, [name], x, raw)[name] if (
+                    deferral.feature_score) else None  # fmt: skip
+                defer, score = deferral.decide(pred, row)
                 note = deferral_note(deferral, policy, self.exact_mixture)
                 if note:
                     warnings.append(note)

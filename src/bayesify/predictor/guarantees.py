@@ -25,11 +25,12 @@ def deferral_note(
     policy: DeferralPolicy, served: SamplingPolicy, exact_mixture: bool = False
 ) -> str | None:
     """A warning when a one-draw deferral threshold is served under another sampling policy
-    (none for an ``exact_mixture``: every policy draws its finitely many samples equally)."""
+    (none for an ``exact_mixture``: every policy draws its finitely many samples equally; none for
+    a feature score, computed without samples)."""
     fitted = policy.validation.get("samples")
     if policy.decision is not None or (fitted and served == SamplingPolicy.fixed(fitted)):
         return None
-    if exact_mixture:
+    if exact_mixture or policy.feature_score:  # the score does not depend on the samples
         return None
     at = f"T={fitted}" if fitted else "an unrecorded sample count"
     return (

@@ -16,6 +16,9 @@ from bayesify.posthoc.mahalanobis import METADATA_KEY, MahalanobisFit
 from bayesify.predictive import Predictive
 from bayesify.predictive.ood import LOGIT_SCORES, OOD_SCORES, check_names
 
+#: the scores of the network's features rather than of its predictive
+FEATURE_NAMES = ("mahalanobis", "density")
+
 
 def features(method: Any, x: Tensor, batch_size: int = 256) -> Tensor:
     """The penultimate features ``[N, D]`` of ``method``'s network at network inputs ``x``
@@ -36,11 +39,18 @@ def fit_mahalanobis(method: Any, x: Any, y: Any, *, batch_size: int = 256) -> Ma
     rows ``x`` (raw, as :meth:`~bayesify.methods.Method.predict` takes them) and labels
     ``y [N]``; stored in ``method.metadata["mahalanobis"]`` (saved with the bundle), whence
     ``"mahalanobis"`` is scored by name. Returns the fit."""
+    return fit_mahalanobis_inputs(method, _network_inputs(method, x), y, batch_size=batch_size)
+
+
+def fit_mahalanobis_inputs(
+    method: Any, x: Tensor, y: Any, *, batch_size: int = 256
+) -> MahalanobisFit:
+    """:func:`fit_mahalanobis` on network inputs ``x`` (already preprocessed, e.g. a built-in
+    dataset's split)."""
     if method.config.task.value != "classification":
         raise ValueError(f"{type(method).__name__}: the Mahalanobis score is for "
                          "classification")  # fmt: skip
-    h = features(method, _network_inputs(method, x), batch_size)
-    fit = MahalanobisFit.fit(h, torch.as_tensor(y))
+    fit = MahalanobisFit.fit(features(method, x, batch_size), torch.as_tensor(y))
     method.metadata[METADATA_KEY] = fit.to_dict()
     return fit
 
@@ -67,29 +77,48 @@ def score_rows(
     """The scores ``names`` ``[N]`` (float64, CPU) of the rows of ``pred``, whose network
     inputs are ``x`` (``raw``: the same rows as the caller gave them, for ``density_score``;
     default ``x``). A name the method cannot answer is a one-line ``ValueError`` naming it."""
+    names = check_names(names)
+    out = feature_scores(method, [n for n in names if n in FEATURE_NAMES], x, raw)
+    for name in names:
+        if name in LOGIT_SCORES and pred.max_logits is None:
+            raise ValueError(f"{name}: {type(method).__name__} gives class probabilities, not "
+                             "logits; use max_prob, entropy or mutual_information")  # fmt: skip
+        if name not in out:
+            out[name] = pred.ood_score(name).cpu()
+    return {name: out[name] for name in names}
+
+
+def feature_scores(
+    method: Any, names: Sequence[str], x: Tensor, raw: Any = None
+) -> dict[str, Tensor]:
+    """The feature scores ``names`` (of :data:`FEATURE_NAMES`) ``[N]`` (float64, CPU) at
+    network inputs ``x``; no predictive needed. ``density`` is minus the method's feature log
+    density: its ``input_log_density(x)`` where it has one, else ``density_score(raw)``
+    (``raw``: the rows as the caller gave them; default ``x``)."""
     who = type(method).__name__
     out: dict[str, Tensor] = {}
-    fit: MahalanobisFit | None = None
-    for name in check_names(names):
-        if name in LOGIT_SCORES and pred.max_logits is None:
-            raise ValueError(f"{name}: {who} gives class probabilities, not logits; use "
-                             "max_prob, entropy or mutual_information")  # fmt: skip
+    for name in names:
         if name == "mahalanobis":
             if METADATA_KEY not in method.metadata:
                 raise ValueError(f"mahalanobis: {who} has no Mahalanobis fit; fit it on training "
-                                 "rows first (bayesify.fit_mahalanobis(method, x, y))")  # fmt: skip
-            fit = fit or MahalanobisFit.from_dict(method.metadata[METADATA_KEY])
+                                 "rows first (bayesify.fit_mahalanobis(method, x, y), or "
+                                 "bayesify calibrate --mahalanobis)")  # fmt: skip
+            fit = MahalanobisFit.from_dict(method.metadata[METADATA_KEY])
             out[name] = fit.score(features(method, x))
         elif name == "density":
+            on_inputs = getattr(method, "input_log_density", None)
             density = getattr(method, "density_score", None)
             if not callable(density):
                 raise ValueError(f"density: {who} has no fitted feature density "
                                  "(density_score)")  # fmt: skip
             with torch.no_grad():
-                log_q = torch.as_tensor(density(x if raw is None else raw))
+                if callable(on_inputs):
+                    log_q = torch.as_tensor(on_inputs(x.to(method.device)))
+                else:
+                    log_q = torch.as_tensor(density(x if raw is None else raw))
             out[name] = -log_q.detach().double().cpu().reshape(-1)
         else:
-            out[name] = pred.ood_score(name).cpu()
+            raise ValueError(f"{name!r} is not a feature score (one of {', '.join(FEATURE_NAMES)})")
     return out
 
 

@@ -104,9 +104,9 @@ class DDU(Method):
     Config = DDUConfig
     config: DDUConfig
     net: DDUNet
-    #: what ``bayesify calibrate`` thresholds unless told: the samples are equal, so the
-    #: mutual information is 0 and the softmax entropy is the score a Predictive holds
-    deferral_score: ClassVar[str] = "entropy"
+    #: what ``bayesify calibrate`` thresholds unless told: the feature density, DDU's epistemic
+    #: score (its samples are equal, so the mutual information is 0)
+    deferral_score: ClassVar[str] = "density"
 
     def _prepare(self, net: nn.Module) -> None:
         cfg = self.config
@@ -157,6 +157,10 @@ class DDU(Method):
         """The feature log density ``log q(z)`` of every row of ``x``: ``[N]`` float64, higher
         = more in distribution (``x`` as :meth:`predict` takes it)."""
         return self.density.log_density(self.features(x))
+
+    def input_log_density(self, x: Tensor) -> Tensor:
+        """:meth:`density_score` of network inputs ``x`` (already preprocessed): ``[N]``."""
+        return self.density.log_density(self._features(self._check_inputs(x)))
 
     def _draw_samples(
         self,
