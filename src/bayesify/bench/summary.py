@@ -1,11 +1,48 @@
-"""Mean ± standard error over splits, as markdown tables."""
+"""Mean ± standard error: :func:`mean_se`, the one every benchmark page uses, and markdown
+tables of it per (dataset, method) over splits."""
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, Literal
+
+#: which values :func:`mean_se` leaves out before it counts: none of them, the Nones, or the
+#: Nones, NaNs and infinities
+Drop = Literal["nothing", "none", "non-finite"]
+
+
+def mean_se(
+    values: Iterable[float | None], *, drop: Drop = "nothing", single: float = math.nan
+) -> tuple[float, float]:
+    """``(mean, standard error)`` of ``values``: the sample standard deviation (n − 1) over √n,
+    as ``scipy.stats.sem``.
+
+    ``drop`` says which values are left out first: ``"nothing"`` (a None raises TypeError, a
+    NaN or ±inf counts and makes the mean NaN or ±inf), ``"none"`` (the Nones; a NaN still
+    counts) or ``"non-finite"`` (the Nones, NaNs and ±inf). With no value left: ``(nan, nan)``.
+    With one: its value and ``single``, the standard error shown for one value (NaN, as
+    scipy's, or 0.0). Squares are products, so a spread beyond the float range gives ``inf``,
+    never OverflowError.
+    """
+    kept = [v for v in values if not _dropped(v, drop)]
+    if any(v is None for v in kept):
+        raise TypeError("mean_se: a value is None (drop='none' leaves the Nones out)")
+    vals = [float(v) for v in kept if v is not None]
+    n = len(vals)
+    if n == 0:
+        return math.nan, math.nan
+    mean = sum(vals) / n
+    if n == 1:
+        return mean, single
+    return mean, math.sqrt(sum((v - mean) * (v - mean) for v in vals) / (n - 1) / n)
+
+
+def _dropped(value: float | None, drop: Drop) -> bool:
+    if drop == "nothing":
+        return False
+    return value is None or (drop == "non-finite" and not math.isfinite(value))
 
 
 def summarise(
@@ -20,13 +57,8 @@ def summarise(
         stats = {}
         for k in keys:
             vals = [float(r[k]) for r in rs if k in r]
-            n = len(vals)
-            if n == 0:
-                continue
-            mean = sum(vals) / n
-            squares = sum((v - mean) * (v - mean) for v in vals)  # overflows to inf
-            sd = math.sqrt(squares / (n - 1)) if n > 1 else 0.0
-            stats[k] = (mean, sd / math.sqrt(n), n)
+            if vals:
+                stats[k] = (*mean_se(vals, single=0.0), len(vals))
         out[key] = stats
     return out
 
@@ -44,12 +76,12 @@ def markdown_table(
     ]
     for (dataset, method), stats in summary.items():
         n = max((s[2] for s in stats.values()), default=0)
-        cells = [_mean_se(*stats[k]) if k in stats else "" for k in keys]
+        cells = [_cell(*stats[k]) if k in stats else "" for k in keys]
         lines.append(f"| {dataset} | {method} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def _mean_se(mean: float, se: float, n: int) -> str:
+def _cell(mean: float, se: float, n: int) -> str:
     """``mean ± s.e.``; one value has no standard error: ``mean ± –``."""
     return f"{mean:.3f} ± {se:.3f}" if n > 1 else f"{mean:.3f} ± –"
 

@@ -9,6 +9,7 @@ import math
 from typing import Any
 
 from bayesify.bench.images.scores import default_score
+from bayesify.bench.summary import mean_se
 from bayesify.predictive.ood import OOD_SCORES
 
 #: the OOD sets: the store key of their metrics and their name on the page
@@ -25,25 +26,10 @@ _STORED_AS = {"mi": "mutual_information"}
 def cell(values: list[Any], digits: int = 4) -> str:
     """Mean ± standard error (n − 1 in the standard deviation) of the finite values; the one
     value for one; – for none."""
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    if not vals:
+    m, se = mean_se(values, drop="non-finite")
+    if math.isnan(m):
         return "–"
-    m = sum(vals) / len(vals)
-    if len(vals) < 2:
-        return f"{m:.{digits}f}"
-    sd = math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1))
-    return f"{m:.{digits}f} ± {sd / math.sqrt(len(vals)):.{digits}f}"
-
-
-def mean_se(values: list[Any]) -> tuple[float, float]:
-    """(mean, standard error) of the finite values (NaN where it cannot be had)."""
-    vals = [v for v in values if v is not None and math.isfinite(v)]
-    if not vals:
-        return math.nan, math.nan
-    m = sum(vals) / len(vals)
-    if len(vals) < 2:
-        return m, math.nan
-    return m, math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1) / len(vals))
+    return f"{m:.{digits}f}" if math.isnan(se) else f"{m:.{digits}f} ± {se:.{digits}f}"
 
 
 def pm(mean_and_se: tuple[float, float], digits: int = 4) -> str:
@@ -66,7 +52,7 @@ def pick(method: str, scores: dict[str, list]) -> tuple[str, str]:
     default = default_score(method, tuple(scores))
     if default not in scores:
         default = "entropy"
-    best = max(scores, key=lambda n: mean_se([p["auroc"] for p in scores[n]])[0])
+    best = max(scores, key=lambda n: mean_se([p["auroc"] for p in scores[n]], drop="non-finite")[0])
     return default, best
 
 
@@ -108,9 +94,13 @@ def _target(auc: dict[str, dict], methods: dict[str, list], sets: list[str]) -> 
     single-pass method against the best sampling method, with the time ratio."""
     out = []
     for k in sets:
-        sampling = {m: mean_se(a[k][1]) for m, a in auc.items() if k in a
+        sampling = {m: mean_se(a[k][1], drop="non-finite") for m, a in auc.items() if k in a
                     and m not in SINGLE_PASS and m != "deterministic"}  # fmt: skip
-        single = {m: mean_se(a[k][1]) for m, a in auc.items() if k in a and m in SINGLE_PASS}
+        single = {
+            m: mean_se(a[k][1], drop="non-finite")
+            for m, a in auc.items()
+            if k in a and m in SINGLE_PASS
+        }
         if not sampling or not single:
             out.append(f"- {OOD_SETS[k]}: single-pass target not assessable (no "
                        f"{'sampling' if not sampling else 'single-pass'} rows).")  # fmt: skip
@@ -118,7 +108,7 @@ def _target(auc: dict[str, dict], methods: dict[str, list], sets: list[str]) -> 
         top = max(sampling, key=lambda m: sampling[m][0])
         passing, closest = [], []
         for m, (mu, se) in sorted(single.items(), key=lambda t: -t[1][0]):
-            r = mean_se([row.get("time_ratio") for row in methods[m]])
+            r = mean_se([row.get("time_ratio") for row in methods[m]], drop="non-finite")
             gap = mu - sampling[top][0]
             ok = gap >= -AUROC_GAP and r[0] <= TIME_RATIO
             text = f"{m} {pm((mu, se))} (gap {gap:+.4f}, time ratio {pm(r, 2)})"
@@ -143,7 +133,7 @@ def _laplace(methods: dict[str, list]) -> list[str]:
             continue
         mi = [p["auroc"] for p in s["mutual_information"]]
         ent = [p["auroc"] for p in s["entropy"]]
-        diff = mean_se([a - b for a, b in zip(mi, ent, strict=True)])
+        diff = mean_se([a - b for a, b in zip(mi, ent, strict=True)], drop="non-finite")
         ok = "within" if abs(diff[0]) <= 0.05 else "**not** within"
         side = "above" if diff[0] > 0 else "below"
         out.append(f"- Laplace (default: GLM, drawn logits) on {name}: MI AUROC {cell(mi)}, "
