@@ -38,7 +38,8 @@ GAL_2016_NOTE = (
     "Gal 2016: MC dropout as published, ± std over splits (as printed in the ICML 2016 table); "
     "that run chose one τ for all splits by Bayesian optimisation scored on the test splits, so "
     "its figures saw the test data. ens. 2017: deep ensembles (5 heteroscedastic nets, "
-    "adversarial training) as published."
+    "adversarial training) as published by Lakshminarayanan et al. 2017, Table 1 (their NLL with "
+    "the sign flipped), means only."
 )
 METHOD_ORDER = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "laplace",
                 "laplace-all", "swag", "vbll", "evidential-regression", "packed-ensemble",
@@ -101,7 +102,8 @@ def _gal_section(table: dict[Cell, list], figures: Path, page_dir: Path,
         "Test log-likelihood (original units), mean ± standard error over splits; the number "
         "of splits in brackets. Gal 2018: Gal's own rerun of MC dropout (per-split results in "
         "his repository), mean ± standard error over the same splits (sample std / √n as ours). "
-        "Bold: the best of our columns.",
+        "Bold (both tables): our column with the best mean (highest LL, lowest RMSE); columns "
+        "within its ± (standard error) are not shown to differ from it.",
         "",
         GAL_2016_NOTE,
         "",
