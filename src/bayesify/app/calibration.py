@@ -13,6 +13,7 @@ stored threshold reads the same as the served ``defer_score``. Conformal calibra
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,8 +25,8 @@ from bayesify.app.calibration_tables import TableRows, rows_of, table_predictive
 from bayesify.data import UCI_DATASETS, load_fashion_mnist, load_uci
 from bayesify.methods import Method
 from bayesify.methods.core.ood import feature_scores, fit_mahalanobis_inputs
-from bayesify.posthoc.deferral import DeferralPolicy, DeferralScore
-from bayesify.posthoc.deferral_scores import FEATURE_SCORES
+from bayesify.posthoc.deferral import DeferralPolicy
+from bayesify.posthoc.deferral_scores import FEATURE_SCORES, DeferralScore
 from bayesify.posthoc.sampling import SamplingPolicy
 from bayesify.posthoc.sequential import Draw, SequentialDecision
 from bayesify.predictive import Predictive, Task
@@ -99,7 +100,7 @@ def fit_bundle_mahalanobis(
     return len(y)
 
 
-def _outputs(method: Method, split: Split):
+def _outputs(method: Method, split: Split) -> Callable[[Predictive], Predictive]:
     def outputs(pred: Predictive) -> Predictive:
         if method.config.task is Task.REGRESSION and (split.loc, split.scale) != (0.0, 1.0):
             return pred.affine(split.loc, split.scale)
@@ -214,14 +215,16 @@ def calibrate_bundle(
             y, s = val.y, row_scores(val.x)
             draw = counted(split_draw(method, val, seed), bar) if decision else None
             pred = None if decision else predictive(method, val, samples, seed)
-        options = {"score": score, "target_coverage": coverage, "target_error": error,
-                   "error_metric": error_metric}  # fmt: skip
         if decision is not None:
             assert draw is not None
-            policy = DeferralPolicy.fit_sequential(draw, y, decision=decision, **options)
+            policy = DeferralPolicy.fit_sequential(draw, y, score=score, target_coverage=coverage,
+                                                   target_error=error, error_metric=error_metric,
+                                                   decision=decision)  # fmt: skip
         else:
             assert pred is not None
-            policy = DeferralPolicy.fit(pred, y, row_scores=s, **options)
+            policy = DeferralPolicy.fit(pred, y, score=score, target_coverage=coverage,
+                                        target_error=error, error_metric=error_metric,
+                                        row_scores=s)  # fmt: skip
             policy.validation["samples"] = samples
         where = f"{method.metadata.get('data')} validation split"
         policy.validation["data"] = str(rows.path) if rows is not None else where

@@ -31,7 +31,7 @@ category (``name=category``), in ``features`` order.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -60,7 +60,12 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["FLOAT32_MAX", "RANGE_MARGIN", "Preprocessing", "RowErrors", "describe_row_errors"]
 
 #: class label types a bundle records, and how a class name (text) becomes a label of the type
-LABEL_TYPES = {"int": int, "float": float, "bool": lambda s: s == "True", "str": str}
+LABEL_TYPES: dict[str, Callable[[str], Any]] = {
+    "int": int,
+    "float": float,
+    "bool": lambda s: s == "True",
+    "str": str,
+}
 
 
 def _floats(v: Any) -> list[float] | float | None:
@@ -116,7 +121,7 @@ class Preprocessing:
     # ------------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         """JSON fields; ``label_type`` and ``bounds`` only when set (older readers lack them)."""
-        out = {
+        out: dict[str, Any] = {
             "features": self.features,
             "categories": self.categories,
             "input_shape": self.input_shape,
@@ -196,7 +201,9 @@ class Preprocessing:
             )
         return np.concatenate(parts, axis=1) if parts else np.zeros((n, 0)), bad
 
-    def _encode_column(self, col: pd.Series, f: str, cats: list[str] | None, flag: Any):
+    def _encode_column(
+        self, col: pd.Series, f: str, cats: list[str] | None, flag: Any
+    ) -> np.ndarray:
         """One raw column -> its encoded columns ``[N, 1]`` or ``[N, K]``; problems flagged."""
         import pandas as pd
 
@@ -210,12 +217,12 @@ class Preprocessing:
                 flag(text, lambda i: f"column {f!r}: {shown(col.iloc[i])} is not a number")
                 flag(~finite & ~missing_v & ~text, f"column {f!r}: not a finite number")
             big = finite & (np.abs(values) > FLOAT32_MAX)
-            flag(big, lambda i: f"column {f!r}: {overflow_message(values[i])}")
+            flag(big, lambda i: f"column {f!r}: {overflow_message(float(values[i]))}")
             out = np.zeros_like(big)
             if self.bounds and f in self.bounds:
                 low, high = self.bounds[f]
                 out = finite & ~big & ((values < low) | (values > high))
-                flag(out, lambda i: f"column {f!r}: {bound_message(values[i], low, high)}")
+                flag(out, lambda i: f"column {f!r}: {bound_message(float(values[i]), low, high)}")
             unusable = ~finite | big | out
             if unusable.any():
                 values = np.where(unusable, 0.0, values)
@@ -366,19 +373,19 @@ class Preprocessing:
     def outputs(self, pred: Predictive) -> Predictive:
         """A regression predictive in network units -> user target units (affine map of the
         samples; noise variance times y_std²). Classification is returned as it is."""
-        if self.y_mean is None or pred.task.value != "regression":
+        if self.y_mean is None or self.y_std is None or pred.task.value != "regression":
             return pred
         return pred.affine(self.y_mean, self.y_std)
 
 
 def _to_numpy(x: Any) -> np.ndarray:
     if isinstance(x, Tensor):
-        return x.detach().cpu().numpy()
+        return np.asarray(x.detach().cpu().numpy())
     try:
         import pandas as pd
 
         if isinstance(x, pd.DataFrame):
-            return x.to_numpy()
+            return np.asarray(x.to_numpy())
     except ImportError:  # pragma: no cover
         pass
     return np.asarray(x)

@@ -134,7 +134,7 @@ class DeferralPolicy:
         """The policy whose threshold fits the target on the row scores ``s [N]`` (errors of
         the rows from ``pred``), and the error metric."""
         task = pred.task
-        score = parse_kind(DeferralScore, score, "score", SCORES_FOR[task])
+        kind: DeferralScore = parse_kind(DeferralScore, score, "score", SCORES_FOR[task])
         default_metric = ErrorMetric.ERROR if task is Task.CLASSIFICATION else ErrorMetric.RMSE
         metric = parse_kind(ErrorMetric, error_metric or default_metric, "error_metric",
                         METRICS_FOR[task])  # fmt: skip
@@ -159,7 +159,7 @@ class DeferralPolicy:
         threshold = float(s_sorted[k - 1])
         if k < n and s_sorted[k] > s_sorted[k - 1]:
             threshold = float((s_sorted[k - 1] + s_sorted[k]) / 2)
-        return cls(score, threshold, task, target), metric
+        return cls(kind, threshold, task, target), metric
 
     def _metric(self) -> ErrorMetric:
         default = ErrorMetric.ERROR if self.task is Task.CLASSIFICATION else ErrorMetric.RMSE

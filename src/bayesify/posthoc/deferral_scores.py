@@ -51,7 +51,7 @@ METRICS_FOR = {
 }
 
 
-def parse_kind(kind: type[StrEnum], value: Any, name: str, allowed: tuple) -> Any:
+def parse_kind(kind: type[StrEnum], value: Any, name: str, allowed: tuple[Any, ...]) -> Any:
     try:
         parsed = kind(value)
     except ValueError:
@@ -72,18 +72,18 @@ def uncertainty_score(
 ) -> Tensor:
     """The per-row score ``[N]`` (float64) a policy thresholds: of the predictive, or for a
     feature score (:data:`FEATURE_SCORES`) ``row_scores [N]``, which it then requires."""
-    score = parse_kind(DeferralScore, score, "score", SCORES_FOR[pred.task])
-    if score in FEATURE_SCORES:
+    kind: DeferralScore = parse_kind(DeferralScore, score, "score", SCORES_FOR[pred.task])
+    if kind in FEATURE_SCORES:
         if row_scores is None:
-            raise ValueError(f"{score.value} is a score of the network's features, not of the "
+            raise ValueError(f"{kind.value} is a score of the network's features, not of the "
                              "predictive: pass its row_scores (bayesify.ood_scores(method, x, "
-                             f"[{score.value!r}]))")  # fmt: skip
+                             f"[{kind.value!r}]))")  # fmt: skip
         out = torch.as_tensor(row_scores).reshape(-1)
         if len(out) != len(pred):
             raise ValueError(f"row_scores has {len(out)} rows, the predictive {len(pred)}")
-    elif score in _OOD_NAMES:
-        out = pred.ood_score(_OOD_NAMES[score])
-    elif score is DeferralScore.STD:
+    elif kind in _OOD_NAMES:
+        out = pred.ood_score(_OOD_NAMES[kind])
+    elif kind is DeferralScore.STD:
         out = pred.std
     else:
         ev = pred.epistemic_variance
@@ -107,11 +107,11 @@ def accepted_error(loss: Tensor, metric: ErrorMetric) -> float:
 
 
 def checked_targets(pred: Predictive, y: Any) -> Tensor:
-    y = torch.as_tensor(y)
-    if y.dim() == 2 and y.shape[-1] == 1:
-        y = y.squeeze(-1)
-    if y.shape != (len(pred),):
-        raise ValueError(f"y must have shape [N] = [{len(pred)}], got {list(y.shape)}")
-    if not torch.isfinite(y.double()).all():
+    out = torch.as_tensor(y)
+    if out.dim() == 2 and out.shape[-1] == 1:
+        out = out.squeeze(-1)
+    if out.shape != (len(pred),):
+        raise ValueError(f"y must have shape [N] = [{len(pred)}], got {list(out.shape)}")
+    if not torch.isfinite(out.double()).all():
         raise ValueError("y contains non-finite values")
-    return y
+    return out

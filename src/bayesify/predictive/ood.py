@@ -25,6 +25,7 @@ density, ``density_score``, where the method has one).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -44,7 +45,7 @@ OOD_SCORES = PREDICTIVE_SCORES + FEATURE_SCORES
 ``energy``, ``entropy``, ``mutual_information``, ``mahalanobis``, ``density``."""
 
 
-def check_names(names: str | list[str] | tuple[str, ...]) -> tuple[str, ...]:
+def check_names(names: str | Sequence[str]) -> tuple[str, ...]:
     """The score names as a tuple without repeats; a ``ValueError`` naming an unknown one."""
     names = (names,) if isinstance(names, str) else tuple(names)
     for n in names:

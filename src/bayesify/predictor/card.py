@@ -21,7 +21,7 @@ class BundleFacts:
     source: str | None
     default_samples: int
     conformal: ConformalByPolicy | None
-    _prep: Any  # the bundle's Preprocessing, or an empty one
+    _prep: Preprocessing  # the bundle's, or an empty one
 
     @property
     def preprocessing(self) -> Preprocessing | None:
@@ -69,7 +69,7 @@ class BundleFacts:
             else ["label", "probabilities", "entropy", "mutual_information", "expected_entropy",
                   "prediction_set"]
         )  # fmt: skip
-        card = {
+        card: dict[str, Any] = {
             "bundle": self.source,
             "method": m.name,
             "task": self.task.value,
@@ -92,4 +92,5 @@ class BundleFacts:
         if regression:
             scale = self._prep.y_std or 1.0
             card["noise_variance"] = m.noise_variance * scale**2  # target units
-        return json.loads(json.dumps(card, default=str))
+        out: dict[str, Any] = json.loads(json.dumps(card, default=str))
+        return out

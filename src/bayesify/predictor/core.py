@@ -64,7 +64,7 @@ class Predictor(BundleFacts):
         self.method = method
         self.default_samples = _check_samples(default_samples)
         shape = list(method.input_shape) if method.input_shape is not None else None
-        self._prep = method.preprocessing or Preprocessing(input_shape=shape)
+        self._prep: Preprocessing = method.preprocessing or Preprocessing(input_shape=shape)
         self.source: str | None = None
         conf = method.metadata.get(CONFORMAL_KEY)
         #: the bundle's conformal calibrations (one per sampling policy): intervals and
@@ -163,8 +163,7 @@ class Predictor(BundleFacts):
             if on_error is OnError.FAIL:
                 raise DataError(describe_row_errors(out))
             bad = {**bad, **out}
-            keep = torch.as_tensor(finite)
-            pred, rows = pred[keep], rows[finite]
+            pred, rows = pred[torch.as_tensor(finite)], rows[finite]
             cols = {k: v[finite] for k, v in cols.items()}
             if len(rows) == 0:
                 return PredictionResult(None, self._empty_columns(), rows, bad, self.class_names,
@@ -350,10 +349,11 @@ class Predictor(BundleFacts):
         deferral = DeferralPolicy.from_metadata(self.method.metadata)
         if deferral is not None:
             notes.append(deferral_note(deferral, policy, self.exact_mixture))
-            served = self.served_decision(deferral) if deferral.decision is not None else None
-            if served is not None and served != deferral.decision:
+            fitted = deferral.decision
+            served = self.served_decision(deferral) if fitted is not None else None
+            if served is not None and fitted is not None and served != fitted:
                 notes.append(f"the deferral decision draws at most {served.max_samples} "
-                             f"samples per row, not the {deferral.decision.max_samples} it was "
+                             f"samples per row, not the {fitted.max_samples} it was "
                              "fitted under: rows near the threshold may flip between "
                              "defer and accept more often than calibrated")  # fmt: skip
         return [n for n in notes if n]
