@@ -113,7 +113,19 @@ def test_ood_section_shows_each_methods_default_and_best_score():
     assert "| deterministic | 1 − max prob | 0.8000 | entropy | 0.8200 |" in text
     assert "| mcbn | MI | 0.8600 | energy | 0.9000 |" in text
     assert "| 1 − max prob | energy | entropy | MI |" in text  # scores some method gives
-    assert "mcbn (MI, 0.8600), beats the deterministic baseline (1 − max prob, 0.8000)" in text
+    # one seed: no error bar, so the higher mean is not called a win
+    assert (
+        "mcbn (MI, 0.8600), is above, on the mean, the deterministic baseline (1 − max prob, "
+        "0.8000)" in text
+    )
+    # two seeds: "beats" only when the gap exceeds the two standard errors combined
+    wide = {m: [*rows, row(max_prob=0.60, entropy=0.82, mutual_information=0.60)]
+            for m, rows in methods.items()}  # fmt: skip
+    assert "is above, on the mean, the deterministic" in "\n".join(ood_section("lenet", wide))
+    tight = {m: [*rows, rows[0]] for m, rows in methods.items()}
+    assert "beats, by more than the two standard errors combined, the deterministic" in "\n".join(
+        ood_section("lenet", tight)
+    )
 
 
 def test_a_density_score_is_scored_as_the_predictive_scores_are():

@@ -19,6 +19,7 @@ from bayesify.bench.images.scores import COVERAGE_GRID
 from bayesify.bench.machine import machine_description
 from bayesify.bench.options import command_line, write_report
 from bayesify.bench.store import ResultsStore, RowKey
+from bayesify.bench.summary import mean_se
 from bayesify.predictive.ood import OOD_SCORES
 
 #: the report's sections, in order (a test checks the page has each)
@@ -146,17 +147,28 @@ def _verdict(table: dict[str, dict], picks: dict[str, tuple[str, str]],
             f"({shown(top, picks[top][1])}); a best score is picked on these {ood_set} images, "
             "so it is an upper bound, not a tuned detector.")  # fmt: skip
     bayes = [m for m in picks if m != "deterministic"]
+    seeds = min(len(ms) for ms in methods.values())
     if "deterministic" in picks and bayes:
-        base = auroc("deterministic", picks["deterministic"][0])
         lead = max(bayes, key=lambda m: auroc(m, picks[m][0]))
-        verb = "beats" if auroc(lead, picks[lead][0]) > base else "does not beat"
+        base = table["deterministic"][picks["deterministic"][0]]
+        verb = _above(table[lead][picks[lead][0]], base, seeds)
         text += (f" By its default score the best other method, {lead} "
                  f"({SCORE_LABELS[picks[lead][0]]}, {shown(lead, picks[lead][0])}), {verb} "
                  f"the deterministic baseline (1 − max prob, "
-                 f"{shown('deterministic', picks['deterministic'][0])}) on the mean.")  # fmt: skip
-    seeds = min(len(ms) for ms in methods.values())
+                 f"{shown('deterministic', picks['deterministic'][0])}).")  # fmt: skip
     ok = "met" if best >= AUROC_TARGET else "**not met**"
     return text + f" Target AUROC ≥ {AUROC_TARGET} (best mean): {ok}{_evidence(seeds)}."
+
+
+def _above(ours: list[dict], base: list[dict], seeds: int) -> str:
+    """How one mean AUROC stands against another, claiming no more than the rows show: "beats"
+    only with two or more seeds and a gap above the two standard errors combined."""
+    (m, se), (mb, seb) = (mean_se([p["auroc"] for p in ps], drop="none") for ps in (ours, base))
+    if m <= mb:
+        return "is not above"
+    if seeds >= 2 and m - mb > math.hypot(se, seb):
+        return "beats, by more than the two standard errors combined,"
+    return "is above, on the mean,"
 
 
 def _coverage_table(methods: dict[str, list]) -> list[str]:
