@@ -16,8 +16,8 @@ from typer.testing import CliRunner
 from bayesify.bench.runner import config_hash
 from bayesify.bench.store import ResultsStore, RowKey, StoreError
 from bayesify.bench.store_io import import_rows, read_rows
-from bayesify.bench.store_report import mean_se, write_store_report
-from bayesify.bench.summary import summarise
+from bayesify.bench.store_report import write_store_report
+from bayesify.bench.summary import mean_se, summarise
 from bayesify.cli import app
 
 

@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bayesify.bench.store import ResultsStore, RowKey
-from bayesify.bench.store_report import mean_se
+from bayesify.bench.summary import mean_se
 from bayesify.cli import app
 
 CHROMIUM = "/usr/bin/chromium"

@@ -21,6 +21,7 @@ from typing import Any
 
 from bayesify.atomic import write_text
 from bayesify.bench.store import DONE, FAILED, RUNNING, ResultsStore
+from bayesify.bench.summary import mean_se
 
 MAX_PANELS = 6  # metrics per dataset figure
 
@@ -62,15 +63,6 @@ class Section:
     summary: str
     tables: list[Table] = field(default_factory=list)
     figures: list[Figure] = field(default_factory=list)
-
-
-def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error (sample std / √n; 0 for a single value)."""
-    n = len(values)
-    m = sum(values) / n
-    if n < 2:
-        return m, 0.0
-    return m, math.sqrt(sum((v - m) * (v - m) for v in values) / (n - 1) / n)  # inf, no raise
 
 
 def _scalar_metrics(rows: list[dict[str, Any]]) -> list[str]:
@@ -129,8 +121,8 @@ def experiment_section(store: ResultsStore, experiment: str, figures: Path) -> S
         table = Table(f"{experiment}: mean ± standard error over splits and seeds",
                       ["dataset", "method", *metrics, "rows"])  # fmt: skip
         for group in sorted(runs):
-            vals = [_fmt(*mean_se(cells[group][k]), len(cells[group][k])) if cells[group][k]
-                    else "–" for k in metrics]  # fmt: skip
+            vals = [_fmt(*mean_se(c, single=0.0), len(c)) if (c := cells[group][k]) else "–"
+                    for k in metrics]  # fmt: skip
             table.rows.append([*group, *vals, str(runs[group])])
         section.tables.append(table)
         for dataset in sorted({g[0] for g in runs}):
@@ -172,7 +164,7 @@ def _metric_figure(
         k = metrics[i]
         for y, g in enumerate(groups):
             if cells[g][k]:
-                m, se = mean_se(cells[g][k])
+                m, se = mean_se(cells[g][k], single=0.0)
                 ax.errorbar(m, y, xerr=se, fmt="o", color=f"C{y % 10}", capsize=3)
         ax.set_yticks(range(len(groups)))
         ax.set_yticklabels(labels if i % cols == 0 else [""] * len(labels), fontsize=7)

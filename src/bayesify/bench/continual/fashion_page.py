@@ -9,15 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bayesify.bench.continual.fashion import FASHION
-
-
-def mean_se(values: list[float]) -> tuple[float, float]:
-    """Mean and standard error (sample std / √n; nan for one value)."""
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, math.nan
-    return mean, math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+from bayesify.bench.summary import mean_se
 
 
 def _cell(values: list[float]) -> str:

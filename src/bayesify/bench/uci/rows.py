@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bayesify.atomic import atomic_open
+from bayesify.bench import summary
 from bayesify.bench.store import ResultsStore, RowKey, StoreError
 from bayesify.bench.uci.jobs import GAL_EXPERIMENT, METHODS_EXPERIMENT, TEYE_EXPERIMENT
 
@@ -115,15 +116,10 @@ def cells(records: Iterable[dict[str, Any]]) -> dict[Cell, list[dict[str, Any]]]
     return out
 
 
-def mean_se(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and standard error (nan with fewer than two values)."""
-    vals = [float(v) for v in values if v is not None]
-    if not vals:
-        return math.nan, math.nan
-    m = sum(vals) / len(vals)
-    if len(vals) < 2:
-        return m, math.nan
-    return m, math.sqrt(sum((v - m) ** 2 for v in vals) / (len(vals) - 1) / len(vals))
+def mean_se(values: Iterable[float | None]) -> tuple[float, float]:
+    """:func:`bayesify.bench.summary.mean_se` as the UCI pages use it: Nones left out (a row
+    without the metric), NaN for fewer than two values."""
+    return summary.mean_se(values, drop="none")
 
 
 def pm(mean: float, se: float, digits: int = 2) -> str:
