@@ -299,9 +299,9 @@ def last_layer_reading(rows: list[LastLayerRow]) -> str:
     return (
         f"Every q here is {narrow} the exact posterior (median std ratio {lo:.2f}–{hi:.2f}; one "
         "seed, one fit each). Test LL is dominated by the noise term, so a q can match the exact "
-        "posterior's test LL while being several times too narrow; for the same reason a std "
-        "ratio near 1 of the flow's whole predictive in `posterior.md` comes from its noise, not "
-        "from its weights."
+        "posterior's test LL while being several times too narrow; for the same reason the flow's "
+        "whole-predictive std ratio in `posterior.md` (at or above 1 where its f(x) ratio is below "
+        "1) comes from its noise, not from its weights."
     )
 
 
