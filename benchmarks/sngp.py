@@ -30,6 +30,15 @@ from bayesify.data import load_fashion_mnist, load_mnist
 from bayesify.metrics.ood import auroc
 
 
+def _pm(rows: list[dict], key: str) -> str:
+    """The mean of ``key`` over seeds ± its standard error (the mean alone for one seed)."""
+    vals = [r[key] for r in rows]
+    m = statistics.fmean(vals)
+    if len(vals) < 2:
+        return f"{m:.4f}"
+    return f"{m:.4f} ± {statistics.stdev(vals) / len(vals) ** 0.5:.3f}"
+
+
 def _net() -> nn.Module:
     return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 256),
                          nn.ReLU(), nn.Linear(256, 10))  # fmt: skip
@@ -104,20 +113,17 @@ def main() -> None:
                                                   sngp.gp_variance(x_ood)))  # fmt: skip
             rows.setdefault(name, []).append(row)
     print(f"\nseeds {args.seeds}; {args.train} training rows, {args.test} test rows, "
-          f"{args.ood} OOD rows; {args.epochs} epochs")  # fmt: skip
+          f"{args.ood} OOD rows; {args.epochs} epochs; means over the seeds ± their standard "
+          "error")  # fmt: skip
     print("| method | T | accuracy | NLL | OOD AUROC (default score) | training s |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name, rs in rows.items():
         t = {"deterministic": 1, "ensemble x4": 4}.get(name, args.samples)
         mean = {k: statistics.fmean(r[k] for r in rs) for k in rs[0]}
-        spread = ""
-        if len(rs) > 1:
-            se = statistics.stdev(r["auroc"] for r in rs) / len(rs) ** 0.5
-            spread = f" ± {se:.3f} (s.e.)"
-        print(f"| {name} | {t} | {mean['acc']:.4f} | {mean['nll']:.4f} | "
-              f"{mean['auroc']:.4f}{spread} | {mean['train_s']:.1f} |")  # fmt: skip
+        print(f"| {name} | {t} | {_pm(rs, 'acc')} | {_pm(rs, 'nll')} | {_pm(rs, 'auroc')} | "
+              f"{mean['train_s']:.1f} |")  # fmt: skip
         if "auroc_gp_var" in mean:
-            print(f"| sngp, score = GP variance | — | | | {mean['auroc_gp_var']:.4f} | |")
+            print(f"| sngp, score = GP variance | — | | | {_pm(rs, 'auroc_gp_var')} | |")
     # prediction time of 1,000 rows, the last seed's methods
     x = x_test.repeat(1000 // len(x_test) + 1, 1, 1, 1)[:1000]
     calls = {
