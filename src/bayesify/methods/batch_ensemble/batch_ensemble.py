@@ -25,13 +25,15 @@ rank-1 perturbations of the trained network).
 from __future__ import annotations
 
 import math
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from bayesify.methods.core.base import Method, MethodConfig
-from bayesify.nn import check_sample_bytes, sampling
+from bayesify.methods.core.base import MethodConfig
+from bayesify.methods.core.members import MembersInOnePass
+from bayesify.nn import sampling
 from bayesify.nn.batch_ensemble import BatchEnsembleLayer, convert_layers
 from bayesify.options import FastWeightInit, MemberBatch
 from bayesify.train import Data
@@ -57,7 +59,7 @@ class BatchEnsembleConfig(MethodConfig):
         self._require(("init_std",), lambda v: v >= 0, ">= 0")
 
 
-class BatchEnsemble(Method):
+class BatchEnsemble(MembersInOnePass):
     """BatchEnsemble: M members sharing every layer's weight W, each with its own rank-1 fast
     weights, trained together and predicted in one pass (the member axis is the sample axis)."""
 
@@ -75,10 +77,6 @@ class BatchEnsemble(Method):
         generator = torch.Generator().manual_seed(cfg.init_seed)
         for layer in self.layers:
             layer.init_fast_weights(cfg.init, cfg.init_std, generator)
-
-    @property
-    def members(self) -> int:
-        return self.config.members
 
     def objective(self, x: Tensor, y: Tensor, progress: float, n_data: int) -> Tensor:
         """The mean data term of the M members on the mini-batch: repeated to ``[M*B, ...]``
@@ -98,56 +96,20 @@ class BatchEnsemble(Method):
         """T rounded up to a multiple of M: every member gives T/M (equal) samples."""
         return self.members * math.ceil(samples / self.members)
 
-    def distinct_samples(self) -> int:
-        """The M members: the mixture is exact once each has run."""
+    def _forward_rows(self) -> int:
+        """A forward runs each row once per member: a chunk of n rows is ``[M*n, ...]``."""
         return self.members
 
-    def _draw_samples(
-        self,
-        x: Tensor,
-        samples: int,
-        generator: torch.Generator | None,
-        max_rows: int | None,
-        start: int = 0,
-        max_bytes: int | None = None,
-    ) -> Tensor:
-        """The M members in one pass per chunk of rows, ``[M, N, ...]``, repeated to
-        ``[T, N, ...]`` k-major. A chunk of n rows is repeated to ``[M*n, ...]`` and run once
-        (at most ``max_rows`` rows a forward); fewer than M rows a forward falls back to the
-        shared chunked pass, which splits the members too."""
-        m = self.members
-        if start or (max_rows is not None and max_rows < m):
-            out = super()._draw_samples(x, m, generator, max_rows, start, max_bytes)
-        else:
-            out = self._members_pass(x, generator, len(x) if max_rows is None else max_rows // m,
-                                     samples, max_bytes)  # fmt: skip
-        k = samples // m
-        return out.unsqueeze(0).expand(k, *out.shape).reshape(samples, *out.shape[1:])
+    def _members_block(self, generator: torch.Generator | None) -> AbstractContextManager[None]:
+        """The M members as the M sample groups of the BatchEnsemble layers."""
+        return self.sampling(self.members, generator)
 
-    def _members_pass(
-        self,
-        x: Tensor,
-        generator: torch.Generator | None,
-        per_chunk: int,
-        samples: int,
-        max_bytes: int | None,
-    ) -> Tensor:
-        """``[M, N, ...]``: chunks of ``per_chunk`` rows, each repeated M times and run in one
-        forward, written into one output allocated after the first chunk (refused first when
-        the call's T samples would exceed ``max_bytes``)."""
-        m, out = self.members, None
-        with self.sampling(m, generator):
-            for i in range(0, len(x), per_chunk):
-                c = x[i : i + per_chunk]
-                y: Tensor = self.net(c.repeat(m, *(1,) * (c.dim() - 1)))
-                y = y.reshape(m, len(c), *y.shape[1:])
-                if out is None:
-                    row = math.prod(y.shape[2:])
-                    check_sample_bytes(samples, len(x), row, y.element_size(), 0, max_bytes)
-                    out = y.new_empty((m, len(x), *y.shape[2:]))
-                out[:, i : i + len(c)] = y
-        assert out is not None
-        return out
+    def _members_forward(self, chunk: Tensor) -> Tensor:
+        """``chunk [n, ...]`` repeated to ``[M*n, ...]`` (group m run by member m) in one
+        forward: ``[M, n, ...]``."""
+        m = self.members
+        y: Tensor = self.net(chunk.repeat(m, *(1,) * (chunk.dim() - 1)))
+        return y.reshape(m, len(chunk), *y.shape[1:])
 
     def _from_pretrained(
         self,

@@ -30,8 +30,9 @@ import torch
 from torch import Tensor, nn
 
 from bayesify.methods.core.adaptive import AdaptivePredictive, check_options
-from bayesify.methods.core.base import Method, MethodConfig
-from bayesify.nn import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, MaxRows, check_sample_bytes
+from bayesify.methods.core.base import MethodConfig
+from bayesify.methods.core.members import MembersInOnePass
+from bayesify.nn import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, MaxRows
 from bayesify.nn.packed import Packing, member_network, members_first, pack_network
 from bayesify.predictive import Predictive, Task
 from bayesify.seeding import seeded
@@ -56,7 +57,7 @@ class PackedEnsembleConfig(MethodConfig):
         self._require(("gamma",), lambda v: v >= 1, ">= 1")
 
 
-class PackedEnsemble(Method):
+class PackedEnsemble(MembersInOnePass):
     """Packed-Ensembles: M independent members packed into one network of grouped layers,
     ``alpha`` times wider, trained together and predicted in one pass (the members are the
     samples, T = M)."""
@@ -71,10 +72,6 @@ class PackedEnsemble(Method):
         with seeded(cfg.init_seed):
             self.packing: Packing = pack_network(net, cfg.members, cfg.alpha, cfg.gamma)
 
-    @property
-    def members(self) -> int:
-        return self.config.members
-
     def nll(self, out: Tensor, y: Tensor) -> Tensor:
         """The mean of the members' data terms: ``out [N, M*out]`` read as M members' outputs
         on the same N rows (the training objective and the validation loss)."""
@@ -87,33 +84,9 @@ class PackedEnsemble(Method):
         them (fewer would weigh members unequally; more would only repeat them)."""
         return self.members
 
-    def distinct_samples(self) -> int:
-        """The M members: the mixture is exact once each has run."""
-        return self.members
-
-    def _draw_samples(
-        self,
-        x: Tensor,
-        samples: int,
-        generator: torch.Generator | None,
-        max_rows: int | None,
-        start: int = 0,
-        max_bytes: int | None = None,
-    ) -> Tensor:
-        """``[M, N, ...]``: chunks of at most ``max_rows`` rows, each one forward of the packed
-        network, written into one output allocated after the first chunk (refused first when
-        the M samples would exceed ``max_bytes``)."""
-        m, out = self.members, None
-        per_chunk = len(x) if max_rows is None else max(1, max_rows)
-        for i in range(0, len(x), per_chunk):
-            y = members_first(self.net(x[i : i + per_chunk]), m)
-            if out is None:
-                row = math.prod(y.shape[2:])
-                check_sample_bytes(m, len(x), row, y.element_size(), 0, max_bytes)
-                out = y.new_empty((m, len(x), *y.shape[2:]))
-            out[:, i : i + y.shape[1]] = y
-        assert out is not None
-        return out
+    def _members_forward(self, chunk: Tensor) -> Tensor:
+        """One forward of the packed network over ``chunk [n, ...]``: ``[M, n, ...]``."""
+        return members_first(self.net(chunk), self.members)
 
     def member(self, m: int) -> nn.Sequential:
         """Member ``m`` as a plain network with its exact weights (copies; eval mode)."""
