@@ -1,4 +1,5 @@
-"""Distilled students against their teachers: Fashion-MNIST LeNet (MNIST as OOD) and UCI.
+"""Distilled students against their teachers: Fashion-MNIST LeNet (MNIST and scikit-learn's
+digits as OOD), over seeds, and UCI.
 
 Each teacher (MC dropout; a deep ensemble) is trained here, a :class:`Distilled` student is
 distilled from it on the training inputs plus augmented copies (``bayesify.distill``; by
@@ -6,11 +7,14 @@ default a copy with Gaussian noise of σ = 1 in network input units and, on imag
 copy: patch and pixel shuffles, rotations, inversions, zooms), and both are
 scored on the test set: error, NLL, ECE (images) or RMSE, NLL, 90 % interval coverage (UCI); the
 OOD AUROC of the teacher's mutual information against the student's own (the closed form of its
-Dirichlet); and Spearman's rank correlation of the teacher's and the student's epistemic score
-per test input. ``--bundles`` keeps the Fashion-MNIST teacher and student bundles for
-``bayesify bench serve --bundle TEACHER --student STUDENT``.
+Dirichlet) on MNIST, which was used in designing the transfer set, and on the digits, which
+were not; and Spearman's rank correlation of the teacher's and the student's epistemic score
+per input. On images one job per teacher and seed (``--seeds``) runs into a resumable results
+store (``--store``; ``jobs.py``) and the page shows mean ± standard error over seeds
+(``page.py``). ``--bundles`` keeps the first seed's Fashion-MNIST MC dropout teacher and student
+bundles for ``bayesify bench serve --bundle TEACHER --student STUDENT``.
 
-    bayesify bench distill --bundles runs/distill
+    bayesify bench distill --seeds 3 --bundles runs/distill
 """
 
 from __future__ import annotations
@@ -20,15 +24,18 @@ import os
 import platform
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 
+from bayesify.bench.distill.jobs import DistillJob, score_job
+from bayesify.bench.distill.page import images_section
 from bayesify.bench.options import command_line, option, write_report
+from bayesify.bench.runner import run_jobs, stored_rows
 from bayesify.metrics.posterior import rank_correlation
 
 log = logging.getLogger(__name__)
+EXPERIMENT = "distill-images"
 
 
 @dataclass(frozen=True)
@@ -48,13 +55,25 @@ class DistillOptions:
     noise: float = option(1.0, "The noise copy's standard deviation (network units).")
     n_test: int = option(10000, "Fashion-MNIST test images (0: all).")
     n_ood: int = option(2000, "MNIST test images (OOD).")
+    n_digits: int = option(0, "scikit-learn digits (OOD, unused in designing the transfer "
+                           "set; 0: all 1,797).")  # fmt: skip
     uci: tuple[str, ...] = option(("bostonHousing", "concrete"), "UCI datasets.")
     uci_epochs: int = option(100, "Teacher and student epochs on UCI.")
     uci_members: int = option(5, "Ensemble members on UCI.")
     bundles: str = option("", "Folder to keep the Fashion-MNIST MC dropout teacher and its "
                           "student in (empty: not kept).")  # fmt: skip
-    seed: int = option(0, "Seed of weights, transfer set and draws.")
+    seed: int = option(0, "First seed of training images, weights, transfer set and draws.")
+    seeds: int = option(1, "Seeds per teacher on images (seed, seed + 1, ...).")
+    store: str = option("benchmarks/distill/results.db", "The results store of the image "
+                        "jobs (sqlite file): a run resumes from its done rows.")  # fmt: skip
+    workers: int = option(1, "Parallel worker processes for the image jobs.")
     out: str = option("benchmarks/distill.md", "Markdown report.")
+
+    def __post_init__(self) -> None:
+        if min(self.seeds, self.workers, self.limit, self.samples) < 1:
+            raise ValueError("seeds, workers, limit and samples must be >= 1")
+        if min(self.members, self.n_digits, self.n_test) < 0:
+            raise ValueError("members, n-digits and n-test must be >= 0")
 
 
 def _copy(opts: DistillOptions) -> str:
@@ -70,89 +89,26 @@ def _copy(opts: DistillOptions) -> str:
     return f"{opts.copies} × {opts.augment}"
 
 
-def _image_rows(label: str, teacher: Any, student: Any, data: dict, t: int) -> list[str]:
-    from bayesify.metrics import error_rate, expected_calibration_error, nll
-    from bayesify.metrics.ood import auroc
-
-    xt, yt, xo = data["test"][0], data["test"][1], data["ood"]
-    tp, to = teacher.predict(xt, t, seed=1), teacher.predict(xo, t, seed=2)
-    ss, so = student.summaries(xt), student.summaries(xo)
-    sp = student.predict(xt, t, seed=1)
-    spo = student.predict(xo, t, seed=2)
-    rows = []
-    for who, mean, mi_in, mi_out in (
-        ("teacher", tp.mean, tp.mutual_information, to.mutual_information),
-        ("student (closed form)", ss["mean"].float(), ss["mutual_information"],
-         so["mutual_information"]),
-        (f"student (T = {t} draws)", sp.mean, sp.mutual_information, spo.mutual_information),
-    ):  # fmt: skip
-        rho = "–" if who == "teacher" else f"{rank_correlation(tp.mutual_information, mi_in):.3f}"
-        rows.append(f"| {label} | {who} | {100 * float(error_rate(mean, yt)):.2f} | "
-                    f"{float(nll(mean, yt)):.4f} | "
-                    f"{float(expected_calibration_error(mean, yt)):.4f} | "
-                    f"{float(auroc(mi_in, mi_out)):.4f} | {rho} |")  # fmt: skip
-    return rows
+def image_jobs(opts: DistillOptions) -> list[DistillJob]:
+    """One job per teacher kind and seed (``seed``, ``seed + 1``, ...); the first seed's MC
+    dropout job keeps its bundles when ``--bundles`` is given."""
+    kinds = ["mc-dropout"] + (["ensemble"] if opts.members else [])
+    return [DistillJob(method=kind, dataset="fashion-mnist", split=0, seed=opts.seed + i,
+                       limit=opts.limit, epochs=opts.epochs, dropout=opts.dropout,
+                       members=opts.members if kind == "ensemble" else 0,
+                       student_epochs=opts.student_epochs, samples=opts.samples,
+                       augment=opts.augment, copies=opts.copies, noise=opts.noise,
+                       n_test=opts.n_test, n_ood=opts.n_ood, n_digits=opts.n_digits,
+                       bundles=opts.bundles if i == 0 else "")
+            for i in range(opts.seeds) for kind in kinds]  # fmt: skip
 
 
 def _images(opts: DistillOptions, lines: list[str]) -> None:
-    import bayesify
-    from bayesify.data import load_fashion_mnist, load_mnist
-    from bayesify.models import lenet
-    from bayesify.seeding import seeded
-
-    train = load_fashion_mnist("train").subset(opts.limit, seed=opts.seed)
-    test = load_fashion_mnist("test")
-    test = test.subset(opts.n_test, seed=opts.seed) if opts.n_test else test
-    data = {"test": (test.x, test.y), "ood": load_mnist("test").subset(opts.n_ood, seed=0).x}
-    fit = dict(epochs=opts.epochs, batch_size=128, lr=1e-3, seed=opts.seed, progress=False)
-    teachers = []
-    t0 = time.perf_counter()
-    with seeded(opts.seed):
-        mcd = bayesify.MCDropout(lenet(norm="batch"), task="classification",
-                                 dropout=opts.dropout, where="before-last-linear")  # fmt: skip
-    mcd.fit((train.x, train.y), **fit)
-    log.info("MC dropout teacher trained in %.0f s", time.perf_counter() - t0)
-    teachers.append(("MC dropout", mcd, time.perf_counter() - t0))
-    if opts.members:
-        t0 = time.perf_counter()
-        ens = bayesify.DeepEnsemble(lenet(norm="batch"), members=opts.members,
-                                    task="classification", init_seed=opts.seed)  # fmt: skip
-        ens.fit((train.x, train.y), **fit)
-        log.info("ensemble teacher trained in %.0f s", time.perf_counter() - t0)
-        teachers.append((f"ensemble of {opts.members}", ens, time.perf_counter() - t0))
-    rows, notes = [], []
-    for label, teacher, seconds in teachers:
-        student = bayesify.distill(teacher, train.x, samples=opts.samples,
-                                   epochs=opts.student_epochs, seed=opts.seed,
-                                   augment=opts.augment, copies=opts.copies, noise=opts.noise,
-                                   progress=False)  # fmt: skip
-        notes.append(
-            f"{label}: teacher trained in {seconds:.0f} s, student distilled in "
-            f"{student.distillation['seconds']:.0f} s (teacher samples and training)"
-        )
-        log.info("%s: student distilled in %.0f s", label, student.distillation["seconds"])
-        rows += _image_rows(label, teacher, student, data, opts.samples)
-        log.info("%s: scored", label)
-        if opts.bundles and teacher is mcd:
-            folder = Path(opts.bundles)
-            mcd.save(folder / "fmnist-mc-dropout", overwrite=True)
-            student.save(folder / "fmnist-mc-dropout-student", overwrite=True)
-    lines += [
-        "## Fashion-MNIST LeNet, MNIST as out-of-distribution", "",
-        f"{opts.limit} training images (also the transfer set, plus: {_copy(opts)}), "
-        f"{len(test.x)} test images, {opts.n_ood} MNIST test images; teachers trained "
-        f"{opts.epochs} epochs (Adam, lr 1e-3, batch 128), students {opts.student_epochs}; "
-        f"T = {opts.samples}. AUROC: mutual information separating MNIST from Fashion-MNIST "
-        "(the teacher's from its T samples; the student's own: the closed form of its "
-        f"Dirichlet, and the estimate from T = {opts.samples} of its draws). Spearman: rank "
-        "correlation of the student's and the teacher's mutual information per test image. "
-        "One seed per row, without error bars. MNIST, this AUROC's OOD set, was used in "
-        "designing the default transfer set (its transforms were chosen by how close the "
-        "teacher's MI on them comes to its MI on MNIST), so the student's AUROC here is not a "
-        "test on data unseen in design; none is run yet.", "",
-        "| teacher | model | error (%) | NLL | ECE | OOD AUROC (MI) | Spearman MI |",
-        "|---|---|---:|---:|---:|---:|---:|", *rows, "", *[f"- {n}" for n in notes], "",
-    ]  # fmt: skip
+    jobs = image_jobs(opts)
+    summary = run_jobs(EXPERIMENT, jobs, score_job, opts.store, workers=opts.workers,
+                       progress=False)  # fmt: skip
+    lines += images_section(stored_rows(opts.store, EXPERIMENT, jobs), opts, _copy(opts))
+    lines += [f"Jobs: {summary} (store `{opts.store}`).", ""]
 
 
 def _uci_rows(name: str, opts: DistillOptions) -> tuple[list[str], list[str]]:
