@@ -28,6 +28,7 @@ import torch
 from bayesify.bench.options import check_choices, command_line, option, write_report
 from bayesify.bench.runner import run_jobs, stored_rows
 from bayesify.bench.store import RowKey
+from bayesify.bench.summary import mean_se
 from bayesify.options import Likelihood
 
 log = logging.getLogger(__name__)
@@ -154,11 +155,8 @@ class NoiseToyOptions:
 def _mean_se(values: list[float]) -> str:
     if not values:
         return "–"
-    m = sum(values) / len(values)
-    if len(values) < 2:
-        return f"{m:.3f}"
-    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
-    return f"{m:.3f} ± {sd / math.sqrt(len(values)):.3f}"
+    m, se = mean_se(values)
+    return f"{m:.3f}" if len(values) < 2 else f"{m:.3f} ± {se:.3f}"
 
 
 def run(opts: NoiseToyOptions) -> str:
