@@ -89,3 +89,27 @@ def test_a_built_in_bundle_fits_on_its_training_split(tmp_path):
     np.testing.assert_allclose(method.metadata["mahalanobis"]["means"], means, rtol=1e-5,
                                atol=1e-6)  # fmt: skip
     assert "deferral" not in method.metadata
+
+
+def test_a_feature_score_the_bundle_cannot_give_is_refused_in_one_line(bundle, tmp_path):
+    from typer.testing import CliRunner
+
+    from bayesify.cli import app
+
+    from .conftest import make_regression_bundle
+
+    out, train = bundle
+    regression = make_regression_bundle(tmp_path / "reg")
+    val = toy_table(tmp_path / "val.csv", 100, 5)
+    cases = [
+        ([out, "--score", "density", "--coverage", "0.8", "--data", val],
+         "density: MCDropout has no fitted feature density"),
+        ([regression, "--mahalanobis", train], "the Mahalanobis score is for classification"),
+        ([out, "--mahalanobis", "yacht"], "not a table file (.csv, .parquet, .npz) nor the"),
+    ]  # fmt: skip
+    before = (out / "config.json").read_text()
+    for args, message in cases:
+        result = CliRunner().invoke(app, ["calibrate", *map(str, args)])
+        assert result.exit_code != 0 and message in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1, result.output
+    assert (out / "config.json").read_text() == before  # a refused call changes nothing
