@@ -66,7 +66,7 @@ def fashion_section(
                       + " |")  # fmt: skip
         curves[m] = [[sum(c["accuracy"][t][j] for c in cell) / len(cell) for j in range(t + 1)]
                      for t in range(tasks)]  # fmt: skip
-        means[m] = mean_se([sum(f) / len(f) for f in fg])[0]
+        means[m] = mean_se([sum(f) / len(f) for f in fg])
     lines = [f"## {bench} ({tasks} tasks)", "",
              "Test accuracy (%) after the last task: the average over the tasks and each "
              "task's; mean ± standard error over the seeds (each seed its own data order, "
@@ -75,12 +75,34 @@ def fashion_section(
              "accuracy after the last task; the mean over tasks 1 to T − 1 and each task's.",
              "", *forget]  # fmt: skip
     if "finetune" in means:
-        f = 100 * means["finetune"]
-        verdict = "forgets" if f >= 5 else "barely forgets, so it cannot separate the methods"
-        lines += ["", f"Fine-tuning {verdict} here: {f:.1f} points of forgetting on average."]
+        lines += ["", forgetting_verdict(*means["finetune"])]
     if curves:
         fig = Path(out) / "continual" / f"{bench}.png"
         task_accuracy_plot(curves, title=bench, path=fig)
         lines += ["", f"![{bench}: accuracy on each task after each new one]"
                       f"(continual/{fig.name})"]  # fmt: skip
     return [*lines, ""]
+
+
+#: forgetting (points) below which fine-tuning cannot separate continual methods
+FORGETS_AT = 5.0
+
+
+def forgetting_verdict(mean: float, se: float) -> str:
+    """Whether fine-tuning forgets, from its mean forgetting (a fraction) and the standard error
+    over seeds: "forgets" only when the mean less two standard errors is at least
+    :data:`FORGETS_AT` points, "barely forgets" when the mean plus two is below it."""
+    f, s = 100 * mean, 100 * se
+    if not math.isfinite(s):
+        verdict = "forgets" if f >= FORGETS_AT else "barely forgets"
+        return (f"Fine-tuning {verdict} on one seed here: {f:.1f} points of forgetting (no "
+                "standard error).")  # fmt: skip
+    if f - 2 * s >= FORGETS_AT:
+        verdict = "forgets"
+    elif f + 2 * s < FORGETS_AT:
+        verdict = "barely forgets, so it cannot separate the methods"
+    else:
+        verdict = (f"may forget: the seeds are too spread to tell whether it forgets "
+                   f"{FORGETS_AT:g} points or more")  # fmt: skip
+    return (f"Fine-tuning {verdict} here: {f:.1f} ± {s:.1f} points of forgetting on average "
+            "(mean ± standard error over the seeds).")  # fmt: skip
