@@ -195,3 +195,24 @@ def test_a_dirichlet_student_has_no_logits_and_says_so():
     assert set(scores) == {"max_prob", "entropy", "mutual_information"}
     with pytest.raises(ValueError, match="^energy: Distilled gives class probabilities"):
         bayesify.ood_scores(student, x[:5], ["energy"], pred=pred)
+
+
+def test_an_int8_served_network_is_scored_on_the_same_features():
+    """``serve --int8`` quantises the linear layers, whose packed weights are not parameters:
+    the Mahalanobis features are still the output layer's inputs (the batch norm before it was
+    taken for the output layer once, a silently wrong score)."""
+    from bayesify.methods.core.quantize import quantize_int8
+    from bayesify.models import mlp
+    from bayesify.nn.features import output_layer, penultimate_features
+
+    torch.manual_seed(0)
+    x, y = torch.randn(300, 4), torch.randint(0, 2, (300,))
+    method = bayesify.MCDropout(mlp(4, 2, (16,), dropout=0.2), task="classification")
+    method.fit((x, y), epochs=2, progress=False)
+    before = penultimate_features(method.net, x)
+    quantize_int8(method)
+    head = output_layer(method.net, x[:2])
+    assert type(head).__name__ == "Linear" and "quantized" in type(head).__module__
+    # the output layer's inputs come before any int8 layer here (one hidden layer, then batch
+    # norm, ReLU and dropout): the same numbers up to the first layer's int8 rounding
+    torch.testing.assert_close(penultimate_features(method.net, x), before, rtol=0.05, atol=0.05)

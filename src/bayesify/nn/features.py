@@ -8,17 +8,21 @@ from torch import Tensor, nn
 from bayesify.nn.modes import eval_mode
 
 
-def _own_parameters(m: nn.Module) -> bool:
-    return next(m.parameters(recurse=False), None) is not None
+def _is_layer(m: nn.Module) -> bool:
+    """A module with weights of its own: parameters, or the packed int8 weights of a
+    dynamically quantised ``nn.Linear`` (``bayesify serve --int8``), which are not parameters."""
+    if next(m.parameters(recurse=False), None) is not None:
+        return True
+    return isinstance(getattr(m, "_packed_params", None), nn.Module)
 
 
 def output_layer(net: nn.Module, x: Tensor) -> nn.Module:
-    """The last module with parameters of its own that ``net``'s forward pass runs on ``x``
-    (a few rows): its output layer, whatever its kind (``nn.Linear``, a Bayesian or a sampled
-    linear layer). A ``ValueError`` when the pass runs none."""
+    """The last module with weights of its own that ``net``'s forward pass runs on ``x``
+    (a few rows): its output layer, whatever its kind (``nn.Linear``, a Bayesian, sampled or
+    int8-quantised linear layer). A ``ValueError`` when the pass runs none."""
     ran: list[nn.Module] = []
     hooks = [m.register_forward_pre_hook(lambda mod, _args: ran.append(mod))
-             for m in net.modules() if _own_parameters(m)]  # fmt: skip
+             for m in net.modules() if _is_layer(m)]  # fmt: skip
     try:
         with eval_mode(net), torch.no_grad():
             net(x)
