@@ -31,7 +31,8 @@ EXPERIMENTS: tuple[tuple[str, str, str], ...] = (
      "Coverage of prediction intervals and sets on held-out data, with and without "
      "conformal calibration."),
     ("distill", f"{_B}.distill.command:DistillOptions",
-     "Distilled students against their teachers: Fashion-MNIST LeNet (MNIST as OOD) and UCI."),
+     "Distilled students against their teachers: Fashion-MNIST LeNet (MNIST and scikit-learn's "
+     "digits as OOD), over seeds, and UCI."),
     ("fashion-nodes", f"{_B}.images.fashion_nodes:FashionNodesOptions",
      "Fashion-MNIST with a LeNet-style CNN on CPU: IBNN, IBNN from a pretrained net, "
      "StochasticNorm, weight normalisation without noise, a deterministic net and MCBN."),
