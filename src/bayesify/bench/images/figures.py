@@ -13,6 +13,11 @@ from bayesify.bench.images.scores import COVERAGE_GRID
 
 KINDS = {"gaussian": "Gaussian mixing γ", "salt_pepper": "salt-and-pepper p"}
 DPI = 70
+#: coverage panels per figure row (20 methods in one row were too small to read)
+PANELS_PER_ROW = 5
+#: the corruption figure's line styles, one per group of 10 methods (matplotlib's default colour
+#: cycle repeats after 10, so a colour alone would name two methods)
+LINE_STYLES = ("o-", "s--", "^:")
 
 
 def _avg(rows: list[list[dict[str, float]]], key: str) -> list[float]:
@@ -27,16 +32,18 @@ def corruption_figure(methods: dict[str, list], path: Path) -> None:
 
     fig, axes = new_figure(nrows=2, ncols=2, figsize=(7, 4.6), sharex="col", squeeze=False)
     for col, (kind, label) in enumerate(KINDS.items()):
-        for method, ms in methods.items():
+        for i, (method, ms) in enumerate(methods.items()):
             sweeps = [m["corruption"][kind] for m in ms]
             levels = [s["level"] for s in sweeps[0]]
+            style = LINE_STYLES[(i // 10) % len(LINE_STYLES)]
             for row, part in enumerate(("epistemic", "aleatoric")):
-                axes[row, col].plot(levels, _avg(sweeps, part), "o-", ms=3, label=method)
+                axes[row, col].plot(levels, _avg(sweeps, part), style, ms=3, label=method)
         axes[0, col].set_title(label, fontsize=9)
         axes[1, col].set_xlabel(label, fontsize=8)
     axes[0, 0].set_ylabel("epistemic (MI, nats)", fontsize=8)
     axes[1, 0].set_ylabel("aleatoric (exp. entropy)", fontsize=8)
-    axes[0, 0].legend(fontsize=7)
+    # beside the panels: with 20 methods a legend inside one would cover its lines
+    axes[0, 1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))
     for ax in axes.flat:
         ax.tick_params(labelsize=7)
     fig.tight_layout()
@@ -60,16 +67,21 @@ def corruption_table(methods: dict[str, list]) -> list[str]:
     return lines
 
 
-def coverage_figure(methods: dict[str, list], path: Path) -> None:
-    """Error on the retained rows against coverage, one panel per method, a line per score;
-    the deterministic network's max-probability curve in grey on every panel."""
+def coverage_figure(methods: dict[str, list], path: Path) -> Any:
+    """Error on the retained rows against coverage, one panel per method (PANELS_PER_ROW to a
+    row), a line per score; the deterministic network's max-probability curve in grey on every
+    panel. Returns the (saved) figure."""
     from bayesify.plots import new_figure, save_figure
 
     names = [m for m in methods if m != "deterministic"] or list(methods)
-    fig, axes = new_figure(nrows=1, ncols=len(names), figsize=(2.6 * len(names), 2.6),
+    ncols = min(PANELS_PER_ROW, len(names))
+    nrows = math.ceil(len(names) / ncols)
+    fig, axes = new_figure(nrows=nrows, ncols=ncols, figsize=(2.6 * ncols, 2.6 * nrows),
                            squeeze=False, sharey=True)  # fmt: skip
+    for ax in axes.flat[len(names) :]:
+        ax.set_visible(False)
     base = methods.get("deterministic")
-    for ax, method in zip(axes[0], names, strict=True):
+    for ax, method in zip(axes.flat, names, strict=False):
         if base:
             ax.plot(COVERAGE_GRID, _mean_curve(base, "max_prob"), color="grey", lw=2,
                     label="det. 1 − max p")  # fmt: skip
@@ -80,10 +92,12 @@ def coverage_figure(methods: dict[str, list], path: Path) -> None:
         ax.set_title(method, fontsize=9)
         ax.set_xlabel("fraction retained", fontsize=8)
         ax.tick_params(labelsize=7)
-    axes[0, 0].set_ylabel("error on retained", fontsize=8)
+    for row in axes:
+        row[0].set_ylabel("error on retained", fontsize=8)
     axes[0, 0].legend(fontsize=6)
     fig.tight_layout()
     save_figure(fig, path, dpi=DPI)
+    return fig
 
 
 def _mean_curve(ms: list[dict[str, Any]], score: str) -> list[float]:

@@ -221,6 +221,21 @@ def _seeds_note(seeds: int) -> str:
     return " (± is the standard error over seeds)"
 
 
+def _other_methods_note() -> str:
+    """The header's word on the methods not built with their defaults (``jobs._build``)."""
+    from bayesify.bench.images.jobs import SWAG_EPOCHS, SWAG_TRAIN_ROWS, TTA_TRANSFORMS
+
+    return ("BBB: the last two layers Bayesian (the ResNet's last one), initial ρ −6; IBNN: 4 "
+            "components, 2 training samples, prior std 0.3, on the network without batch norm; "
+            "StochasticNorm and SNGP on the network without batch norm; TTA and MC dropout + "
+            f"TTA: the deterministic / MC dropout network, not retrained, transforms "
+            f"{TTA_TRANSFORMS}; the Laplace rows post-hoc on the deterministic network "
+            "(laplace-torch: its own object, last-layer KFAC, probit); SWAG and MultiSWAG from "
+            f"the deterministic network, {SWAG_EPOCHS} epochs of SGD over {SWAG_TRAIN_ROWS:,} "
+            "training rows per trajectory; the others with their defaults "
+            "(bayesify.<Method>(lenet)).")  # fmt: skip
+
+
 def _niceness() -> str:
     """How this process was scheduled, for the page: its nice value where it was lowered."""
     n = os.nice(0)
@@ -263,7 +278,7 @@ def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -
         f"ensemble = {p.members} deterministic networks (seeds s, s+1000, …), its first member "
         f"is the deterministic network; BatchEnsemble and Packed-Ensembles (α 2, γ 1) have "
         f"{p.members} members each, trained from scratch, their fast weights / packed weights "
-        "drawn with the job's seed; the others with their defaults (bayesify.<Method>(lenet)).",
+        "drawn with the job's seed; " + _other_methods_note(),
         "",
         *_digits_note(p.n_ood),
         SECTIONS[0],
