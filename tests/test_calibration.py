@@ -82,3 +82,15 @@ def test_plots_return_figures_and_save_small_pngs(tmp_path):
     reg = Predictive.regression(torch.randn(4, 50), 1.0)
     fig = regression_calibration_plot({"m": reg}, torch.randn(50), path=tmp_path / "reg.png")
     assert "area" in fig.axes[0].get_legend().get_texts()[0].get_text()
+
+
+def test_many_reliability_panels_wrap_five_to_a_row():
+    logits, labels = _overconfident(100)
+    pred = Predictive.from_logits(logits.unsqueeze(0))
+    fig = reliability_diagram({f"m{i}": pred for i in range(12)}, labels)
+    assert len(fig.axes) == 2 * 3 * 5  # three rows of five panels, each over its histogram
+    shown = [ax for ax in fig.axes if ax.get_visible() and ax.axison]
+    titles = [ax.get_title() for ax in shown if ax.get_title()]
+    assert len(shown) == 2 * 12 and [t.split()[0] for t in titles] == [f"m{i}" for i in range(12)]
+    width, height = fig.get_size_inches()
+    assert width == pytest.approx(5 * 3.2) and height == pytest.approx(3 * 4.2)

@@ -6,6 +6,7 @@ Matplotlib with the Agg backend (no display needed). Every function returns the 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import torch
@@ -21,6 +22,9 @@ from bayesify.metrics import (
 )
 from bayesify.plots._figure import new_figure, save_figure
 from bayesify.predictive import Predictive, Task
+
+#: reliability panels side by side before the figure wraps to a new row
+PANELS_PER_ROW = 5
 
 
 def reliability_diagram(
@@ -47,23 +51,29 @@ def reliability_curves_diagram(
     curves: dict[str, ReliabilityCurve], *, path: str | Path | None = None, dpi: int = 80
 ) -> Figure:
     """:func:`reliability_diagram` from curves already computed (e.g. read back from a results
-    store): one panel per curve."""
+    store): one panel per curve, at most :data:`PANELS_PER_ROW` to a row."""
+    ncols = max(1, min(len(curves), PANELS_PER_ROW))
+    rows = max(1, math.ceil(len(curves) / ncols))
     fig, axes = new_figure(
-        nrows=2,
-        ncols=len(curves),
-        figsize=(3.2 * len(curves), 4.2),
-        gridspec_kw={"height_ratios": [3, 1]},
+        nrows=2 * rows,
+        ncols=ncols,
+        figsize=(3.2 * ncols, 4.2 * rows),
+        gridspec_kw={"height_ratios": [3, 1] * rows},
         squeeze=False,
         sharex=True,
     )
-    for col, (name, curve) in enumerate(curves.items()):
+    for extra in range(len(curves), rows * ncols):  # the last row's empty places
+        axes[2 * (extra // ncols), extra % ncols].axis("off")
+        axes[2 * (extra // ncols) + 1, extra % ncols].axis("off")
+    for i, (name, curve) in enumerate(curves.items()):
+        row, col = 2 * (i // ncols), i % ncols
         ece = float(calibration_error_of_curve(curve))
         edges = curve.bin_edges.double()
         centres, width = ((edges[1:] + edges[:-1]) / 2).numpy(), float(edges[1] - edges[0])
         acc = torch.nan_to_num(curve.accuracy.double(), nan=0.0).numpy()
         conf = torch.nan_to_num(curve.confidence.double(), nan=0.0).numpy()
         counts = curve.counts.numpy()
-        ax, hist = axes[0, col], axes[1, col]
+        ax, hist = axes[row, col], axes[row + 1, col]
         ax.bar(centres, acc, width=width, edgecolor="k", color="tab:blue", label="accuracy")
         ax.bar(
             centres, conf - acc, bottom=acc, width=width, color="tab:red", alpha=0.3, label="gap"
@@ -73,6 +83,7 @@ def reliability_curves_diagram(
         ax.set_title(f"{name} ECE={ece:.3f}".strip(), fontsize=9)
         if col == 0:
             ax.set_ylabel("accuracy")
+        if i == 0:
             ax.legend(fontsize=7, loc="upper left")
         hist.bar(centres, counts, width=width, color="gray", edgecolor="k")
         for c, n in zip(centres, counts, strict=True):
