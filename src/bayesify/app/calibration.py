@@ -195,7 +195,7 @@ def calibrate_bundle(
     predictor = Predictor(method)
     # a method whose samples are all equal (DDU) names its own: its mutual information is 0
     score = score or getattr(method, "deferral_score", None) or DEFAULT_SCORES[predictor.task].value
-    feature = score in tuple(FEATURE_SCORES)
+    feature = score in FEATURE_SCORES
     if feature:  # of the features, not the samples: one pass decides it exactly
         decision = None
 

@@ -146,8 +146,9 @@ class Predictor(BundleFacts):
         cols = self._columns(pred, level, generator, policy, warnings)
         raw = None if self.method.preprocessing is None else torch.as_tensor(
             arr if arr.flags.writeable else arr.copy())  # fmt: skip
-        self._serving_columns(pred, cols, x, generator, policy, warnings, raw)
-        for name, s in score_rows(self.method, pred, scores, x, raw).items():
+        ood = score_rows(self.method, pred, scores, x, raw)
+        self._serving_columns(pred, cols, x, generator, policy, warnings, raw, ood)
+        for name, s in ood.items():
             cols[f"ood_{name}"] = s.numpy()
         if not with_samples:
             del cols["samples"]
@@ -293,17 +294,20 @@ class Predictor(BundleFacts):
         policy: SamplingPolicy,
         warnings: list[str],
         raw: torch.Tensor | None = None,
+        ood: dict[str, torch.Tensor] | None = None,
     ) -> None:
         """Adds ``defer``/``defer_score``/``defer_threshold`` with a deferral policy in the
         bundle (a sequential policy: ``defer_samples``, the samples its decision used; a
-        feature score: computed at the network inputs ``x``), ``samples_used`` after adaptive
-        sampling."""
+        feature score: taken from ``ood``, the OOD scores the call asked for, or computed at the
+        network inputs ``x``), ``samples_used`` after adaptive sampling."""
         deferral = DeferralPolicy.from_metadata(self.method.metadata)
         if deferral is not None:
             if deferral.decision is None:
-                name = deferral.score.value
-                row = feature_scores(self.method, [name], x, raw)[name] if (
-                    deferral.feature_score) else None  # fmt: skip
+                name, row = deferral.score.value, None
+                if deferral.feature_score:
+                    row = (ood or {}).get(name)
+                    if row is None:
+                        row = feature_scores(self.method, [name], x, raw)[name]
                 defer, score = deferral.decide(pred, row)
                 note = deferral_note(deferral, policy, self.exact_mixture)
                 if note:

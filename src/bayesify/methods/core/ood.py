@@ -12,12 +12,13 @@ import torch
 from torch import Tensor
 
 from bayesify.nn.features import penultimate_features
+from bayesify.posthoc.deferral_scores import FEATURE_SCORES
 from bayesify.posthoc.mahalanobis import METADATA_KEY, MahalanobisFit
 from bayesify.predictive import Predictive
 from bayesify.predictive.ood import LOGIT_SCORES, OOD_SCORES, check_names
 
-#: the scores of the network's features rather than of its predictive
-FEATURE_NAMES = ("mahalanobis", "density")
+#: the scores of the network's features rather than of its predictive (those deferral takes)
+FEATURE_NAMES = tuple(s.value for s in FEATURE_SCORES)
 
 
 def features(method: Any, x: Tensor, batch_size: int = 256) -> Tensor:
