@@ -188,6 +188,45 @@ def test_method_rows_scoring_f_of_x_are_new_rows_and_references_keep_their_keys(
     assert all(j.scores == 1 for j in hmc)
     assert all("scores" not in job_config(j) for j in hmc)
     # method rows that score f(x) and the floor are new rows, apart from the old ones
-    assert all(j.scores == SCORES == 2 for j in methods)
+    assert all(j.scores == SCORES == 3 for j in methods)
     old = [replace(j, scores=1) for j in methods]
     assert not {job_key("posterior", j) for j in old} & {job_key("posterior", j) for j in methods}
+
+
+def test_method_seeds_run_against_the_splits_one_reference_and_seed_0_keeps_its_key():
+    from bayesify.bench.jobs import job_config
+    from bayesify.bench.posterior.command import PosteriorOptions
+
+    hmc, methods = PosteriorOptions(preset="quick", datasets=("yacht",)).jobs()
+    runs = [(j.method, j.method_seed) for j in methods]
+    assert len(runs) == len(set(runs)) and {s for _, s in runs} == {0, 1, 2}
+    # every seed is scored against the split's one reference (seed 0), not the floor's run
+    assert {j.reference_path() for j in methods} == {j.reference_path() for j in hmc if not j.seed}
+    assert "method_seed" not in job_config(next(j for j in methods if j.method_seed == 0))
+    assert job_config(next(j for j in methods if j.method_seed == 2))["method_seed"] == 2
+    _, one = PosteriorOptions(preset="quick", datasets=("yacht",), seeds=1).jobs()
+    assert {j.method_seed for j in one} == {0}
+    with pytest.raises(ValueError, match="seeds"):
+        PosteriorOptions(preset="quick", seeds=-1)
+
+
+def test_tables_show_mean_and_standard_error_over_runs_and_the_floor_as_its_mean():
+    from scipy.stats import sem
+
+    from bayesify.bench.posterior.floor_table import fx_table, predictive_table
+
+    w2 = [0.30, 0.20, 0.25]
+    floor = [0.22, 0.22, 0.22]
+    agree = [0.9, 0.8, 1.0]
+    rows = [{"method": "m", "split": 0, "metrics": {
+        "w2_f": w, "floor_w2_f": f, "std_ratio_f_data": 1.0, "draws": 10,
+        "agreement_data": a, "floor_agreement_data": 0.85, "ll": -1.0, "std_ratio_data": 1.0}}
+        for w, f, a in zip(w2, floor, agree, strict=True)]  # fmt: skip
+    fx = next(line for line in fx_table("p", rows, ["m"], gap=False) if line.startswith("| m |"))
+    mean, se = sum(w2) / 3, float(sem(w2))
+    assert fx.startswith(f"| m | 10 | {mean:.3f} ± {se:.3f} | 0.220 | 1/3 |")
+    refs = [{"metrics": {"ll": -0.5, "accuracy": 1.0}}]
+    table = predictive_table("p", refs, rows, ["m"], {})
+    assert "agreement (data)" in table[2] and "TV" not in table[2]
+    line = next(line for line in table if line.startswith("| m |"))
+    assert line.startswith(f"| m | {0.9:.3f} ± {float(sem(agree)):.3f} | 0.850 | 2/3 |")

@@ -112,3 +112,24 @@ def test_subsample_keeps_distinct_draws_with_their_noise():
     want = (2 * first / 100).exp().mean().expand(n)
     torch.testing.assert_close(pred.aleatoric_variance, want.to(pred.aleatoric_variance.dtype))
     assert subsample(_Draws(c, s), outputs, 1000, seed=0).samples.shape == (c * s, n)
+
+
+def test_classification_agreement_and_tv_are_also_scored_apart_in_the_data_and_the_gap():
+    g = torch.Generator().manual_seed(5)
+    n = 8
+    ref = Predictive.from_logits(torch.randn(50, n, 3, generator=g))
+    pred = Predictive.from_logits(torch.randn(40, n, 3, generator=g))
+    gap = torch.arange(n) >= 5
+    problem = Problem("c", Task.CLASSIFICATION, torch.zeros(1, 2), torch.zeros(1),
+                      torch.zeros(1, 2), torch.zeros(1), torch.zeros(n, 2), torch.zeros(n),
+                      ~gap, gap)  # fmt: skip
+    out = distances(pred, ref, problem, seed=0)
+    p, q = pred.mean.double().numpy(), ref.mean.double().numpy()
+    same = p.argmax(1) == q.argmax(1)
+    tv = 0.5 * abs(p - q).sum(1)
+    assert out["agreement"] == pytest.approx(same.mean())
+    assert out["agreement_data"] == pytest.approx(same[:5].mean())
+    assert out["agreement_gap"] == pytest.approx(same[5:].mean())
+    assert out["tv_data"] == pytest.approx(tv[:5].mean(), rel=1e-5)
+    assert out["tv_gap"] == pytest.approx(tv[5:].mean(), rel=1e-5)
+    assert out["tv"] == pytest.approx(tv.mean(), rel=1e-5)

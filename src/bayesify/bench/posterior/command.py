@@ -59,6 +59,7 @@ class Preset:
     init_steps: int  # Adam steps on the log posterior from each chain's prior draw
     epochs: int  # toys; UCI: a fifth of it (Gal trains 40 epochs on a few hundred rows)
     mc_samples: int
+    method_seeds: int  # each method's runs per problem and split, against the one reference
 
 
 # fmt: off
@@ -70,18 +71,18 @@ PRESETS = {
                                                          ("concrete", 11)),
                     longer=(("energy", 450),),
                     dense_mass=False, init_steps=1000, epochs=200,
-                    mc_samples=100),
+                    mc_samples=100, method_seeds=3),
     # three splits, longer chains: a real machine
     "full": Preset(("toy-1d", "toy-2d", *UCI), splits=3, chains=4, warmup=1000, samples=500,
                    thin=2, max_tree_depth=10, deeper=(("energy", 12), ("yacht", 11),
                                                          ("concrete", 11)),
                    longer=(),
                    dense_mass=False, init_steps=2000, epochs=200,
-                   mc_samples=100),
+                   mc_samples=100, method_seeds=3),
     # a smoke test of the machinery (seconds, not a reference)
     "tiny": Preset(("toy-1d", "toy-2d"), splits=1, chains=2, warmup=10, samples=10, thin=1,
                    max_tree_depth=2, deeper=(), longer=(), dense_mass=False, init_steps=10,
-                   epochs=5, mc_samples=10),
+                   epochs=5, mc_samples=10, method_seeds=1),
 }
 # fmt: on
 
@@ -98,6 +99,11 @@ class PosteriorOptions:
     )
     datasets: tuple[str, ...] = option((), "Problems instead of the preset's, comma-separated.")
     splits: int = option(0, "UCI splits per dataset (0: the preset's).")
+    seeds: int = option(
+        0,
+        "Runs of each method per problem and split, seeds 0..N-1, against the "
+        "one reference (0: the preset's).",
+    )
     methods: tuple[str, ...] = option((), "Methods (default: all of posterior_jobs.METHODS).")
     store: str = option("benchmarks/posterior/results.db", "The results store (sqlite file).")
     references: str = option("benchmarks/posterior/references", "Folder of the HMC draws.")
@@ -116,12 +122,17 @@ class PosteriorOptions:
             check_choices("datasets", self.datasets, (*TOYS, *UCI))
         if self.methods:
             check_choices("methods", self.methods, METHODS)
-        if self.splits < 0 or self.workers < 1:
-            raise ValueError("splits must be >= 0 and workers >= 1")
+        if self.splits < 0 or self.seeds < 0 or self.workers < 1:
+            raise ValueError("splits and seeds must be >= 0 and workers >= 1")
 
     def settings(self) -> Preset:
         p = PRESETS[self.preset]
-        return replace(p, datasets=self.datasets or p.datasets, splits=self.splits or p.splits)
+        return replace(
+            p,
+            datasets=self.datasets or p.datasets,
+            splits=self.splits or p.splits,
+            method_seeds=self.seeds or p.method_seeds,
+        )
 
     def jobs(self) -> tuple[list, list]:
         """(HMC jobs, method jobs)."""
@@ -141,7 +152,9 @@ class PosteriorOptions:
                 # the reference, and the floor's second one: another chain seed, the same σ
                 hmc += [PosteriorJob(HMC, d, split, seed, epochs=0, mc_samples=0, **common)
                         for seed in (0, FLOOR_SEED)]  # fmt: skip
-                methods += [PosteriorJob(m, d, split, **common, **fit, scores=SCORES)
+                methods += [PosteriorJob(m, d, split, **common, **fit, scores=SCORES,
+                                         method_seed=s)
+                            for s in range(p.method_seeds)
                             for m in self.methods or METHODS]  # fmt: skip
         return hmc, methods
 

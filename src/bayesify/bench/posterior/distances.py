@@ -53,7 +53,8 @@ def distances(pred: Any, ref: Any, problem: Problem, seed: int) -> dict[str, Any
     """Scores of ``pred`` (a method's, or the floor's) against the reference ``ref`` on the
     problem's test inputs: ``w2_f`` / ``w2_f_gap`` and ``std_ratio_f_*`` on f(x) draws
     (``pred.samples`` against ``ref.samples``), then the whole predictive's ``w2`` / ``w2_gap``
-    (regression) or ``agreement`` / ``tv`` (classification) and ``std_ratio_*``."""
+    (regression) or ``agreement`` / ``tv`` (classification, also ``_data`` and ``_gap``: over
+    the inputs in the data and in the gap apart) and ``std_ratio_*``."""
     from bayesify.metrics import argmax_agreement, total_variation, wasserstein_1d
 
     fx, fx_ref = pred.samples, ref.samples
@@ -71,6 +72,10 @@ def distances(pred: Any, ref: Any, problem: Problem, seed: int) -> dict[str, Any
     if problem.task is Task.CLASSIFICATION:
         out["agreement"] = argmax_agreement(pred.mean, ref.mean)
         out["tv"] = float(total_variation(pred.mean, ref.mean).mean())
+        for part, mask in (("data", problem.in_data), ("gap", problem.gap)):
+            if bool(mask.any()):
+                out[f"agreement_{part}"] = argmax_agreement(pred.mean[mask], ref.mean[mask])
+                out[f"tv_{part}"] = float(total_variation(pred.mean[mask], ref.mean[mask]).mean())
     else:
         g = torch.Generator().manual_seed(seed)
         w2 = wasserstein_1d(pred.sample(W2_DRAWS, generator=g), ref.sample(W2_DRAWS, generator=g))

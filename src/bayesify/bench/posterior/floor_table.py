@@ -2,8 +2,10 @@
 table), then the whole predictive. A row's floor is the same score between the problem's second
 HMC reference, subsampled to the method's draws, and the first (``floor_*`` in its metrics).
 
-"Within the floor" counts the splits where the method's distance is below the floor's; a
-distance without a floor (no second reference) is never within it.
+A method's cell is the mean ± standard error over its runs (splits × method seeds; the
+standard error is left out for one run). "Within the floor" counts the runs where the method's
+distance is below the floor's; a distance without a floor (no second reference) is never within
+it.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import math
 from typing import Any
 
 from bayesify.bench.posterior.distances import floor_key
+from bayesify.bench.summary import mean_se
 
 
 def fmt(v: Any, digits: int = 3) -> str:
@@ -25,7 +28,7 @@ def mean(values: list[Any]) -> float | None:
 
 
 def within(rows: list[dict[str, Any]], key: str, larger: bool = False) -> str:
-    """``k/n``: the splits whose ``key`` is below its floor (``larger``: above it, for
+    """``k/n``: the runs whose ``key`` is below its floor (``larger``: above it, for
     agreement)."""
     hits = 0
     for m in rows:
@@ -36,7 +39,18 @@ def within(rows: list[dict[str, Any]], key: str, larger: bool = False) -> str:
 
 
 def _avg(rows: list[dict[str, Any]], key: str) -> str:
-    return fmt(mean([m.get(key) for m in rows]))
+    """``mean ± standard error`` of ``key`` over ``rows`` (the mean alone for one value)."""
+    vals = [m.get(key) for m in rows if m.get(key) is not None]
+    if len(vals) < 2:
+        return fmt(mean(vals))
+    m, se = mean_se(vals)
+    return f"{fmt(m)} ± {fmt(se)}"
+
+
+def _floor(rows: list[dict[str, Any]], key: str) -> str:
+    """The floor of ``key``: its mean over the runs (one value per split: a split's method
+    seeds share it), without a standard error."""
+    return fmt(mean([m.get(floor_key(key)) for m in rows]))
 
 
 def _line(cells: list[str]) -> str:
@@ -45,7 +59,7 @@ def _line(cells: list[str]) -> str:
 
 def fx_table(dataset: str, rows: list[dict[str, Any]], methods: list[str], gap: bool) -> list[str]:
     """The f(x) table of one problem: per method, W2 on f(x) and the epistemic std ratio, each
-    beside its floor (means over splits)."""
+    beside its floor (means ± standard errors over runs)."""
     head = ["method", "draws", "W2 f(x)", "floor", "within floor"]
     head += ["W2 f(x) (gap)", "floor"] if gap else []
     head += ["std ratio f(x) (data)", "floor"]
@@ -56,12 +70,12 @@ def fx_table(dataset: str, rows: list[dict[str, Any]], methods: list[str], gap: 
         if not mine:
             continue
         draws = sorted({str(m.get("draws", "–")) for m in mine})
-        cells = [method, "/".join(draws), _avg(mine, "w2_f"), _avg(mine, floor_key("w2_f")),
+        cells = [method, "/".join(draws), _avg(mine, "w2_f"), _floor(mine, "w2_f"),
                  within(mine, "w2_f")]  # fmt: skip
         for key, shown in (("w2_f_gap", gap), ("std_ratio_f_data", True),
                            ("std_ratio_f_gap", gap)):  # fmt: skip
             if shown:
-                cells += [_avg(mine, key), _avg(mine, floor_key(key))]
+                cells += [_avg(mine, key), _floor(mine, key)]
         lines.append(_line(cells))
     return [*lines, ""]
 
@@ -77,13 +91,20 @@ def predictive_table(
     TV (classification) beside their floors, the predictive std ratios, test LL."""
     classification = any("accuracy" in r["metrics"] for r in refs)
     gap = any(r["metrics"].get("std_ratio_gap") is not None for r in rows)
-    dist = [("agreement", True), ("tv", False)] if classification else [("w2", False)]
+    apart = classification and any("agreement_data" in r["metrics"] for r in rows)
+    if apart:  # in the data and in the gap apart: the data points are easy, the gap is not
+        keys = ["agreement_data", "agreement_gap", "tv_data", "tv_gap"]
+        dist = [(k, k.startswith("agreement")) for k in keys
+                if any(k in r["metrics"] for r in rows)]  # fmt: skip
+    else:
+        dist = [("agreement", True), ("tv", False)] if classification else [("w2", False)]
     if gap and not classification:
         dist.append(("w2_gap", False))
     head = ["method"]
     for key, _ in dist:
-        name = {"agreement": "agreement", "tv": "TV", "w2": "W2", "w2_gap": "W2 (gap)"}[key]
-        head += [name, "floor", "within floor"]
+        base, _, part = key.partition("_")
+        name = {"agreement": "agreement", "tv": "TV", "w2": "W2"}[base]
+        head += [name + (f" ({part})" if part else ""), "floor", "within floor"]
     head += ["std ratio (data)", *(["std ratio (gap)"] if gap else []), "test LL"]
     head += [*(["LL in uci.md"] if gal else []), "runs"]
     lines = [f"### {dataset}", "", _line(head), _line(["---"] * len(head))]
@@ -96,7 +117,7 @@ def predictive_table(
             continue
         cells = [method]
         for key, larger in dist:
-            cells += [_avg(mine, key), _avg(mine, floor_key(key)), within(mine, key, larger)]
+            cells += [_avg(mine, key), _floor(mine, key), within(mine, key, larger)]
         cells += [_avg(mine, "std_ratio_data"), *([_avg(mine, "std_ratio_gap")] if gap else [])]
         cells += [_avg(mine, "ll"), *([fmt(gal.get(method))] if gal else []), str(len(mine))]
         lines.append(_line(cells))

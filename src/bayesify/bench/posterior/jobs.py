@@ -38,7 +38,9 @@ METHODS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
 }
 HIDDEN = 50
 FLOOR_SEED = 1  # the second reference's seed: another chain seed, the same posterior (same σ)
-SCORES = 2  # the method rows' scores: 1, the whole predictive only; 2, f(x) and the floor too
+# the method rows' scores: 1, the whole predictive only; 2, f(x) and the floor too; 3, also
+# classification agreement and TV apart for inputs in the data and in the gap
+SCORES = 3
 
 
 @dataclass(frozen=True)
@@ -50,7 +52,9 @@ class PosteriorJob:
     ``epochs`` and ``mc_samples`` are the methods' (0 in a reference's row: HMC uses neither, so
     its key does not change with them). ``scores`` names what a method row computes (1: the
     whole predictive only, the rows written before f(x) was scored; :data:`SCORES`: f(x)
-    distances and the floor too), so rows of each kind keep apart in the store."""
+    distances and the floor too), so rows of each kind keep apart in the store. ``method_seed``
+    is the method's own seed (its initialisation, batches and draws), run several times against
+    the one reference (``seed``) of a split."""
 
     method: str
     dataset: str
@@ -68,6 +72,7 @@ class PosteriorJob:
     epochs: int = 200
     mc_samples: int = 100
     scores: int = key_field(1)
+    method_seed: int = key_field(0)
 
     def reference_path(self) -> Path:
         tag = f"c{self.chains}-w{self.warmup}-s{self.samples}-t{self.thin}-d{self.max_tree_depth}"
@@ -175,18 +180,19 @@ def score_method(job: PosteriorJob) -> dict[str, Any]:
         raise FileNotFoundError(f"no HMC reference at {path}: its row has not finished")
     draws = HMCSamples.load(path)
     net_options, options = METHODS[job.method]
-    with seeded(job.seed + job.split):
+    own = job.seed + 1000 * job.method_seed  # method seed 0: as rows before method seeds
+    with seeded(own + job.split):
         ref_net = _net(problem)
         net = _net(problem, **net_options)
         method = get_method(job.method)(net, task=problem.task, **options)
     ref = draws.predictive(ref_net, problem.x_test)
     method.fit((problem.x_train, problem.y_train), val=(problem.x_val, problem.y_val),
-               epochs=job.epochs, batch_size=32, lr=1e-2, seed=job.seed + job.split,
+               epochs=job.epochs, batch_size=32, lr=1e-2, seed=own + job.split,
                progress=False)  # fmt: skip
-    pred = method.predict(problem.x_test, samples=job.mc_samples, seed=job.seed)
+    pred = method.predict(problem.x_test, samples=job.mc_samples, seed=own)
     metrics: dict[str, Any] = {
         **_test_scores(pred, problem),
-        **distances(pred, ref, problem, job.seed),
+        **distances(pred, ref, problem, own),
         "draws": int(pred.samples.shape[0]),
         **_band(pred, problem),
     }

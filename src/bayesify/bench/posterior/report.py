@@ -74,8 +74,9 @@ def _limitations(refs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list
     """What the page cannot show, with the counts of this store."""
     strict = sum(_strict(r["metrics"]) == "yes" for r in refs)
     loose = sum(bool(r["metrics"]["reference"]) for r in refs)
-    seeds = {(r["dataset"], r["split"], r["method"]) for r in rows}
-    one_run = len(seeds) == len(rows)
+    cells = {(r["dataset"], r["split"], r["method"]) for r in rows}
+    runs = sorted({sum((r["dataset"], r["split"], r["method"]) == c for r in rows) for c in cells})
+    apart = any("agreement_data" in r["metrics"] for r in rows)
     return [
         "## Limitations",
         "",
@@ -89,17 +90,24 @@ def _limitations(refs: list[dict[str, Any]], rows: list[dict[str, Any]]) -> list
         f"{STRICT_ESS} (last column of the diagnostics table). Distances to a run that fails "
         "the stricter bar carry its Monte Carlo error too, which the floor (two such runs) "
         "includes.",
-        "- **Seeds and splits.** "
-        + ("Every method row is one run (one seed) per split; " if one_run else "")
-        + "the tables are means over the splits the diagnostics table lists, without "
-        "standard errors, so no difference between methods here is a tested one.",
+        "- **Seeds and splits.** Each method ran "
+        + "/".join(map(str, runs))
+        + " time(s) per problem and split (method seeds), against the one reference of the "
+        "split: the standard errors are the methods' seed-to-seed spread (over the splits "
+        "too where there are several), not the reference's Monte Carlo error, which the floor "
+        "stands for. A difference between two methods smaller than their standard errors "
+        "together is not one this page can tell.",
         "- **Modelling choices.** σ is fixed at the MAP network's validation RMSE on UCI, and "
         "the prior variance 1/5 is Izmailov et al.'s setting for a CIFAR ResNet-20; neither is "
         "justified for these MLPs by a sensitivity run.",
-        "- **Toy-2d agreement.** Agreement and TV are over all test inputs; inputs in the data "
-        "are easy (HMC's class probabilities there are near 0 or 1), so the spread between "
-        "methods comes from the gap points, where HMC is near p = 0.5 and a method's class can "
-        "flip between reruns. They are not reported apart.",
+        "- **Toy-2d agreement.** Inputs in the data are easy (HMC's class probabilities there "
+        "are near 0 or 1); the gap points, where HMC is near p = 0.5, are where a method's "
+        "class can flip between runs. "
+        + (
+            "The whole-predictive table reports agreement and TV for the two apart."
+            if apart
+            else "Agreement and TV are over all test inputs, not reported apart."
+        ),
         "",
     ]
 
@@ -198,8 +206,11 @@ def report(opts: Any, jobs: list[Any], summary: str, wall: float, page: Path) ->
         "over inputs in the data or in the gap between clusters. draws: the method's draws of "
         "f(x) per input. Floor: the same score of a second HMC run (another chain seed, the "
         "same posterior and σ) against the reference, its draws subsampled at random to the "
-        "method's count so that both carry the same Monte Carlo error. Within floor: the splits "
-        "where the method's W2 f(x) is below the floor's.",
+        "method's count so that both carry the same Monte Carlo error. A method's cells: mean ± "
+        "standard error over its runs (splits × method seeds, each seed its own initialisation, "
+        "batches and draws, all against the split's one reference); the floor: its mean over "
+        "the runs (a split's seeds share it). Within floor: the runs where the method's W2 f(x) "
+        "is below the floor's.",
         "",
     ]
     for d in datasets:
