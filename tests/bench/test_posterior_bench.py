@@ -230,3 +230,9 @@ def test_tables_show_mean_and_standard_error_over_runs_and_the_floor_as_its_mean
     assert "agreement (data)" in table[2] and "TV" not in table[2]
     line = next(line for line in table if line.startswith("| m |"))
     assert line.startswith(f"| m | {0.9:.3f} ± {float(sem(agree)):.3f} | 0.850 | 2/3 |")
+    # agreement that ties the floor's (both 1 where every input is easy) is within it
+    from bayesify.bench.posterior.floor_table import within
+
+    assert (
+        within([{"a": 1.0, "floor_a": 1.0}, {"a": 0.9, "floor_a": 1.0}], "a", larger=True) == "1/2"
+    )

@@ -4,8 +4,8 @@ HMC reference, subsampled to the method's draws, and the first (``floor_*`` in i
 
 A method's cell is the mean ± standard error over its runs (splits × method seeds; the
 standard error is left out for one run). "Within the floor" counts the runs where the method's
-distance is below the floor's; a distance without a floor (no second reference) is never within
-it.
+distance is at or below the floor's (agreement: at or above); a distance without a floor (no
+second reference) is never within it.
 """
 
 from __future__ import annotations
@@ -28,12 +28,12 @@ def mean(values: list[Any]) -> float | None:
 
 
 def within(rows: list[dict[str, Any]], key: str, larger: bool = False) -> str:
-    """``k/n``: the runs whose ``key`` is below its floor (``larger``: above it, for
-    agreement)."""
+    """``k/n``: the runs whose ``key`` is at or below its floor (``larger``: at or above it,
+    for agreement, which ties the floor's wherever both agree everywhere)."""
     hits = 0
     for m in rows:
         v, floor = m.get(key), m.get(floor_key(key))
-        if v is not None and floor is not None and (v > floor if larger else v < floor):
+        if v is not None and floor is not None and (v >= floor if larger else v <= floor):
             hits += 1
     return f"{hits}/{len(rows)}"
 
