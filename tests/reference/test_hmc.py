@@ -93,3 +93,14 @@ def test_without_the_extra_one_line_names_it(monkeypatch):
     with pytest.raises(MissingExtra, match=r"^the HMC reference needs numpyro and jax: "
                                            r"pip install 'bayesify\[hmc\]'$"):  # fmt: skip
         sample_posterior(nn.Linear(1, 1), torch.zeros(4, 1), torch.zeros(4), "regression")
+
+
+def test_one_chain_samples_the_closed_form_posterior_too():
+    x, y, mean, cov = _blr()
+    cfg = HMCConfig(prior_std=0.3, noise_std=0.5, chains=1, warmup=80, samples=300,
+                    init_steps=20, max_tree_depth=3, seed=2)  # fmt: skip
+    draws = sample_posterior(nn.Linear(2, 1, bias=False), x, y, "regression", cfg)
+    assert draws.theta.shape == (1, 300, 2) and len(draws.stats["chains"]) == 1
+    w = draws.theta[0].double()
+    se = (cov.diagonal() / 100).sqrt()  # an ESS of 100 of 300 draws, conservatively
+    assert ((w.mean(0) - mean).abs() < 4 * se).all(), (w.mean(0), mean, se)

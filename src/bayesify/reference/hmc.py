@@ -303,7 +303,8 @@ def sample_posterior(
     mcmc = infer.MCMC(kernel, num_warmup=cfg.warmup, num_samples=cfg.samples,
                       thinning=cfg.thin, num_chains=cfg.chains, chain_method="vectorized",
                       progress_bar=False)  # fmt: skip
-    mcmc.run(keys[cfg.chains], init_params=start,
+    # one chain: NumPyro takes its start without the chain axis
+    mcmc.run(keys[cfg.chains], init_params=start if cfg.chains > 1 else start[0],
              extra_fields=("diverging", "accept_prob", "num_steps"))  # fmt: skip
     extra = {k: np.asarray(v) for k, v in mcmc.get_extra_fields(group_by_chain=True).items()}
     step = np.asarray(mcmc.last_state.adapt_state.step_size).reshape(-1)
