@@ -236,3 +236,27 @@ def test_tables_show_mean_and_standard_error_over_runs_and_the_floor_as_its_mean
     assert (
         within([{"a": 1.0, "floor_a": 1.0}, {"a": 0.9, "floor_a": 1.0}], "a", larger=True) == "1/2"
     )
+
+
+def test_fashion_pca_is_three_classes_on_uncorrelated_components_with_digits_as_the_gap():
+    from bayesify.bench.posterior.command import PosteriorOptions
+    from bayesify.bench.posterior.problems import load_problem
+    from bayesify.options import Task
+
+    p = load_problem("fashion-pca", 0)
+    assert p.task is Task.CLASSIFICATION and p.n_outputs == 3 and p.n_features == 5
+    assert (len(p.y_train), len(p.y_val), int(p.in_data.sum()), int(p.gap.sum())) == (
+        300, 200, 300, 300)  # fmt: skip
+    assert set(p.y_train.tolist()) == set(p.y_test[p.in_data].tolist()) == {0, 1, 2}
+    assert not (p.in_data & p.gap).any() and p.gap[300:].all()
+    # principal components of the training rows, standardised: zero mean, unit variance and
+    # uncorrelated on those rows (the correlation matrix of their projections is the identity)
+    x = p.x_train.double()
+    assert torch.allclose(x.mean(0), torch.zeros(5, dtype=torch.float64), atol=1e-5)
+    assert torch.allclose(torch.corrcoef(x.T), torch.eye(5, dtype=torch.float64), atol=1e-4)
+    assert torch.allclose(x.std(0), torch.ones(5, dtype=torch.float64), atol=1e-4)
+    # a split is a data draw: reproducible, and another split draws other images
+    assert torch.equal(load_problem("fashion-pca", 0).x_test, p.x_test)
+    assert not torch.equal(load_problem("fashion-pca", 1).x_train, p.x_train)
+    hmc, methods = PosteriorOptions(preset="quick", datasets=("fashion-pca",)).jobs()
+    assert len(hmc) == 2 and {j.epochs for j in methods} == {200}

@@ -4,11 +4,13 @@ run job by job into a resumable results store -> benchmarks/posterior.md and a f
 1-D toy.
 
 Problems: a 1-D regression toy with a gap between two clusters of inputs, a 2-class 2-D toy
-(XOR of four blobs) and UCI datasets on Gal's splits, all with Gal's one-hidden-layer MLP of 50
-ReLU units. The reference: prior N(0, 1/5) on every weight and bias (Izmailov et al. 2021),
-homoscedastic noise σ fixed at the MAP network's RMSE on the validation rows (UCI; sampled, σ
-collapses towards 0 there: the net nearly interpolates them, and NUTS cannot mix) or sampled with
-log σ ~ N(0, 1) (toy-1d, whose 40 rows leave σ well determined and the chains mixing).
+(XOR of four blobs), three Fashion-MNIST classes on five principal components with MNIST digits
+as out-of-distribution test inputs (``fashion-pca``) and UCI datasets on Gal's splits, all with
+Gal's one-hidden-layer MLP of 50 ReLU units. The reference: prior N(0, 1/5) on every weight and
+bias (Izmailov et al. 2021), homoscedastic noise σ fixed at the MAP network's RMSE on the
+validation rows (UCI; sampled, σ collapses towards 0 there: the net nearly interpolates them,
+and NUTS cannot mix) or sampled with log σ ~ N(0, 1) (toy-1d, whose 40 rows leave σ well
+determined and the chains mixing).
 Scores on test inputs, first on f(x), the network's output before noise: the per-input 1-D
 2-Wasserstein distance between the method's draws of f(x) and HMC's and the ratio of their stds
 (the epistemic std ratio); then on the whole predictive: the 2-Wasserstein distance
@@ -42,7 +44,7 @@ class Preset:
     """Problems and sampler / training settings of a preset (``--preset``)."""
 
     datasets: tuple[str, ...]
-    splits: int  # per UCI dataset (toys: one data draw)
+    splits: int  # per UCI dataset and data draws of fashion-pca (toys: one data draw)
     chains: int
     warmup: int
     samples: int
@@ -57,7 +59,7 @@ class Preset:
     longer: tuple[tuple[str, int], ...]
     dense_mass: bool  # dense (else diagonal) mass matrix adapted in warm-up
     init_steps: int  # Adam steps on the log posterior from each chain's prior draw
-    epochs: int  # toys; UCI: a fifth of it (Gal trains 40 epochs on a few hundred rows)
+    epochs: int  # toys and fashion-pca; UCI: a fifth of it
     mc_samples: int
     method_seeds: int  # each method's runs per problem and split, against the one reference
 
@@ -66,14 +68,16 @@ class Preset:
 PRESETS = {
     # toys and one Gal split of each UCI set: timed in one call on 2 free cores
     # (benchmarks/posterior.md)
-    "quick": Preset(("toy-1d", "toy-2d", *UCI), splits=1, chains=4, warmup=300, samples=150,
+    "quick": Preset(("toy-1d", "toy-2d", "fashion-pca", *UCI), splits=1, chains=4, warmup=300,
+                    samples=150,
                     thin=1, max_tree_depth=10, deeper=(("energy", 12), ("yacht", 11),
                                                          ("concrete", 11)),
                     longer=(("energy", 450),),
                     dense_mass=False, init_steps=1000, epochs=200,
                     mc_samples=100, method_seeds=3),
     # three splits, longer chains: a real machine
-    "full": Preset(("toy-1d", "toy-2d", *UCI), splits=3, chains=4, warmup=1000, samples=500,
+    "full": Preset(("toy-1d", "toy-2d", "fashion-pca", *UCI), splits=3, chains=4, warmup=1000,
+                   samples=500,
                    thin=2, max_tree_depth=10, deeper=(("energy", 12), ("yacht", 11),
                                                          ("concrete", 11)),
                    longer=(),
@@ -94,11 +98,11 @@ class PosteriorOptions:
     command: ClassVar[str] = "posterior"
     preset: str = option(
         "quick",
-        "quick (toys, one split of five UCI sets), full (three splits, longer chains) or tiny "
-        "(a smoke test).",
+        "quick (toys, fashion-pca, one split of five UCI sets), full (three splits, longer "
+        "chains) or tiny (a smoke test).",
     )
     datasets: tuple[str, ...] = option((), "Problems instead of the preset's, comma-separated.")
-    splits: int = option(0, "UCI splits per dataset (0: the preset's).")
+    splits: int = option(0, "UCI splits (and fashion-pca draws) per dataset (0: the preset's).")
     seeds: int = option(
         0,
         "Runs of each method per problem and split, seeds 0..N-1, against the "
@@ -115,11 +119,11 @@ class PosteriorOptions:
 
     def __post_init__(self) -> None:
         from bayesify.bench.posterior.jobs import METHODS
-        from bayesify.bench.posterior.problems import TOYS
+        from bayesify.bench.posterior.problems import IMAGES, TOYS
 
         check_choices("preset", (self.preset,), PRESETS)
         if self.datasets:
-            check_choices("datasets", self.datasets, (*TOYS, *UCI))
+            check_choices("datasets", self.datasets, (*TOYS, *IMAGES, *UCI))
         if self.methods:
             check_choices("methods", self.methods, METHODS)
         if self.splits < 0 or self.seeds < 0 or self.workers < 1:
@@ -148,7 +152,8 @@ class PosteriorOptions:
                               max_tree_depth=dict(p.deeper).get(d, p.max_tree_depth),
                               dense_mass=p.dense_mass, init_steps=p.init_steps,
                               fixed_noise=d != "toy-1d")  # fmt: skip
-                fit = dict(epochs=p.epochs if toy else p.epochs // 5, mc_samples=p.mc_samples)
+                short = d in UCI  # Gal trains 40 epochs on a few hundred rows
+                fit = dict(epochs=p.epochs // 5 if short else p.epochs, mc_samples=p.mc_samples)
                 # the reference, and the floor's second one: another chain seed, the same σ
                 hmc += [PosteriorJob(HMC, d, split, seed, epochs=0, mc_samples=0, **common)
                         for seed in (0, FLOOR_SEED)]  # fmt: skip

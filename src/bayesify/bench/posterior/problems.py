@@ -7,6 +7,11 @@ inputs lie in the data and which in a gap between clusters of inputs.
 * ``toy-2d``: two classes in an XOR of four Gaussian blobs (std 0.4) centred at (±1.5, ±1.5),
   80 training points; test: 200 points from the blobs (in the data) and 100 on the cross
   between them, farther than 1 from every centre (gap; their labels are not scored).
+* ``fashion-pca``: three Fashion-MNIST classes (T-shirt/top, pullover, shirt) on the first 5
+  principal components of the training images, standardised; 300 training and 200 validation
+  images drawn from the training set per split, 300 test images of the three classes (in the
+  data) and 300 MNIST digits projected the same way (the "gap": out of distribution, their
+  labels not scored).
 * a UCI dataset on Gal & Ghahramani's split ``split`` (standardised units; the last 20% of the
   training rows are the methods' validation rows, HMC sees the first 80% as they do).
 """
@@ -22,6 +27,9 @@ from torch import Tensor
 from bayesify.options import Task
 
 TOYS = ("toy-1d", "toy-2d")
+IMAGES = ("fashion-pca",)  # classification beyond the toys: splits are data draws, as UCI's
+FASHION_CLASSES = (0, 2, 6)  # T-shirt/top, pullover, shirt: the three most confused upper garments
+PCA_FEATURES = 5
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,7 @@ class Problem:
     in_data: Tensor  # [N_test] bool: scored for test LL; std ratio "in the data"
     gap: Tensor  # [N_test] bool: std ratio "in the gap" (none for UCI)
     y_scale: float = 1.0  # original target units per standardised unit (UCI)
+    classes: int = 2  # classification
 
     @property
     def n_features(self) -> int:
@@ -46,7 +55,7 @@ class Problem:
 
     @property
     def n_outputs(self) -> int:
-        return 2 if self.task is Task.CLASSIFICATION else 1
+        return self.classes if self.task is Task.CLASSIFICATION else 1
 
 
 def _toy_1d(seed: int) -> Problem:
@@ -90,6 +99,41 @@ def _toy_2d(seed: int) -> Problem:
     return Problem("toy-2d", Task.CLASSIFICATION, x, y, xv, yv, xt, yt, ~gap, gap)
 
 
+def _fashion_pca(split: int) -> Problem:
+    from bayesify.data import load_fashion_mnist, load_mnist
+
+    g = torch.Generator().manual_seed(3000 + split)
+
+    def pick(x: Tensor, y: Tensor, n: int, keep: bool = True) -> tuple[Tensor, Tensor]:
+        rows = torch.isin(y, torch.tensor(FASHION_CLASSES)).nonzero()[:, 0] if keep else (
+            torch.arange(len(y)))  # fmt: skip
+        rows = rows[torch.randperm(len(rows), generator=g)[:n]]
+        return x[rows].flatten(1).double(), y[rows]
+
+    train, test = load_fashion_mnist("train"), load_fashion_mnist("test")
+    x, y = pick(train.x, train.y, 500)
+    xt, yt = pick(test.x, test.y, 300)
+    digits = load_mnist("test")
+    xo, _ = pick(digits.x, digits.y, 300, keep=False)
+    mean = x[:300].mean(0)
+    components = torch.linalg.svd(x[:300] - mean, full_matrices=False).Vh[:PCA_FEATURES].T
+    z = (x - mean) @ components
+    centre, scale = z[:300].mean(0), z[:300].std(0)
+
+    def features(v: Tensor) -> Tensor:
+        return (((v - mean) @ components - centre) / scale).float()
+
+    label = {c: i for i, c in enumerate(FASHION_CLASSES)}
+    y = torch.tensor([label[int(c)] for c in y])
+    yt = torch.tensor([label[int(c)] for c in yt])
+    x_test = torch.cat([features(xt), features(xo)])
+    y_test = torch.cat([yt, torch.zeros(len(xo), dtype=torch.long)])
+    gap = torch.arange(len(x_test)) >= len(xt)
+    return Problem("fashion-pca", Task.CLASSIFICATION, features(x[:300]), y[:300],
+                   features(x[300:]), y[300:], x_test, y_test, ~gap, gap,
+                   classes=len(FASHION_CLASSES))  # fmt: skip
+
+
 def _uci(name: str, split: int) -> Problem:
     from bayesify.data import load_uci
 
@@ -106,6 +150,8 @@ def load_problem(name: str, split: int) -> Problem:
         return _toy_1d(1000 + split)
     if name == "toy-2d":
         return _toy_2d(2000 + split)
+    if name == "fashion-pca":
+        return _fashion_pca(split)
     return _uci(name, split)
 
 
