@@ -168,7 +168,8 @@ def test_deeper_datasets_get_their_own_tree_depth_and_reference():
     depth = {j.dataset: j.max_tree_depth for j in hmc}
     assert depth == {"toy-1d": 10, "energy": 12, "concrete": 11}
     # a method row is scored against the reference sampled at its dataset's depth
-    assert {j.reference_path() for j in methods} == {j.reference_path() for j in hmc if not j.seed}
+    page_refs = {j.reference_path() for j in hmc if not j.seed and j.prior_std == hmc[0].prior_std}
+    assert {j.reference_path() for j in methods} == page_refs
     assert {j.dataset: j.samples for j in hmc} == {"toy-1d": 150, "energy": 450, "concrete": 150}
     assert "energy-0-seed0-c4-w300-s450-t1-d12-" in str(
         next(j for j in hmc if j.dataset == "energy").reference_path()
@@ -259,4 +260,39 @@ def test_fashion_pca_is_three_classes_on_uncorrelated_components_with_digits_as_
     assert torch.equal(load_problem("fashion-pca", 0).x_test, p.x_test)
     assert not torch.equal(load_problem("fashion-pca", 1).x_train, p.x_train)
     hmc, methods = PosteriorOptions(preset="quick", datasets=("fashion-pca",)).jobs()
-    assert len(hmc) == 2 and {j.epochs for j in methods} == {200}
+    # the page's reference, the floor's, and one under the prior check's prior std
+    assert len(hmc) == 3 and {j.epochs for j in methods} == {200}
+    assert sorted(j.prior_std for j in hmc)[-1] == 1.0
+
+
+def test_the_prior_check_scores_another_priors_reference_against_the_pages(tmp_path):
+    from bayesify.bench.posterior.command import PosteriorOptions, run
+    from bayesify.bench.posterior.jobs import _net
+    from bayesify.bench.posterior.problems import load_problem
+    from bayesify.reference import HMCSamples
+
+    opts = PosteriorOptions(preset="tiny", datasets=("toy-2d",), methods=("mc-dropout",),
+                            prior_check=1.0, store=str(tmp_path / "r.db"),
+                            references=str(tmp_path / "refs"),
+                            page=str(tmp_path / "p.md"))  # fmt: skip
+    hmc, _ = opts.jobs()
+    assert sorted(j.prior_std for j in hmc)[-1] == 1.0 and len(hmc) == 3
+    threads = torch.get_num_threads()
+    try:
+        page = run(opts)
+    finally:
+        torch.set_num_threads(threads)
+    assert page == (tmp_path / "p.md").read_text()
+    section = page[page.index("## Prior sensitivity") :]
+    row = next(line for line in section.splitlines() if line.startswith("| toy-2d | 0 | 1 |"))
+    w2 = float(row.split(" | ")[3])
+    # independently: both references have the same number of draws (2 chains × 10), so the
+    # subsample keeps them all, and W2 per input and class is the sorted-sample formula
+    problem = load_problem("toy-2d", 0)
+    net = _net(problem)
+    refs = {p.name.endswith("prior1"): HMCSamples.load(p) for p in (tmp_path / "refs").iterdir()
+            if "seed0" in p.name}  # fmt: skip
+    a, b = (refs[k].outputs(net, problem.x_test).softmax(-1).flatten(0, 1) for k in (True, False))
+    per = (a.sort(0).values - b.sort(0).values).square().mean(0).sqrt()  # [N, K]
+    assert w2 == pytest.approx(float(per.mean()), abs=6e-4) and w2 > 0
+    assert "## Prior sensitivity" in page and "the prior sensitivity section" in page.lower()

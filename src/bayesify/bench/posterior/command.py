@@ -62,6 +62,9 @@ class Preset:
     epochs: int  # toys and fashion-pca; UCI: a fifth of it
     mc_samples: int
     method_seeds: int  # each method's runs per problem and split, against the one reference
+    # the prior std of one more reference per toy and fashion-pca split (0: none), scored
+    # against the page's reference (prior variance 1/5): how much the prior moves the posterior
+    prior_check: float
 
 
 # fmt: off
@@ -74,7 +77,7 @@ PRESETS = {
                                                          ("concrete", 11)),
                     longer=(("energy", 450),),
                     dense_mass=False, init_steps=1000, epochs=200,
-                    mc_samples=100, method_seeds=3),
+                    mc_samples=100, method_seeds=3, prior_check=1.0),
     # three splits, longer chains: a real machine
     "full": Preset(("toy-1d", "toy-2d", "fashion-pca", *UCI), splits=3, chains=4, warmup=1000,
                    samples=500,
@@ -82,11 +85,11 @@ PRESETS = {
                                                          ("concrete", 11)),
                    longer=(),
                    dense_mass=False, init_steps=2000, epochs=200,
-                   mc_samples=100, method_seeds=3),
+                   mc_samples=100, method_seeds=3, prior_check=1.0),
     # a smoke test of the machinery (seconds, not a reference)
     "tiny": Preset(("toy-1d", "toy-2d"), splits=1, chains=2, warmup=10, samples=10, thin=1,
                    max_tree_depth=2, deeper=(), longer=(), dense_mass=False, init_steps=10,
-                   epochs=5, mc_samples=10, method_seeds=1),
+                   epochs=5, mc_samples=10, method_seeds=1, prior_check=0.0),
 }
 # fmt: on
 
@@ -108,6 +111,11 @@ class PosteriorOptions:
         "Runs of each method per problem and split, seeds 0..N-1, against the "
         "one reference (0: the preset's).",
     )
+    prior_check: float = option(
+        -1.0,
+        "Prior std of one more reference per toy and fashion-pca split, compared with the "
+        "page's (prior variance 1/5); 0: none, -1: the preset's.",
+    )
     methods: tuple[str, ...] = option((), "Methods (default: all of posterior_jobs.METHODS).")
     store: str = option("benchmarks/posterior/results.db", "The results store (sqlite file).")
     references: str = option("benchmarks/posterior/references", "Folder of the HMC draws.")
@@ -128,6 +136,8 @@ class PosteriorOptions:
             check_choices("methods", self.methods, METHODS)
         if self.splits < 0 or self.seeds < 0 or self.workers < 1:
             raise ValueError("splits and seeds must be >= 0 and workers >= 1")
+        if self.prior_check < 0 and self.prior_check != -1:
+            raise ValueError(f"prior_check is a prior std, 0 or -1, got {self.prior_check}")
 
     def settings(self) -> Preset:
         p = PRESETS[self.preset]
@@ -136,6 +146,7 @@ class PosteriorOptions:
             datasets=self.datasets or p.datasets,
             splits=self.splits or p.splits,
             method_seeds=self.seeds or p.method_seeds,
+            prior_check=p.prior_check if self.prior_check < 0 else self.prior_check,
         )
 
     def jobs(self) -> tuple[list, list]:
@@ -157,6 +168,9 @@ class PosteriorOptions:
                 # the reference, and the floor's second one: another chain seed, the same σ
                 hmc += [PosteriorJob(HMC, d, split, seed, epochs=0, mc_samples=0, **common)
                         for seed in (0, FLOOR_SEED)]  # fmt: skip
+                if p.prior_check > 0 and d not in UCI:  # cheap problems: one more prior
+                    hmc.append(PosteriorJob(HMC, d, split, 0, epochs=0, mc_samples=0,
+                                            prior_std=p.prior_check, **common))  # fmt: skip
                 methods += [PosteriorJob(m, d, split, **common, **fit, scores=SCORES,
                                          method_seed=s)
                             for s in range(p.method_seeds)

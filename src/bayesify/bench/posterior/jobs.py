@@ -20,6 +20,7 @@ from bayesify.bench.jobs import key_field
 from bayesify.bench.posterior.distances import distances, floor_key, subsample
 from bayesify.bench.posterior.problems import Problem, load_problem, log_scale
 from bayesify.options import Task
+from bayesify.reference.hmc import IZMAILOV_PRIOR_STD
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +74,13 @@ class PosteriorJob:
     mc_samples: int = 100
     scores: int = key_field(1)
     method_seed: int = key_field(0)
+    prior_std: float = key_field(IZMAILOV_PRIOR_STD)  # a reference under another prior: a check
 
     def reference_path(self) -> Path:
         tag = f"c{self.chains}-w{self.warmup}-s{self.samples}-t{self.thin}-d{self.max_tree_depth}"
         tag += f"-i{self.init_steps}" + ("-dense" if self.dense_mass else "")
         tag += "-fixed" if self.fixed_noise else ""
+        tag += "" if self.prior_std == IZMAILOV_PRIOR_STD else f"-prior{self.prior_std:g}"
         return Path(self.references) / f"{self.dataset}-{self.split}-seed{self.seed}-{tag}"
 
 
@@ -140,8 +143,9 @@ def score_reference(job: PosteriorJob) -> dict[str, Any]:
     fixed = job.fixed_noise and problem.task is Task.REGRESSION
     # σ depends on the split alone: the floor's second reference samples the same posterior
     noise = validation_noise(problem, job.split) if fixed else None
-    cfg = HMCConfig(noise_std=noise, chains=job.chains, warmup=job.warmup, samples=job.samples,
-                    thin=job.thin, max_tree_depth=job.max_tree_depth, dense_mass=job.dense_mass,
+    cfg = HMCConfig(noise_std=noise, prior_std=job.prior_std, chains=job.chains,
+                    warmup=job.warmup, samples=job.samples, thin=job.thin,
+                    max_tree_depth=job.max_tree_depth, dense_mass=job.dense_mass,
                     init_steps=job.init_steps, seed=job.seed + 100 * job.split)  # fmt: skip
     draws = sample_posterior(net, problem.x_train, problem.y_train, problem.task, cfg)
     draws.save(job.reference_path(), extra={"dataset": job.dataset, "split": job.split})
