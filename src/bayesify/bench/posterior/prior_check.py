@@ -40,7 +40,7 @@ def prior_section(jobs: list[Any], rows: list[dict[str, Any]]) -> list[str]:
     """The page's section: per finished check among ``jobs`` (its row in ``rows``, the store's
     HMC rows), W2 on f(x) (in the data and in the gap), the epistemic std ratio and class
     agreement of the other prior's reference against the page's, beside the floor's, and the
-    test LL of each."""
+    test LL of each, and the other prior's largest split R-hat."""
     refs = [r for r in rows if not r["config"].get("prior_std")]
     checks = []
     for job in jobs:
@@ -65,8 +65,8 @@ def prior_section(jobs: list[Any], rows: list[dict[str, Any]]) -> list[str]:
         "",
         "| problem | split | prior std | W2 f(x) | floor | W2 f(x) (gap) | floor | "
         "std ratio f(x) (data) | std ratio f(x) (gap) | agreement (gap) | floor | test LL | "
-        "test LL (prior 1/√5) |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "test LL (prior 1/√5) | R-hat max |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for job, m in checks:
         p, f = m["prior"], m["floor"]
@@ -75,6 +75,7 @@ def prior_section(jobs: list[Any], rows: list[dict[str, Any]]) -> list[str]:
             f"{fmt(f['w2_f'])} | {fmt(p.get('w2_f_gap'))} | {fmt(f.get('w2_f_gap'))} | "
             f"{fmt(p.get('std_ratio_f_data'))} | {fmt(p.get('std_ratio_f_gap'))} | "
             f"{fmt(p.get('agreement_gap'))} | {fmt(f.get('agreement_gap'))} | "
-            f"{fmt(m['ll'])} | {fmt(page_ll.get((job.dataset, job.split)))} |"
+            f"{fmt(m['ll'])} | {fmt(page_ll.get((job.dataset, job.split)))} | "
+            f"{fmt(m.get('rhat_max'))} |"
         )
     return [*lines, "", f"(1/√5 = {1 / math.sqrt(5):.3f}.)", ""]
