@@ -31,7 +31,9 @@ import torch
 
 from bayesify.bench.machine import machine_description
 from bayesify.bench.summary import mean_se
-from bayesify.bench.uci.gal_methods import build
+from bayesify.bench.uci.gal import _train as train_mc_dropout
+from bayesify.bench.uci.gal_methods import GRID_NAMES
+from bayesify.bench.uci.gal_methods import _grid_trial as grid_trial
 from bayesify.bench.uci.jobs import (
     GAL_METHODS,
     GRIDS,
@@ -44,38 +46,28 @@ from bayesify.data import load_uci
 from bayesify.data.uci import UCI_DATASETS
 
 
-def _fit(method_name: str, job: Any, data: Any, epochs: int) -> Any:
-    """The row's method, built as the UCI bench builds it, fitted for ``epochs`` epochs."""
-    if method_name == "mc-dropout":
-        from bayesify.methods import MCDropout
-        from bayesify.models import mlp
-
-        out = 2 if job.likelihood == "heteroscedastic" else 1
-        torch.manual_seed(job.seed + job.split)
-        net = mlp(data.n_features, out, (job.hidden,), norm=None, dropout=job.dropout_rates[0])
-        method = MCDropout(net, likelihood=job.likelihood, noise_objective="pll")
-        batch = job.batch_size
-    else:
-        grid = GRIDS[method_name][0]
-        value = grid[0] if grid else None
-        method = build(job, data.n_features, value)
-        batch = int(value) if method_name == "mcbn" and value is not None else job.batch_size
-    method.fit((data.x_train, data.y_train), val=(data.x_val, data.y_val), epochs=epochs,
-               batch_size=batch, lr=job.lr, seed=job.seed + job.split,
-               progress=False)  # fmt: skip
-    return method
+def _fit(job: Any, data: Any) -> Any:
+    """The row's method, built and fitted by the UCI bench's own code for one grid value (the
+    grid's first; MC dropout: its first rate), for the job's epochs."""
+    if job.method == "mc-dropout":
+        return train_mc_dropout(job, data, job.dropout_rates[0])
+    name = GRID_NAMES[job.method]
+    params = {} if name is None else {name: GRIDS[job.method][0][0]}
+    return grid_trial(job, data, params, None)[1]
 
 
 def time_row(method_name: str, dataset: str, split: int, likelihood: str,
              epochs: int) -> dict[str, Any]:  # fmt: skip
     """One job: fit, then time ``predict`` beside the deterministic network."""
-    job = (mc_dropout_job(dataset, split, likelihood, "quick") if method_name == "mc-dropout"
-           else method_job(method_name, dataset, split, likelihood, "quick"))  # fmt: skip
+    if method_name == "mc-dropout":
+        job = mc_dropout_job(dataset, split, likelihood, "quick", epochs=epochs)
+    else:
+        job = method_job(method_name, dataset, split, likelihood, "quick", epochs=epochs)
     data = load_uci(dataset, split, protocol="gal", val_fraction=job.val_fraction)
     t0 = time.perf_counter()
     with warnings.catch_warnings():  # a one-epoch fit's warnings say nothing about its speed
         warnings.simplefilter("ignore")
-        method = _fit(method_name, job, data, epochs)
+        method = _fit(job, data)
         fit_s = time.perf_counter() - t0
         times = predict_times(method, job, data.x_test)
     return {"method": method_name, "dataset": dataset, "split": split, "likelihood": likelihood,
