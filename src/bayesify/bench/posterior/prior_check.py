@@ -36,21 +36,20 @@ def check_scores(job: Any) -> dict[str, Any]:
     return out
 
 
-def prior_section(jobs: list[Any], rows: list[dict[str, Any]]) -> list[str]:
-    """The page's section: per finished check among ``jobs`` (its row in ``rows``, the store's
-    HMC rows), W2 on f(x) (in the data and in the gap), the epistemic std ratio and class
-    agreement of the other prior's reference against the page's, beside the floor's, and the
-    test LL of each, and the other prior's largest split R-hat."""
-    refs = [r for r in rows if not r["config"].get("prior_std")]
-    checks = []
-    for job in jobs:
-        row = next((r for r in rows if (r["dataset"], r["split"], r["seed"]) ==
-                    (job.dataset, job.split, job.seed)
-                    and r["config"].get("prior_std") == job.prior_std
-                    and r.get("metrics")), None)  # fmt: skip
-        if row is not None:
-            checks.append((job, {**row["metrics"], **check_scores(job)}))
-    if not checks:
+def prior_section(experiment: str, jobs: list[Any], checks: list[dict[str, Any]],
+                  refs: list[dict[str, Any]]) -> list[str]:  # fmt: skip
+    """The page's section: per finished check among ``jobs`` (its row of ``experiment`` among
+    ``checks``; ``refs``: the page's reference rows), W2 on f(x) (in the data and in the gap),
+    the epistemic std ratio and class agreement of the other prior's reference against the
+    page's, beside the floor's, the test LL of each, and the other prior's largest R-hat."""
+    from bayesify.bench.jobs import job_key
+    from bayesify.bench.store import RowKey
+
+    by_key = {RowKey.of(r): r for r in checks if r.get("metrics")}
+    keys = [(j, job_key(experiment, j)) for j in jobs]
+    done = [(j, by_key[k]) for j, k in keys if k in by_key]
+    scored = [(j, {**r["metrics"], **check_scores(j)}) for j, r in done]
+    if not scored:
         return []
     page_ll = {(r["dataset"], r["split"]): r["metrics"]["ll"] for r in refs if r["seed"] == 0}
     lines = [
@@ -68,7 +67,7 @@ def prior_section(jobs: list[Any], rows: list[dict[str, Any]]) -> list[str]:
         "test LL (prior 1/√5) | R-hat max |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for job, m in checks:
+    for job, m in scored:
         p, f = m["prior"], m["floor"]
         lines.append(
             f"| {job.dataset} | {job.split} | {job.prior_std:g} | {fmt(p['w2_f'])} | "

@@ -273,6 +273,6 @@ def report(opts: Any, jobs: list[Any], summary: str, wall: float, page: Path) ->
         alt = "HMC's predictive band and each method's (method seed 0) on the 1-D toy"
         lines += [f"![{alt}]({link})", ""]
     check_jobs = [j for j in jobs if j.method == "hmc" and job_config(j).get("prior_std")]
-    lines += prior_section(check_jobs, checks + refs)
+    lines += prior_section(EXPERIMENT, check_jobs, checks, refs)
     lines += _limitations(refs, scored, checked=bool(checks))
     return write_report(page, "\n".join([*lines, *PUBLISHED]))
