@@ -12,6 +12,7 @@ import torch
 
 from bayesify.bench.images import command as images
 from bayesify.bench.images import jobs as ij
+from bayesify.bench.images import predict_time as images_predict_time
 from bayesify.bench.images.report import SECTIONS
 from bayesify.bench.images.scores import COVERAGE_GRID, coverage_scores, ood_scores
 from bayesify.data import DataError, data_root
@@ -208,6 +209,9 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
     except DataError as e:
         pytest.skip(f"shared data not found: {e}")
     monkeypatch.setitem(ij.PRESETS, "quick", _tiny_preset())
+    # the timings are checked for presence and their ratio, not their size: time few rows once
+    monkeypatch.setattr(images_predict_time, "ROWS", 20)
+    monkeypatch.setattr(images_predict_time, "ROUNDS", 1)
     opts = images.ImagesOptions(store=str(tmp_path / "r.db"), out=str(tmp_path / "images.md"),
                                 checkpoints=str(tmp_path / "nets"), n_val=200,
                                 n_train=200, n_test=100)  # fmt: skip
