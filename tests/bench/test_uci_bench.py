@@ -71,7 +71,7 @@ def test_options_make_the_protocols_jobs_and_reject_bad_values():
     sngp = [j for _, j in gal if j.method == "sngp"]
     assert {j.grid for j in sngp} == {(1.0, 2.0)}  # the length-scale ℓ
     swag = [j for _, j in gal if j.method == "swag"]
-    assert len(swag) == 5 * 3 * 2 and {j.grid for j in swag} == {(0.3, 1.0)}
+    assert len(swag) == 5 * 3 * 2 and {j.grid for j in swag} == {(0.3, 1.0, 3.0, 10.0)}
     ens = [j for _, j in gal if j.method == "ensemble"]
     assert len(ens) == 5 * 3 and {j.likelihood for j in ens} == {"heteroscedastic"}
     assert {j.members for j in ens} == {5}
