@@ -75,12 +75,14 @@ class PosteriorJob:
     scores: int = key_field(1)
     method_seed: int = key_field(0)
     prior_std: float = key_field(IZMAILOV_PRIOR_STD)  # a reference under another prior: a check
+    noise_scale: float = key_field(1.0)  # σ fixed at this × the validation RMSE: a check
 
     def reference_path(self) -> Path:
         tag = f"c{self.chains}-w{self.warmup}-s{self.samples}-t{self.thin}-d{self.max_tree_depth}"
         tag += f"-i{self.init_steps}" + ("-dense" if self.dense_mass else "")
         tag += "-fixed" if self.fixed_noise else ""
         tag += "" if self.prior_std == IZMAILOV_PRIOR_STD else f"-prior{self.prior_std:g}"
+        tag += "" if self.noise_scale == 1.0 else f"-noise{self.noise_scale:g}"
         return Path(self.references) / f"{self.dataset}-{self.split}-seed{self.seed}-{tag}"
 
 
@@ -142,7 +144,7 @@ def score_reference(job: PosteriorJob) -> dict[str, Any]:
         net = _net(problem)
     fixed = job.fixed_noise and problem.task is Task.REGRESSION
     # σ depends on the split alone: the floor's second reference samples the same posterior
-    noise = validation_noise(problem, job.split) if fixed else None
+    noise = job.noise_scale * validation_noise(problem, job.split) if fixed else None
     cfg = HMCConfig(noise_std=noise, prior_std=job.prior_std, chains=job.chains,
                     warmup=job.warmup, samples=job.samples, thin=job.thin,
                     max_tree_depth=job.max_tree_depth, dense_mass=job.dense_mass,
@@ -164,7 +166,7 @@ def score_reference(job: PosteriorJob) -> dict[str, Any]:
         "hmc_seconds": draws.stats["seconds"],
         **_band(pred, problem),
     }
-    if draws.log_noise is not None:
+    if draws.log_noise is not None:  # sampled: the posterior mean; fixed: the σ fixed
         metrics["noise_std"] = float(draws.log_noise.exp().mean()) * problem.y_scale
     return metrics
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from bayesify.bench.jobs import job_config
 from bayesify.bench.options import command_line, write_report
+from bayesify.bench.posterior.checks import NOISE, PRIOR, check_kind, noise_section, prior_section
 from bayesify.bench.posterior.floor_table import fmt as _f
 from bayesify.bench.posterior.floor_table import fx_table, predictive_table
-from bayesify.bench.posterior.prior_check import prior_section
 from bayesify.bench.runner import stored_rows
 
 EXPERIMENT = "posterior"
@@ -73,7 +73,7 @@ def _strict(m: dict[str, Any]) -> str:
 
 
 def _limitations(refs: list[dict[str, Any]], rows: list[dict[str, Any]],
-                 checked: bool = False) -> list[str]:  # fmt: skip
+                 prior: bool = False, noise: bool = False) -> list[str]:  # fmt: skip
     """What the page cannot show, with the counts of this store."""
     strict = sum(_strict(r["metrics"]) == "yes" for r in refs)
     loose = sum(bool(r["metrics"]["reference"]) for r in refs)
@@ -102,12 +102,15 @@ def _limitations(refs: list[dict[str, Any]], rows: list[dict[str, Any]],
         "together is not one this page can tell.",
         "- **Modelling choices.** σ is fixed at the MAP network's validation RMSE on UCI, and "
         "the prior variance 1/5 is Izmailov et al.'s setting for a CIFAR ResNet-20. "
-        + (
-            "The prior sensitivity section checks one other prior on the toys and fashion-pca; "
-            "neither choice is checked on UCI."
-            if checked
-            else "Neither is justified for these MLPs by a sensitivity run."
-        ),
+        + {
+            (True, True): "The prior sensitivity section checks one other prior on the toys "
+            "and fashion-pca (not on UCI), the noise sensitivity section one other σ on UCI.",
+            (True, False): "The prior sensitivity section checks one other prior on the toys "
+            "and fashion-pca; neither choice is checked on UCI.",
+            (False, True): "The noise sensitivity section checks one other σ on UCI; the prior "
+            "is not checked.",
+            (False, False): "Neither is justified for these MLPs by a sensitivity run.",
+        }[(prior, noise)],
         "- **Toy-2d agreement.** Inputs in the data are easy (HMC's class probabilities there "
         "are near 0 or 1); the gap points, where HMC is near p = 0.5, are where a method's "
         "class can flip between runs. "
@@ -187,9 +190,9 @@ def report(opts: Any, jobs: list[Any], summary: str, wall: float, page: Path) ->
     from bayesify.bench.machine import machine_description
 
     rows = stored_rows(opts.store, EXPERIMENT, jobs)
-    # the prior check's references have their own section, not the page's reference's place
-    checks = [r for r in rows if r["method"] == "hmc" and r["config"].get("prior_std")]
-    refs = [r for r in rows if r["method"] == "hmc" and not r["config"].get("prior_std")]
+    # the checks' references have their own sections, not the page's reference's place
+    checks = [r for r in rows if check_kind(r)]
+    refs = [r for r in rows if r["method"] == "hmc" and not check_kind(r)]
     main = [r for r in refs if r["seed"] == 0]
     scored = [r for r in rows if r["method"] != "hmc"]
     methods = list(dict.fromkeys(j.method for j in jobs if j.method != "hmc"))
@@ -272,7 +275,9 @@ def report(opts: Any, jobs: list[Any], summary: str, wall: float, page: Path) ->
         link = f"{figure.parent.name}/{figure.name}"
         alt = "HMC's predictive band and each method's (method seed 0) on the 1-D toy"
         lines += [f"![{alt}]({link})", ""]
-    check_jobs = [j for j in jobs if j.method == "hmc" and job_config(j).get("prior_std")]
+    check_jobs = [j for j in jobs if check_kind({"method": j.method, "config": job_config(j)})]
     lines += prior_section(EXPERIMENT, check_jobs, checks, refs)
-    lines += _limitations(refs, scored, checked=bool(checks))
+    lines += noise_section(EXPERIMENT, check_jobs, checks, refs)
+    kinds = {check_kind(r) for r in checks}
+    lines += _limitations(refs, scored, prior=PRIOR in kinds, noise=NOISE in kinds)
     return write_report(page, "\n".join([*lines, *PUBLISHED]))
