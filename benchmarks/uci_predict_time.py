@@ -21,6 +21,7 @@ that file.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import time
 import warnings
@@ -145,14 +146,23 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=1, help="training epochs before timing")
     parser.add_argument("--datasets", default="", help="comma-separated (default: all nine)")
     parser.add_argument("--methods", default="", help="comma-separated (default: all)")
-    parser.add_argument("--rows", default="benchmarks/uci/predict_time.jsonl")
+    parser.add_argument(
+        "--rows",
+        default="benchmarks/uci/predict_time.jsonl.gz",
+        help="finished rows, JSON Lines (gzip-compressed if it ends .gz)",
+    )
     parser.add_argument("--page", default="benchmarks/uci_predict_time.md")
     args = parser.parse_args()
     torch.set_num_threads(1)
     datasets = args.datasets.split(",") if args.datasets else list(UCI_DATASETS)
     methods = args.methods.split(",") if args.methods else list(GAL_METHODS)
     path = Path(args.rows)
-    rows = [json.loads(s) for s in path.read_text().splitlines()] if path.exists() else []
+    # a .gz file is appended to as one more gzip member per row; readers see one stream
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    if path.exists():
+        with opener(path, "rt") as f:
+            rows = [json.loads(line) for line in f if line.strip()]
     done = {_key(r) for r in rows}
     t0 = time.perf_counter()
     for d in datasets:
@@ -166,7 +176,7 @@ def main() -> None:
                           f"{r['det_predict_ms_per_1000']:.1f} (fit {r['fit_s']:.1f} s)",
                           flush=True)  # fmt: skip
                     rows.append(r)
-                    with path.open("a") as f:
+                    with opener(path, "at") as f:
                         f.write(json.dumps(r) + "\n")
     Path(args.page).write_text(write_page(rows, args, time.perf_counter() - t0))
 
