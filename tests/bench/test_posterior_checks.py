@@ -33,10 +33,17 @@ def _opts(tmp_path, datasets=("yacht",), **kw) -> PosteriorOptions:
 def test_the_noise_check_is_one_more_uci_reference_with_its_own_key(tmp_path):
     hmc, _ = _opts(tmp_path).jobs()
     assert len(hmc) == 2  # the tiny preset has no check
-    hmc, _ = _opts(tmp_path, noise_check=0.5).jobs()
+    hmc, _ = _opts(tmp_path, noise_check=(0.5,)).jobs()
     (check,) = [j for j in hmc if j.noise_scale != 1.0]
     page = page_reference(check)
     assert check.noise_scale == 0.5 and page in hmc and len(hmc) == 3
+    both, _ = _opts(tmp_path, noise_check=(0.5, 2.0)).jobs()
+    assert sorted(j.noise_scale for j in both) == [0.5, 1.0, 1.0, 2.0]
+    assert {page_reference(j) for j in both} == {page, replace(page, seed=1)}
+    none, _ = _opts(tmp_path, noise_check=(0.0,)).jobs()
+    assert len(none) == 2
+    quick, _ = PosteriorOptions(preset="quick", datasets=("yacht",)).jobs()
+    assert sorted(j.noise_scale for j in quick) == [0.5, 1.0, 1.0, 2.0]
     # the page's references keep the key they had before the check existed
     assert "noise_scale" not in job_config(page) and job_config(check)["noise_scale"] == 0.5
     assert job_key(EXPERIMENT, check) != job_key(EXPERIMENT, page)
@@ -46,10 +53,11 @@ def test_the_noise_check_is_one_more_uci_reference_with_its_own_key(tmp_path):
     assert check_kind({"method": "hmc", "config": {"prior_std": 1.0}}) == PRIOR
     assert check_kind({"method": "mc-dropout", "config": job_config(check)}) is None
     # toys and fashion-pca fix no σ from validation rows: no noise check there
-    toys = _opts(tmp_path, datasets=("toy-1d", "toy-2d"), noise_check=0.5)
+    toys = _opts(tmp_path, datasets=("toy-1d", "toy-2d"), noise_check=(0.5,))
     assert all(j.noise_scale == 1.0 for j in toys.jobs()[0])
-    with pytest.raises(ValueError, match="noise_check"):
-        _opts(tmp_path, noise_check=-2.0)
+    for bad in ((-2.0,), (1.0,)):
+        with pytest.raises(ValueError, match="noise_check"):
+            _opts(tmp_path, noise_check=bad)
 
 
 def test_the_noise_sections_w2_is_the_sorted_sample_distance_to_the_pages_reference(tmp_path):
@@ -62,7 +70,7 @@ def test_the_noise_sections_w2_is_the_sorted_sample_distance_to_the_pages_refere
     from bayesify.options import Task
     from bayesify.reference import HMCConfig, HMCSamples
 
-    hmc, _ = _opts(tmp_path, noise_check=0.5).jobs()
+    hmc, _ = _opts(tmp_path, noise_check=(0.5,)).jobs()
     (check,) = [j for j in hmc if j.noise_scale != 1.0]
     page = page_reference(check)
     floor = replace(page, seed=FLOOR_SEED)

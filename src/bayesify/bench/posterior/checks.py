@@ -1,6 +1,6 @@
 """The page's sensitivity checks: one more reference per split under another prior
 (``--prior-check``, a prior std; toys and fashion-pca) or another fixed noise σ
-(``--noise-check``, a factor on the validation RMSE the page fixes σ at; UCI), each scored against
+(``--noise-check``, factors on the validation RMSE the page fixes σ at; UCI), each scored against
 the page's reference as a method is, beside the floor (the page's second reference). A distance
 within the floor says the choice does not move this posterior by more than two HMC runs of one
 posterior differ.
@@ -121,8 +121,9 @@ def noise_section(experiment: str, jobs: list[Any], checks: list[dict[str, Any]]
         "",
         "On UCI the page fixes the noise σ at the MAP network's RMSE on the validation rows "
         "(sampled, σ collapses towards 0: the network nearly interpolates the training rows and "
-        "NUTS cannot mix). One more HMC run per UCI split fixes σ at a multiple of that value "
-        "(same data, prior, settings and chain seed), scored against the page's reference exactly "
+        "NUTS cannot mix). One more HMC run per UCI split and factor fixes σ at that multiple of "
+        "it (same data, prior, settings and chain seed), scored against the page's reference "
+        "exactly "
         f"as the floor's second run is (both subsampled to at most {DRAWS} draws): a distance "
         "near the floor's means the page's distances do not hinge on the σ chosen; a larger "
         "one, that they do. σ in the target's units.",

@@ -65,9 +65,9 @@ class Preset:
     # the prior std of one more reference per toy and fashion-pca split (0: none), scored
     # against the page's reference (prior variance 1/5): how much the prior moves the posterior
     prior_check: float
-    # σ of one more reference per UCI split, as a factor on the page's (the validation RMSE;
-    # 0: none): how much the σ fixed moves the posterior
-    noise_check: float
+    # σ of one more reference per UCI split and factor, each a factor on the page's (the
+    # validation RMSE; none: no check): how much the σ fixed moves the posterior
+    noise_check: tuple[float, ...]
 
 
 # fmt: off
@@ -80,7 +80,7 @@ PRESETS = {
                                                          ("concrete", 11)),
                     longer=(("energy", 450),),
                     dense_mass=False, init_steps=1000, epochs=200,
-                    mc_samples=100, method_seeds=3, prior_check=1.0, noise_check=0.5),
+                    mc_samples=100, method_seeds=3, prior_check=1.0, noise_check=(0.5, 2.0)),
     # three splits, longer chains: a real machine
     "full": Preset(("toy-1d", "toy-2d", "fashion-pca", *UCI), splits=3, chains=4, warmup=1000,
                    samples=500,
@@ -88,12 +88,12 @@ PRESETS = {
                                                          ("concrete", 11)),
                    longer=(),
                    dense_mass=False, init_steps=2000, epochs=200,
-                   mc_samples=100, method_seeds=3, prior_check=1.0, noise_check=0.5),
+                   mc_samples=100, method_seeds=3, prior_check=1.0, noise_check=(0.5, 2.0)),
     # a smoke test of the machinery (seconds, not a reference)
     "tiny": Preset(("toy-1d", "toy-2d"), splits=1, chains=2, warmup=10, samples=10, thin=1,
                    max_tree_depth=2, deeper=(), longer=(), dense_mass=False, init_steps=10,
                    epochs=5, mc_samples=10, method_seeds=1, prior_check=0.0,
-                   noise_check=0.0),
+                   noise_check=()),
 }
 # fmt: on
 
@@ -120,10 +120,10 @@ class PosteriorOptions:
         "Prior std of one more reference per toy and fashion-pca split, compared with the "
         "page's (prior variance 1/5); 0: none, -1: the preset's.",
     )
-    noise_check: float = option(
-        -1.0,
-        "σ of one more reference per UCI split, a factor on the page's (the validation "
-        "RMSE), compared with the page's; 0: none, -1: the preset's.",
+    noise_check: tuple[float, ...] = option(
+        (),
+        "σ of one more reference per UCI split and factor, each a factor on the page's (the "
+        "validation RMSE), compared with the page's; 0: none; empty: the preset's.",
     )
     methods: tuple[str, ...] = option((), "Methods (default: all of posterior_jobs.METHODS).")
     store: str = option("benchmarks/posterior/results.db", "The results store (sqlite file).")
@@ -147,8 +147,9 @@ class PosteriorOptions:
             raise ValueError("splits and seeds must be >= 0 and workers >= 1")
         if self.prior_check < 0 and self.prior_check != -1:
             raise ValueError(f"prior_check is a prior std, 0 or -1, got {self.prior_check}")
-        if self.noise_check < 0 and self.noise_check != -1:
-            raise ValueError(f"noise_check is a factor on σ, 0 or -1, got {self.noise_check}")
+        if any(f < 0 or f == 1 for f in self.noise_check):
+            raise ValueError(f"noise_check are factors on σ, > 0 and not 1, or 0 (none); got "
+                             f"{self.noise_check}")  # fmt: skip
 
     def settings(self) -> Preset:
         p = PRESETS[self.preset]
@@ -158,7 +159,7 @@ class PosteriorOptions:
             splits=self.splits or p.splits,
             method_seeds=self.seeds or p.method_seeds,
             prior_check=p.prior_check if self.prior_check < 0 else self.prior_check,
-            noise_check=p.noise_check if self.noise_check < 0 else self.noise_check,
+            noise_check=tuple(f for f in self.noise_check or p.noise_check if f > 0),
         )
 
     def jobs(self) -> tuple[list, list]:
@@ -183,9 +184,10 @@ class PosteriorOptions:
                 if p.prior_check > 0 and d not in UCI:  # cheap problems: one more prior
                     hmc.append(PosteriorJob(HMC, d, split, 0, epochs=0, mc_samples=0,
                                             prior_std=p.prior_check, **common))  # fmt: skip
-                if p.noise_check > 0 and d in UCI:  # σ fixed at another value
-                    hmc.append(PosteriorJob(HMC, d, split, 0, epochs=0, mc_samples=0,
-                                            noise_scale=p.noise_check, **common))  # fmt: skip
+                hmc += [
+                    PosteriorJob(HMC, d, split, 0, epochs=0, mc_samples=0, noise_scale=f, **common)
+                    for f in (p.noise_check if d in UCI else ())
+                ]  # σ fixed elsewhere
                 methods += [PosteriorJob(m, d, split, **common, **fit, scores=SCORES,
                                          method_seed=s)
                             for s in range(p.method_seeds)
