@@ -226,3 +226,12 @@ def test_summary_counts_the_issues_two_criteria():
     assert c["best"]["bostonHousing"][:2] == ("ensemble", "heteroscedastic")
     assert c["mcdo"] == {"homoscedastic": 1, "heteroscedastic": 1}
     assert c["mcdo_seen"] == {"homoscedastic": 2, "heteroscedastic": 2}
+
+
+def test_a_detail_rows_chosen_values_are_listed_in_numeric_order():
+    from bayesify.bench.uci.page import _detail_line
+
+    rows = [{"chosen": v, "seconds": 1.0} for v in (10.0, 3.0, 0.3, 3.0, 1.0, 32.0, 128.0)]
+    cells = [c.strip() for c in _detail_line("d", "swag", "homoscedastic", rows).split("|")]
+    assert cells[8] == "0.3, 1.0, 3.0, 10.0, 32.0, 128.0"
+    assert [c.strip() for c in _detail_line("d", "m", "l", [{"chosen": None}]).split("|")][8] == "–"

@@ -206,7 +206,9 @@ def _detail_line(d: str, m: str, lik: str, rows: list[dict[str, Any]]) -> str:
     shares = [r["epistemic_share"] for r in rows if r.get("epistemic_share") is not None]
     share = "–" if not shares else f"{100 * sum(shares) / len(shares):.1f}%" + (
         "" if len(shares) == len(rows) else f" ({len(shares)}/{len(rows)})")  # fmt: skip
-    chosen = sorted({str(r.get("chosen")) for r in rows if r.get("chosen") is not None})
+    values = {r["chosen"] for r in rows if r.get("chosen") is not None}
+    numeric = all(isinstance(v, (int, float)) for v in values)
+    chosen = [str(v) for v in sorted(values, key=float if numeric else str)]
     secs = [r["seconds"] for r in rows if r.get("seconds") is not None]
     mean_s = f"{sum(secs) / len(secs):.1f}" if secs else "–"
     return (f"| {d} | {m} | {lik} | {len(rows)} | {norm('pll_norm')} | {norm('crps_norm')} | "
