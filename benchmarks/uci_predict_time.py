@@ -30,7 +30,9 @@ from typing import Any
 
 import torch
 
+from bayesify.atomic import write_bytes, write_text
 from bayesify.bench.machine import machine_description
+from bayesify.bench.store_io import read_rows
 from bayesify.bench.summary import mean_se
 from bayesify.bench.uci.gal import _train as train_mc_dropout
 from bayesify.bench.uci.gal_methods import GRID_NAMES
@@ -55,6 +57,16 @@ def _fit(job: Any, data: Any) -> Any:
     name = GRID_NAMES[job.method]
     params = {} if name is None else {name: GRIDS[job.method][0][0]}
     return grid_trial(job, data, params, None)[1]
+
+
+def _save(path: Path, rows: list[dict[str, Any]]) -> None:
+    """Every row so far as JSON Lines (gzip-compressed if ``path`` ends .gz), written beside
+    ``path`` and renamed into place, so a run killed mid-write leaves the last whole file."""
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    if path.suffix == ".gz":
+        write_bytes(path, gzip.compress(text.encode(), mtime=0))
+    else:
+        write_text(path, text)
 
 
 def time_row(method_name: str, dataset: str, split: int, likelihood: str,
@@ -157,12 +169,7 @@ def main() -> None:
     datasets = args.datasets.split(",") if args.datasets else list(UCI_DATASETS)
     methods = args.methods.split(",") if args.methods else list(GAL_METHODS)
     path = Path(args.rows)
-    # a .gz file is appended to as one more gzip member per row; readers see one stream
-    opener = gzip.open if path.suffix == ".gz" else open
-    rows = []
-    if path.exists():
-        with opener(path, "rt") as f:
-            rows = [json.loads(line) for line in f if line.strip()]
+    rows = read_rows(path) if path.exists() else []
     done = {_key(r) for r in rows}
     t0 = time.perf_counter()
     for d in datasets:
@@ -176,8 +183,7 @@ def main() -> None:
                           f"{r['det_predict_ms_per_1000']:.1f} (fit {r['fit_s']:.1f} s)",
                           flush=True)  # fmt: skip
                     rows.append(r)
-                    with opener(path, "at") as f:
-                        f.write(json.dumps(r) + "\n")
+                    _save(path, rows)
     Path(args.page).write_text(write_page(rows, args, time.perf_counter() - t0))
 
 
