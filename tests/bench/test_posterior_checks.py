@@ -17,6 +17,7 @@ from bayesify.bench.posterior.checks import (
     NOISE,
     PRIOR,
     check_kind,
+    job_check_kind,
     noise_section,
     page_reference,
 )
@@ -48,10 +49,10 @@ def test_the_noise_check_is_one_more_uci_reference_with_its_own_key(tmp_path):
     assert "noise_scale" not in job_config(page) and job_config(check)["noise_scale"] == 0.5
     assert job_key(EXPERIMENT, check) != job_key(EXPERIMENT, page)
     assert check.reference_path() != page.reference_path()
-    assert check_kind({"method": "hmc", "config": job_config(check)}) == NOISE
-    assert check_kind({"method": "hmc", "config": job_config(page)}) is None
-    assert check_kind({"method": "hmc", "config": {"prior_std": 1.0}}) == PRIOR
-    assert check_kind({"method": "mc-dropout", "config": job_config(check)}) is None
+    assert check_kind("hmc", job_config(check)) == NOISE == job_check_kind(check)
+    assert check_kind("hmc", job_config(page)) is None is job_check_kind(page)
+    assert check_kind("hmc", {"prior_std": 1.0}) == PRIOR
+    assert check_kind("mc-dropout", job_config(check)) is None
     # toys and fashion-pca fix no σ from validation rows: no noise check there
     toys = _opts(tmp_path, datasets=("toy-1d", "toy-2d"), noise_check=(0.5,))
     assert all(j.noise_scale == 1.0 for j in toys.jobs()[0])

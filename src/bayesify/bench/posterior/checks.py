@@ -12,6 +12,7 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from bayesify.bench.jobs import job_config
 from bayesify.bench.posterior.distances import distances, subsample
 from bayesify.bench.posterior.floor_table import fmt
 from bayesify.bench.posterior.problems import load_problem
@@ -21,14 +22,20 @@ DRAWS = 100  # each reference subsampled to a method's draws, so the two rows co
 PRIOR, NOISE = "prior", "noise"
 
 
-def check_kind(row: dict[str, Any]) -> str | None:
-    """:data:`PRIOR` or :data:`NOISE` for a check's reference row (``method``, ``config``),
-    None for the page's references and the method rows."""
-    if row["method"] != "hmc":
+def check_kind(method: str, config: dict[str, Any]) -> str | None:
+    """:data:`PRIOR` or :data:`NOISE` for a check's reference (a row's or a job's ``method`` and
+    stored ``config``, where a field at its default is absent), None for the page's references
+    and the method rows."""
+    if method != "hmc":
         return None
-    if row["config"].get("prior_std"):
+    if config.get("prior_std"):
         return PRIOR
-    return NOISE if row["config"].get("noise_scale") else None
+    return NOISE if config.get("noise_scale") else None
+
+
+def job_check_kind(job: Any) -> str | None:
+    """:func:`check_kind` of a job."""
+    return check_kind(job.method, job_config(job))
 
 
 def page_reference(job: Any) -> Any:
@@ -75,7 +82,7 @@ def prior_section(experiment: str, jobs: list[Any], checks: list[dict[str, Any]]
     among ``checks``; ``refs``: the page's reference rows), W2 on f(x) (in the data and in the
     gap), the epistemic std ratio and class agreement of the other prior's reference against the
     page's, beside the floor's, the test LL of each, and the other prior's largest R-hat."""
-    scored = _scored(experiment, [j for j in jobs if j.prior_std != IZMAILOV_PRIOR_STD], checks)
+    scored = _scored(experiment, [j for j in jobs if job_check_kind(j) == PRIOR], checks)
     if not scored:
         return []
     page_ll = _page_ll(refs)
@@ -112,7 +119,7 @@ def noise_section(experiment: str, jobs: list[Any], checks: list[dict[str, Any]]
     """The noise check's section: per finished check among ``jobs``, the σ it fixes against the
     page's, W2 on f(x) and the epistemic std ratio of its reference against the page's, beside
     the floor's, the test LL of each, and its largest R-hat."""
-    scored = _scored(experiment, [j for j in jobs if j.noise_scale != 1.0], checks)
+    scored = _scored(experiment, [j for j in jobs if job_check_kind(j) == NOISE], checks)
     if not scored:
         return []
     page_ll = _page_ll(refs)
@@ -123,10 +130,9 @@ def noise_section(experiment: str, jobs: list[Any], checks: list[dict[str, Any]]
         "(sampled, σ collapses towards 0: the network nearly interpolates the training rows and "
         "NUTS cannot mix). One more HMC run per UCI split and factor fixes σ at that multiple of "
         "it (same data, prior, settings and chain seed), scored against the page's reference "
-        "exactly "
-        f"as the floor's second run is (both subsampled to at most {DRAWS} draws): a distance "
-        "near the floor's means the page's distances do not hinge on the σ chosen; a larger "
-        "one, that they do. σ in the target's units.",
+        f"exactly as the floor's second run is (both subsampled to at most {DRAWS} draws): a "
+        "distance near the floor's means the page's distances do not hinge on the σ chosen; a "
+        "larger one, that they do. σ in the target's units.",
         "",
         "| problem | split | σ factor | σ | page's σ | W2 f(x) | floor | std ratio f(x) | "
         "floor | test LL | test LL (page's σ) | R-hat max |",

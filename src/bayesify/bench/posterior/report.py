@@ -8,9 +8,15 @@ import math
 from pathlib import Path
 from typing import Any
 
-from bayesify.bench.jobs import job_config
 from bayesify.bench.options import command_line, write_report
-from bayesify.bench.posterior.checks import NOISE, PRIOR, check_kind, noise_section, prior_section
+from bayesify.bench.posterior.checks import (
+    NOISE,
+    PRIOR,
+    check_kind,
+    job_check_kind,
+    noise_section,
+    prior_section,
+)
 from bayesify.bench.posterior.floor_table import fmt as _f
 from bayesify.bench.posterior.floor_table import fx_table, predictive_table
 from bayesify.bench.runner import stored_rows
@@ -191,8 +197,8 @@ def report(opts: Any, jobs: list[Any], summary: str, wall: float, page: Path) ->
 
     rows = stored_rows(opts.store, EXPERIMENT, jobs)
     # the checks' references have their own sections, not the page's reference's place
-    checks = [r for r in rows if check_kind(r)]
-    refs = [r for r in rows if r["method"] == "hmc" and not check_kind(r)]
+    checks = [r for r in rows if check_kind(r["method"], r["config"])]
+    refs = [r for r in rows if r["method"] == "hmc" and not check_kind(r["method"], r["config"])]
     main = [r for r in refs if r["seed"] == 0]
     scored = [r for r in rows if r["method"] != "hmc"]
     methods = list(dict.fromkeys(j.method for j in jobs if j.method != "hmc"))
@@ -275,9 +281,9 @@ def report(opts: Any, jobs: list[Any], summary: str, wall: float, page: Path) ->
         link = f"{figure.parent.name}/{figure.name}"
         alt = "HMC's predictive band and each method's (method seed 0) on the 1-D toy"
         lines += [f"![{alt}]({link})", ""]
-    check_jobs = [j for j in jobs if check_kind({"method": j.method, "config": job_config(j)})]
+    check_jobs = [j for j in jobs if job_check_kind(j)]
     lines += prior_section(EXPERIMENT, check_jobs, checks, refs)
     lines += noise_section(EXPERIMENT, check_jobs, checks, refs)
-    kinds = {check_kind(r) for r in checks}
+    kinds = {check_kind(r["method"], r["config"]) for r in checks}
     lines += _limitations(refs, scored, prior=PRIOR in kinds, noise=NOISE in kinds)
     return write_report(page, "\n".join([*lines, *PUBLISHED]))
