@@ -13,8 +13,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -54,6 +56,11 @@ class ServerProcess:
         return self.process.returncode
 
 
+#: starts the server's process, with ``subprocess.Popen``'s signature; the test suite puts a
+#: fork server in its place (tests/forkserver.py)
+launch: Callable[..., subprocess.Popen[Any]] = subprocess.Popen
+
+
 def start_server(
     bundle: str | Path,
     log: str | Path,
@@ -80,7 +87,7 @@ def start_server(
         port = free_port()
         cmd = [cli_path(), "serve", str(bundle), *named, "--port", str(port), *args]
         with log.open("w") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
+            proc = launch(cmd, stdout=out, stderr=subprocess.STDOUT, env=environ)
         server = ServerProcess(f"http://127.0.0.1:{port}", proc, Path(bundle), name or "", log)
         if not wait:
             return server
@@ -114,7 +121,7 @@ def _ready(server: ServerProcess, port: int, timeout: float) -> ServerProcess:
             ready = False
         if ready and listens(proc.pid, port):
             return server
-        time.sleep(0.2)
+        time.sleep(0.05)
     server.stop()
     raise RuntimeError(f"server not ready after {timeout:.0f} s: {server.output()}")
 

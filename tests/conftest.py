@@ -1,0 +1,46 @@
+"""Shared by every test process:
+
+* each ``bayesify serve`` the tests start through :mod:`bayesify.bench.process` is forked from
+  one fork server per pytest process (tests/forkserver.py), which has imported torch and the
+  server once (``FORK_SERVER=0``: plain processes instead);
+* JAX keeps what it compiles in one folder for the whole run (both xdist workers and the
+  processes they start), so the HMC references of identical shapes compile once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+from forkserver import ForkServer
+
+from bayesify.bench import process
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fork_server(tmp_path_factory):
+    if os.environ.get("FORK_SERVER") == "0":
+        yield None
+        return
+    server = ForkServer(tmp_path_factory.mktemp("fork"))
+    launch, process.launch = process.launch, server.popen
+    yield server
+    process.launch = launch
+    server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def jax_cache(tmp_path_factory):
+    run = tmp_path_factory.getbasetemp()
+    folder = (run.parent if "PYTEST_XDIST_WORKER" in os.environ else run) / "jax-cache"
+    settings = {"JAX_COMPILATION_CACHE_DIR": str(folder),
+                "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": 0.0,
+                "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": -1}  # fmt: skip
+    os.environ.update({k: str(v) for k, v in settings.items()})  # for the processes started
+    if "jax" in sys.modules:  # imported while collecting: set before its first compilation
+        import jax
+
+        for key, value in settings.items():
+            jax.config.update(key.lower(), value)
+    yield folder
