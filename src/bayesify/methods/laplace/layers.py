@@ -52,6 +52,7 @@ def all_layer_forward(
         if predictive is LaplacePredictive.SAMPLED:
             drawn: Tensor = vmap(lambda d: f({k: params[k] + d[k] for k in d}))(deltas)
             return drawn
-        mean = f(params)
-        lin: Tensor = vmap(lambda d: jvp(f, (params,), (d,))[1])(deltas)
-        return mean.unsqueeze(0) + lin
+        # jvp's primal does not depend on the draw: one forward pass gives f(x) and each J(x)Δ_t
+        mean, lin = vmap(lambda d: jvp(f, (params,), (d,)), out_dims=(None, 0))(deltas)
+        out: Tensor = mean.unsqueeze(0) + lin
+        return out
