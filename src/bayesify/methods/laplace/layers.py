@@ -5,6 +5,7 @@ the drawn weights (sampled); behind :class:`~bayesify.methods.laplace.laplace.La
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -52,7 +53,12 @@ def all_layer_forward(
         if predictive is LaplacePredictive.SAMPLED:
             drawn: Tensor = vmap(lambda d: f({k: params[k] + d[k] for k in d}))(deltas)
             return drawn
+
         # jvp's primal does not depend on the draw: one forward pass gives f(x) and each J(x)Δ_t
-        mean, lin = vmap(lambda d: jvp(f, (params,), (d,)), out_dims=(None, 0))(deltas)
+        def linearised(d: dict[str, Tensor]) -> Any:
+            return jvp(f, (params,), (d,))
+
+        primal_once: Any = (None, 0)  # torch's stubs omit None inside out_dims
+        mean, lin = vmap(linearised, out_dims=primal_once)(deltas)
         out: Tensor = mean.unsqueeze(0) + lin
         return out
