@@ -277,6 +277,7 @@ def test_bayesify_train_method_laplace(tmp_path):
     assert res.exit_code == 0, res.output
     loaded = bayesify.load(tmp_path / "b")
     assert isinstance(loaded, bayesify.Laplace) and loaded.evidence is not None
+    assert loaded.config.subset is LaplaceSubset.ALL  # the regression default, named
     assert loaded.prior_precision == pytest.approx(loaded.evidence.prior_precision)
 
 
