@@ -34,8 +34,9 @@ def _fitted(name: str) -> Method:
         return bayesify.distill(_fitted("mc-dropout"), _data(), epochs=1, progress=False)
     # table rows: the one augmentation of TTA that applies to them; the flow's ELBO fit short
     # (its 1000 default steps took 17 s; the samples' chunking does not depend on the fit)
-    options = {"tta": {"transforms": "noise:0.1"}, "flow": {"elbo_steps": 20}}.get(name, {})
-    cls = METHODS[name]
+    options = {"tta": {"transforms": "noise:0.1"}, "flow": {"elbo_steps": 20},
+               "laplace-all": {"subset": "all"}}.get(name, {})  # fmt: skip
+    cls = METHODS["laplace" if name == "laplace-all" else name]
     data = _data()
     if name == "evidential-classification":  # class scores and labels: 3 classes of the target
         net = mlp(D, 3, (16, 16), norm="batch", dropout=0.1)
@@ -53,7 +54,8 @@ def _fitted(name: str) -> Method:
     return method
 
 
-@pytest.fixture(scope="module", params=sorted(METHODS))
+# every method with its defaults, and all-layer Laplace (its GLM pass runs the network once)
+@pytest.fixture(scope="module", params=[*sorted(METHODS), "laplace-all"])
 def method(request: pytest.FixtureRequest) -> Method:
     return _fitted(request.param)
 
