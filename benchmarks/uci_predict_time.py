@@ -21,7 +21,6 @@ that file.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import time
 import warnings
@@ -30,9 +29,8 @@ from typing import Any
 
 import torch
 
-from bayesify.atomic import write_bytes, write_text
 from bayesify.bench.machine import machine_description
-from bayesify.bench.store_io import read_rows
+from bayesify.bench.store_io import read_rows, write_lines
 from bayesify.bench.summary import mean_se
 from bayesify.bench.uci.gal import _train as train_mc_dropout
 from bayesify.bench.uci.gal_methods import GRID_NAMES
@@ -57,16 +55,6 @@ def _fit(job: Any, data: Any) -> Any:
     name = GRID_NAMES[job.method]
     params = {} if name is None else {name: GRIDS[job.method][0][0]}
     return grid_trial(job, data, params, None)[1]
-
-
-def _save(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Every row so far as JSON Lines (gzip-compressed if ``path`` ends .gz), written beside
-    ``path`` and renamed into place, so a run killed mid-write leaves the last whole file."""
-    text = "".join(json.dumps(r) + "\n" for r in rows)
-    if path.suffix == ".gz":
-        write_bytes(path, gzip.compress(text.encode(), mtime=0))
-    else:
-        write_text(path, text)
 
 
 def time_row(method_name: str, dataset: str, split: int, likelihood: str,
@@ -183,7 +171,8 @@ def main() -> None:
                           f"{r['det_predict_ms_per_1000']:.1f} (fit {r['fit_s']:.1f} s)",
                           flush=True)  # fmt: skip
                     rows.append(r)
-                    _save(path, rows)
+                    # every row so far, renamed into place: a kill leaves the last whole file
+                    write_lines(path, "".join(json.dumps(r) + "\n" for r in rows))
     Path(args.page).write_text(write_page(rows, args, time.perf_counter() - t0))
 
 

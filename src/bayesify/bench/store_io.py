@@ -98,12 +98,17 @@ def export_rows(
     with ResultsStore(store, readonly=True) as db:
         rows = db.records()
     rows.sort(key=lambda r: tuple(r[k] for k in KEY_FIELDS))
-    text = "".join(export_line(r, digits) + "\n" for r in rows)
+    write_lines(path, "".join(export_line(r, digits) + "\n" for r in rows))
+    return len(rows)
+
+
+def write_lines(path: str | Path, text: str) -> None:
+    """``text`` (JSON Lines) to ``path``, gzip-compressed without a time stamp if the name ends
+    ``.gz``; written beside it and renamed into place, so a kill leaves the old file whole."""
     if str(path).endswith(".gz"):
         write_bytes(path, gzip.compress(text.encode(), mtime=0))
     else:
         write_text(path, text)
-    return len(rows)
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
