@@ -4,11 +4,13 @@
   one fork server per pytest process (tests/forkserver.py), which has imported torch and the
   server once (``FORK_SERVER=0``: plain processes instead);
 * JAX keeps what it compiles in one folder for the whole run (both xdist workers and the
-  processes they start), so the HMC references of identical shapes compile once.
+  processes they start), so the HMC references of identical shapes compile once;
+* ``httpx.get``/``post`` share one TLS context (a new one costs ~40 ms of CPU per request).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -44,3 +46,16 @@ def jax_cache(tmp_path_factory):
         for key, value in settings.items():
             jax.config.update(key.lower(), value)
     yield folder
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_tls_context():
+    """``httpx.get``/``post`` build a client, and with it a TLS context from certifi's bundle
+    (about 40 ms of CPU), for each request; the suite's plain-HTTP loopback requests share
+    one context instead."""
+    from httpx._transports import default
+
+    build = default.create_ssl_context
+    default.create_ssl_context = functools.lru_cache(maxsize=8)(build)
+    yield
+    default.create_ssl_context = build

@@ -27,10 +27,12 @@ from typing import IO, Any
 #: and still be forked from the server's imports
 RUNTIME_ENV = frozenset({"BAYESIFY_API_KEY", "PYTHONUNBUFFERED"})
 
-#: what every ``bayesify serve`` imports before it loads a bundle
+#: what every ``bayesify serve`` imports before it loads a bundle, and what many import on
+#: first use: ``torch._dynamo`` (building some layers on the meta device, training), pandas
+#: (table inputs), ``pydantic.v1`` (FastAPI's routes look for v1 models)
 PRELOAD = ("torch", "bayesify.cli", "bayesify.cli.serve", "bayesify.serve.app",
            "bayesify.serve.listener", "bayesify.serve.model", "bayesify.serve.repository",
-           "bayesify.methods")  # fmt: skip
+           "bayesify.methods", "torch._dynamo", "pandas", "pydantic.v1")  # fmt: skip
 
 
 class ForkedProcess:

@@ -14,6 +14,7 @@ import time
 import pytest
 import torch
 
+from bayesify.bench.pool import START_METHODS
 from bayesify.bench.runner import run_jobs
 from bayesify.bench.store import ResultsStore
 from bayesify.bench.toys import noise_toy
@@ -116,19 +117,27 @@ def test_two_workers_write_the_same_rows_as_one(tmp_path, one_thread):
         for s in range(2)
     ]
     one = run_jobs("e", jobs, noise_toy.score_job, tmp_path / "one.db", progress=False)
-    two = run_jobs("e", jobs, noise_toy.score_job, tmp_path / "two.db", workers=2, progress=False)
-    assert len(one.finished) == len(two.finished) == 8 and not one.failed and not two.failed
+    assert len(one.finished) == 8 and not one.failed
+    a, pids_a = _rows(tmp_path / "one.db")
+    assert pids_a == {os.getpid()}
+    for method in START_METHODS:  # workers forked from the fork server, or fresh interpreters
+        two = run_jobs("e", jobs, noise_toy.score_job, tmp_path / f"{method}.db", workers=2,
+                       progress=False, start_method=method)  # fmt: skip
+        assert len(two.finished) == 8 and not two.failed
+        b, pids_b = _rows(tmp_path / f"{method}.db")
+        assert os.getpid() not in pids_b and len(pids_b) == 2
+        _same_rows(a, b)
 
-    def rows(path):
-        with ResultsStore(path) as store:
-            recs = store.records("e")
-        pids = {r["pid"] for r in recs}
-        keyed = {(r["method"], r["split"], r["config_hash"]): r["metrics"] for r in recs}
-        return keyed, pids
 
-    a, pids_a = rows(tmp_path / "one.db")
-    b, pids_b = rows(tmp_path / "two.db")
-    assert pids_a == {os.getpid()} and os.getpid() not in pids_b and len(pids_b) == 2
+def _rows(path):
+    with ResultsStore(path) as store:
+        recs = store.records("e")
+    pids = {r["pid"] for r in recs}
+    keyed = {(r["method"], r["split"], r["config_hash"]): r["metrics"] for r in recs}
+    return keyed, pids
+
+
+def _same_rows(a, b) -> None:
     assert a.keys() == b.keys()
     for key in a:
         assert a[key].keys() == b[key].keys()
@@ -158,6 +167,19 @@ def _children(pid: int) -> list[int]:
     return out
 
 
+def _workers(run: int) -> list[int]:
+    """The run's pool processes: spawned children, or its fork server and the fork server's
+    children (the workers)."""
+    out = []
+    for child in _children(run):
+        cmd = _proc(child, "cmdline")
+        if "spawn_main" in cmd:
+            out.append(child)
+        elif "multiprocessing.forkserver" in cmd:
+            out += [child, *_children(child)]
+    return out
+
+
 def _alive(pid: int) -> bool:
     try:
         return _proc(pid, "stat").rsplit(")", 1)[1].split()[0] != "Z"
@@ -177,10 +199,10 @@ def test_workers_stop_when_the_run_that_started_them_is_killed(tmp_path):
     try:
         deadline = time.time() + 120
         workers: list[int] = []
-        while len(workers) < 2 and time.time() < deadline:
-            workers = [p for p in _children(proc.pid) if "spawn_main" in _proc(p, "cmdline")]
+        while len(workers) < 3 and time.time() < deadline:
+            workers = _workers(proc.pid)  # the fork server and its two workers
             time.sleep(0.2)
-        assert len(workers) == 2, "the run did not start its two workers"
+        assert len(workers) == 3, f"the run did not start its two workers: {workers}"
         time.sleep(2)  # the workers are in their jobs
         assert proc.poll() is None, "the run ended before it could be killed"
     finally:

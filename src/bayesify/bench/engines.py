@@ -1,5 +1,5 @@
 """Where a run's jobs execute: :class:`LocalPool` (this machine: this process or a pool of
-spawned processes, the default) or :class:`DaskCluster` (the workers of a Dask distributed
+processes, the default) or :class:`DaskCluster` (the workers of a Dask distributed
 scheduler, ``--cluster tcp://host:8786``).
 
 Both get the jobs not yet done and call ``record(key, status, message)`` once per job as it
@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 import os
-import threading
-import time
 import uuid
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
@@ -39,6 +36,7 @@ from bayesify.bench.jobs import (
     run_job,
     write_outcome,
 )
+from bayesify.bench.pool import START_METHODS, exit_with_run, worker_context
 from bayesify.bench.store import DONE, FAILED, ResultsStore, RowKey, StoreError
 
 log = logging.getLogger(__name__)
@@ -68,23 +66,10 @@ class ClusterError(RuntimeError):
 _worker_store: ResultsStore | None = None
 
 
-def _exit_with_parent(parent: int, every: float = 1.0) -> None:
-    """Stop this worker once the process that started it is gone (killed with SIGTERM or
-    SIGKILL, which do not reach the workers): an orphan would go on training jobs nobody
-    waits for. The row in progress stays ``running`` and is rerun by the next run."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(every)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
 def _init_worker(path: str, threads: int | None, parent: int | None = None) -> None:
     global _worker_store
     if parent is not None:
-        _exit_with_parent(parent)
+        exit_with_run(parent)
     if threads is not None:
         import torch
 
@@ -107,19 +92,21 @@ def _record_lost(path: str, key: RowKey, job: Any, error: BaseException) -> None
 
 @dataclass(frozen=True)
 class LocalPool:
-    """``workers`` processes on this machine (1: this process), spawned by ``start_method``
-    (``spawn`` or ``forkserver``), each with ``worker_threads`` torch threads (None: torch's
+    """``workers`` processes on this machine (1: this process), started by ``start_method``
+    (``forkserver`` or ``spawn``; ``""``: forkserver where the platform has it, see
+    :mod:`bayesify.bench.pool`), each with ``worker_threads`` torch threads (None: torch's
     default); ``fn`` must be a module-level function (it is pickled by name)."""
 
     workers: int = 1
     worker_threads: int | None = 1
-    start_method: str = "spawn"
+    start_method: str = ""
 
     def __post_init__(self) -> None:
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ValueError(f"workers must be a positive integer, got {self.workers!r}")
-        if self.start_method not in ("spawn", "forkserver"):
-            raise ValueError(f"start_method must be spawn or forkserver, got {self.start_method!r}")
+        if self.start_method not in ("", *START_METHODS):
+            raise ValueError(f"start_method must be one of {', '.join(START_METHODS)}, got "
+                             f"{self.start_method!r}")  # fmt: skip
 
     def run(self, experiment: str, todo: dict[RowKey, Any], fn: JobFn, path: str,
             record: Record) -> None:  # fmt: skip
@@ -129,7 +116,7 @@ class LocalPool:
                 for key, job in todo.items():
                     record(key, *run_job(db, experiment, job, fn))
             return
-        context = multiprocessing.get_context(self.start_method)
+        context = worker_context(self.start_method)
         initargs = (path, self.worker_threads, os.getpid())
         with ProcessPoolExecutor(workers, mp_context=context, initializer=_init_worker,
                                  initargs=initargs) as pool:  # fmt: skip

@@ -75,14 +75,15 @@ def run_jobs(
     workers: int = 1,
     worker_threads: int | None = 1,
     progress: bool = True,
-    start_method: str = "spawn",
+    start_method: str = "",
     cluster: str = "",
 ) -> RunSummary:
     """Run every job of ``jobs`` not yet done in the store file ``store``; returns a summary.
 
     ``workers``: processes (1: this process; never more than the jobs left to run).
     ``worker_threads``: torch threads per worker process or job (None: torch's default).
-    ``start_method``: ``spawn`` or ``forkserver``.
+    ``start_method``: ``forkserver`` or ``spawn`` (``""``: forkserver where the platform has
+    it; see :mod:`bayesify.bench.pool`).
     ``cluster``: the address of a Dask scheduler (``tcp://host:8786``) whose workers run the
     jobs instead of local processes (``workers`` and ``start_method`` then unused).
     """

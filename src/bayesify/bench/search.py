@@ -24,7 +24,6 @@ from __future__ import annotations
 import itertools
 import logging
 import math
-import multiprocessing
 import os
 import tempfile
 import threading
@@ -33,8 +32,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from bayesify.bench.engines import _exit_with_parent
 from bayesify.bench.jobs import config_hash, job_config, key_field
+from bayesify.bench.pool import exit_with_run, worker_context
 from bayesify.bench.search_journal import journal_storage
 from bayesify.reference.hmc import MissingExtra
 
@@ -250,7 +249,7 @@ def _optimize(objective: Objective, space: Sequence[Dimension], settings: Search
               direction: str, threads: int, parent: int) -> None:  # fmt: skip
     """A worker process: run trials on the stored study until the grid is covered or the
     budget is spent (its artefacts are dropped); it stops if ``parent`` is killed."""
-    _exit_with_parent(parent)
+    exit_with_run(parent)
     optuna = optuna_module()
     import torch
 
@@ -325,7 +324,7 @@ def run_search(objective: Objective, space: Sequence[Dimension],
     if s.workers > 1:
         import torch
 
-        context = multiprocessing.get_context("spawn")
+        context = worker_context()
         with ProcessPoolExecutor(s.workers - 1, mp_context=context) as pool:
             threads = torch.get_num_threads()
             futures = [pool.submit(_optimize, objective, space, s, direction, threads, os.getpid())
