@@ -262,18 +262,15 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
     assert "0 finished, 4 skipped" in again
 
     # TTA rows augment the networks the deterministic and MC dropout rows trained (loaded
-    # from the checkpoints, not trained again)
-    images.run(replace(opts, methods=("tta", "mc-dropout-tta")))
+    # from the checkpoints, not trained again); the weight-sharing ensembles train M = the
+    # ensemble's 2 members and have rows on every table
+    text = images.run(replace(opts, methods=("tta", "mc-dropout-tta", "batch-ensemble",
+                                             "packed-ensemble")))  # fmt: skip
     with ResultsStore(opts.store) as db:
         rows = {r["method"]: r["metrics"] for r in db.records("images")}
     for name in ("tta", "mc-dropout-tta"):
         assert rows[name]["training"]["cached"] and rows[name]["n"] == rows["mc-dropout"]["n"]
         assert rows[name]["uncertainty"]["test"] != rows["deterministic"]["uncertainty"]["test"]
-
-    # the weight-sharing ensembles: M = the ensemble's 2 members, rows on every table
-    text = images.run(replace(opts, methods=("batch-ensemble", "packed-ensemble")))
-    with ResultsStore(opts.store) as db:
-        rows = {r["method"]: r["metrics"] for r in db.records("images")}
     assert rows["batch-ensemble"]["samples_drawn"] == 4  # T = 3 rounded up to a multiple of 2
     assert rows["packed-ensemble"]["samples_drawn"] == 2  # T = M
     for name in ("batch-ensemble", "packed-ensemble"):

@@ -138,7 +138,7 @@ class LocalPool:
 # --------------------------------------------------------------------------- Dask cluster
 def _distributed() -> Any:
     """The ``distributed`` package; if absent, one line naming the extra."""
-    from bayesify.reference.hmc import MissingExtra
+    from bayesify.extras import MissingExtra
 
     try:
         import distributed

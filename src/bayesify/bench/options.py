@@ -34,8 +34,8 @@ from bayesify.atomic import write_text
 from bayesify.bench.engines import ClusterError
 from bayesify.bench.store import StoreError
 from bayesify.data.errors import DataError
+from bayesify.extras import MissingExtra
 from bayesify.io import BundleError
-from bayesify.reference.hmc import MissingExtra
 
 O = TypeVar("O")
 SCALARS = (int, float, str, bool, Path)

@@ -35,7 +35,7 @@ from typing import Any
 from bayesify.bench.jobs import config_hash, job_config, key_field
 from bayesify.bench.pool import exit_with_run, worker_context
 from bayesify.bench.search_journal import journal_storage
-from bayesify.reference.hmc import MissingExtra
+from bayesify.extras import MissingExtra
 
 log = logging.getLogger(__name__)
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 import torch
 from torch import Tensor, nn
 
+from bayesify import extras
 from bayesify.nn.stochastic import generator_device
 from bayesify.options import FlowKind, parse_option
 
@@ -32,7 +33,7 @@ DRAW_CHUNK = 1024
 NEEDS_ZUKO = 'the flow posterior needs zuko: pip install -e ".[flows]"'
 
 
-class MissingExtra(ImportError, ValueError):
+class MissingExtra(extras.MissingExtra, ValueError):
     """An optional dependency is not installed (one line naming the extra). A ``ValueError``
     too, so the command line shows it as one line wherever it reports bad options or bundles."""
 

@@ -37,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from bayesify.extras import MissingExtra
 from bayesify.io import read_bundle, write_bundle
 from bayesify.options import Task
 from bayesify.predictive import Predictive
@@ -45,10 +46,6 @@ __all__ = ["HMCConfig", "HMCSamples", "MissingExtra", "sample_posterior"]
 
 #: Izmailov et al. 2021, Table 3: HMC prior variance 1/5
 IZMAILOV_PRIOR_STD = 1.0 / math.sqrt(5.0)
-
-
-class MissingExtra(ImportError):
-    """An optional dependency is not installed: one line naming the extra to install."""
 
 
 def require_extra() -> None:
