@@ -3,9 +3,10 @@ trials run in, on this machine.
 
 Workers are forked from multiprocessing's fork server where the platform has one: the server
 imports :data:`PRELOAD` once per run, so a worker starts in a fraction of a second instead of
-importing torch and the training code again (3–5 CPU-seconds each). ``spawn`` starts each
-worker as a fresh interpreter. Either way a worker reads the environment its run had when the
-first worker started.
+importing torch and the training code again (3–5 CPU-seconds each). The fork server lives as
+long as the process that started it, so a worker reads the environment variables that process
+had when its first pool started; ``spawn`` starts each worker as a fresh interpreter with the
+environment of the moment.
 """
 
 from __future__ import annotations
