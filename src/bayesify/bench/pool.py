@@ -44,7 +44,8 @@ def exit_with_run(run: int, every: float = 1.0) -> None:
     """In a worker: stop once the run (pid ``run``) that started it is gone (killed with
     SIGTERM or SIGKILL, which do not reach the workers): an orphan would go on training jobs
     nobody waits for. The worker's parent is the run (spawn) or the run's fork server, which
-    ends when the run does; either way the worker is re-parented when its parent ends."""
+    ends when the run does; either way the worker is re-parented when its parent ends. The row
+    in progress stays ``running`` and is rerun by the next run."""
     parent = os.getppid()
 
     def watch() -> None:
