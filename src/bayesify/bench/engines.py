@@ -36,7 +36,7 @@ from bayesify.bench.jobs import (
     run_job,
     write_outcome,
 )
-from bayesify.bench.pool import START_METHODS, exit_with_run, worker_context
+from bayesify.bench.pool import exit_with_run, start_method_of, worker_context
 from bayesify.bench.store import DONE, FAILED, ResultsStore, RowKey, StoreError
 
 log = logging.getLogger(__name__)
@@ -104,9 +104,7 @@ class LocalPool:
     def __post_init__(self) -> None:
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ValueError(f"workers must be a positive integer, got {self.workers!r}")
-        if self.start_method not in ("", *START_METHODS):
-            raise ValueError(f"start_method must be one of {', '.join(START_METHODS)}, got "
-                             f"{self.start_method!r}")  # fmt: skip
+        start_method_of(self.start_method)
 
     def run(self, experiment: str, todo: dict[RowKey, Any], fn: JobFn, path: str,
             record: Record) -> None:  # fmt: skip

@@ -29,11 +29,18 @@ def default_start_method() -> str:
     return "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
 
 
-def worker_context(start_method: str = "") -> BaseContext:
-    """The multiprocessing context workers start from (``""``: :func:`default_start_method`)."""
+def start_method_of(start_method: str = "") -> str:
+    """``start_method`` checked (``""``: :func:`default_start_method`); a ``ValueError`` naming
+    the choices otherwise."""
     method = start_method or default_start_method()
     if method not in START_METHODS:
         raise ValueError(f"start_method must be one of {', '.join(START_METHODS)}, got {method!r}")
+    return method
+
+
+def worker_context(start_method: str = "") -> BaseContext:
+    """The multiprocessing context workers start from (``""``: :func:`default_start_method`)."""
+    method = start_method_of(start_method)
     context = multiprocessing.get_context(method)
     if method == "forkserver":
         context.set_forkserver_preload(PRELOAD)
@@ -61,6 +68,6 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # another user's process
+        pass
     return True
