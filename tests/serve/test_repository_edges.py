@@ -43,6 +43,16 @@ def edges(folder, tmp_path_factory):
     stop_server(srv)
 
 
+@pytest.fixture(autouse=True)
+def plain_loaded_after(edges):
+    """Every test leaves 'plain' loaded, so one that fails between an unload and its load does
+    not fail the tests after it."""
+    yield
+    index = _post(edges, "/v2/repository/index").json()
+    if not any(row["name"] == "plain" and row["state"] == "READY" for row in index):
+        assert _post(edges, "/v2/repository/models/plain/load").status_code == 200
+
+
 def _post(srv, path, content=None, **kw):
     return httpx.post(f"{srv.url}{path}", content=content, timeout=60, **kw)
 
@@ -145,25 +155,31 @@ def test_an_unload_waits_for_its_passes_off_the_event_loop(edges):
     # queue seconds of work, which the unload waits for (before: blocking the event loop,
     # /healthz included, the whole time)
     heavy = {"inputs": toy_data(256, 3)[0].tolist(), "samples": 256, "model": "plain"}
-    statuses: list[int] = []
+    answered: list[tuple[int, float]] = []  # (status, when its answer came)
 
     def send() -> None:
-        statuses.append(httpx.post(f"{edges.url}/v1/predict", json=heavy, timeout=120).status_code)
+        r = httpx.post(f"{edges.url}/v1/predict", json=heavy, timeout=120)
+        answered.append((r.status_code, time.monotonic()))
 
-    start = time.monotonic()
-    send()  # one pass's time on this machine: queue about 4 s of them, whatever its speed
-    one = time.monotonic() - start
-    statuses.clear()
+    one = float("inf")
+    for _ in range(3):  # one pass's time on this machine (the fastest of three, warm)
+        start = time.monotonic()
+        send()
+        one = min(one, time.monotonic() - start)
+    answered.clear()
+    # queue about 4 s of passes, whatever the machine's speed
     senders = [threading.Thread(target=send) for _ in range(min(64, max(8, int(4 / one) + 1)))]
     for t in senders:
         t.start()
     time.sleep(0.5)  # all queued
     took: list[float] = []
+    unloaded: list[float] = []
 
     def unload() -> None:
         start = time.monotonic()
         assert _post(edges, "/v2/repository/models/plain/unload").status_code == 200
-        took.append(time.monotonic() - start)
+        unloaded.append(time.monotonic())
+        took.append(unloaded[0] - start)
 
     unloader = threading.Thread(target=unload)
     unloader.start()
@@ -176,9 +192,14 @@ def test_an_unload_waits_for_its_passes_off_the_event_loop(edges):
     unloader.join()
     for t in senders:
         t.join(300)
-    assert took[0] > 2.0, (took, one, len(senders))  # the unload did wait for the passes ...
-    # ... and the server answered meanwhile (slowed only by the passes' share of the GIL)
+    assert took and took[0] > 1.0, (took, one, len(senders))  # passes were still queued ...
+    # ... and the unload answered only once every pass queued before it had been answered
+    # (a quiet machine runs the queue faster than one timed request suggests, so no fixed time)
+    last = max(when for status, when in answered if status == 200)
+    assert last <= unloaded[0] + 0.25, (last - unloaded[0], took, one, len(senders))
+    # the server answered meanwhile (slowed only by the passes' share of the GIL)
     assert worst < took[0] / 3, (worst, took)
+    statuses = [status for status, _ in answered]
     assert set(statuses) <= {200, 404} and 200 in statuses, statuses
     assert _post(edges, "/v2/repository/models/plain/load").status_code == 200
 
