@@ -230,6 +230,21 @@ class PriorFit(StrEnum):
     """The δ of a log grid 1e-4 .. 1e4 with the best validation NLL (needs validation data)."""
 
 
+class LaplaceNoise(StrEnum):
+    """Where Laplace's noise variance σ² comes from (homoscedastic regression). σ² scales the
+    posterior (``s = 1/σ²`` on the GGN) as well as the predictive's noise, so one value serves
+    both."""
+
+    VALIDATION = "validation"
+    """Chosen on the validation data when given (the predictive's validation loss, by
+    ``noise_objective``), δ by ``prior_fit`` at each σ²; without validation data, the marginal
+    likelihood's."""
+    MARGLIK = "marglik"
+    """The marginal likelihood's, validation data or not. Over all layers with KFAC or a
+    diagonal it can be far too large: their log-determinant counts more well-determined
+    parameters than the data can determine, and σ² = SSE / (N − γ) grows with that count."""
+
+
 class LaplacePredictive(StrEnum):
     """How Laplace turns its weight posterior into predictions."""
 

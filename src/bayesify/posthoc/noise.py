@@ -76,6 +76,22 @@ def _bounded_log_search(loss, lo: float, hi: float, grid: int = 64) -> float:
     return float(res.x) if res.fun <= values[i] else float(xs[i])
 
 
+def noise_loss(
+    means: Tensor, y: Tensor, noise_variance: float, objective: NoiseObjective | str
+) -> float:
+    """The validation loss of the sample mixture of means ``[T, N]`` with ``noise_variance``
+    added to every sample, against ``y [N]``: minus its mean log density (PLL) or the CRPS of
+    its moment-matched Gaussian (mean, Var_t + τ⁻¹)."""
+    objective = parse_option(NoiseObjective, objective, option="objective")
+    means = torch.as_tensor(means, dtype=torch.float64)
+    y = torch.as_tensor(y, dtype=torch.float64).reshape(-1)
+    if objective is NoiseObjective.CRPS:
+        sd = (means.var(0, unbiased=False) + noise_variance).sqrt()
+        return float(reg_metrics.crps_gaussian(means.mean(0), sd, y))
+    nv = torch.tensor(noise_variance, dtype=means.dtype)
+    return -float(reg_metrics.mixture_log_prob(means, nv, y))
+
+
 def fit_noise_variance(
     means: Tensor,
     y: Tensor,
@@ -99,13 +115,9 @@ def fit_noise_variance(
     if len(y) == 0:
         raise ValueError("fitting the noise variance needs at least one validation point")
     mean = means.mean(0)
-    epistemic = means.var(0, unbiased=False)
 
     def loss(log_var: float) -> float:
-        nv = math.exp(log_var)
-        if objective is NoiseObjective.CRPS:
-            return float(reg_metrics.crps_gaussian(mean, (epistemic + nv).sqrt(), y))
-        return -float(reg_metrics.mixture_log_prob(means, torch.tensor(nv, dtype=means.dtype), y))
+        return noise_loss(means, y, math.exp(log_var), objective)
 
     if bounds is None:
         from scipy.optimize import minimize_scalar

@@ -18,7 +18,8 @@ evidential regression's evidence regulariser λ, SNGP's RBF length-scale ℓ of 
 features (:data:`HOMOSCEDASTIC_ONLY`: the methods that run homoscedastic only); the deep
 ensemble (Lakshminarayanan et al. 2017: 5 members, each a heteroscedastic net trained by its NLL
 from its own initialisation) has no grid, nor has Laplace (last layer or all layers, KFAC, around
-the trained net; its prior precision by the marginal likelihood).
+the trained net; its prior precision by the marginal likelihood at each σ², σ² chosen on the
+validation part, in its posterior and its noise: ``noise_fit``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from bayesify.bench.jobs import key_field
 from bayesify.bench.search import Dimension, SearchJob, run_search
 from bayesify.methods.core.likelihood import Likelihood
 
@@ -43,8 +45,8 @@ GRID_NAMES = {
     "ibnn": "prior_std",
     "stochastic-norm": "sigma_init",
     "mcbn": "batch_size",
-    "laplace": None,  # last-layer KFAC Laplace of the trained net, δ (and σ²) by marglik
-    "laplace-all": None,  # all-layer KFAC Laplace (GLM predictive), δ (and σ²) by marglik
+    "laplace": None,  # last-layer KFAC Laplace of the trained net, δ by marglik
+    "laplace-all": None,  # all-layer KFAC Laplace (GLM predictive), δ by marglik
     "swag": "swag_lr_ratio",  # the collecting rate over the training rate
     "evidential-regression": "coeff",  # the evidence regulariser's weight λ
     "vbll": "prior_scale",  # the last layer's prior variance (its noise is learned)
@@ -78,6 +80,10 @@ class UCIMethodJob(SearchJob):
     samples: int = 100
     members: int = 5
     val_fraction: float = 0.2
+    # Laplace's σ², which scales its posterior: "validation" or "marglik" (LaplaceNoise); ""
+    # marks the rows of the Laplace before the option, whose posterior kept the marginal
+    # likelihood's σ² while its predictive's noise was refitted on validation
+    noise_fit: str = key_field("")
 
     def __post_init__(self) -> None:
         if self.method not in GRID_NAMES:
@@ -113,8 +119,12 @@ def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
         if job.method == "stochastic-norm":
             return bayesify.StochasticNorm(net, sigma_init=value, **common)
         if job.method.startswith("laplace"):  # fit() trains the MAP, then fits the posterior
+            if not job.noise_fit and job.likelihood == Likelihood.HOMOSCEDASTIC.value:
+                raise ValueError("a Laplace job names its noise_fit (rows without one were made "
+                                 "by an earlier Laplace, which cannot be rerun)")  # fmt: skip
             subset = "all" if job.method == "laplace-all" else "last-layer"
-            return bayesify.Laplace(net, subset=subset, hessian="kfac", **common)
+            noise = {"noise_fit": job.noise_fit} if job.noise_fit else {}
+            return bayesify.Laplace(net, subset=subset, hessian="kfac", **noise, **common)
         if job.method == "swag":  # 20 epochs after training (its optimiser), a snapshot each
             return bayesify.SWAG(net, swag_lr=value * job.lr, swag_epochs=20, **common)
         if job.method == "evidential-regression":  # its NIG head is its noise model

@@ -24,6 +24,7 @@ from bayesify.bench.uci.gal import PRESETS as GAL_PRESETS
 from bayesify.bench.uci.gal import GalUCIJob
 from bayesify.bench.uci.gal_methods import HOMOSCEDASTIC_ONLY, UCIMethodJob
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS
+from bayesify.methods.core.likelihood import Likelihood
 
 GAL_EXPERIMENT = "gal-uci"  # MC dropout rows (the experiment name of the earlier command)
 METHODS_EXPERIMENT = "uci-gal"  # every other method on Gal's splits
@@ -97,7 +98,15 @@ def method_job(method: str, dataset: str, split: int, likelihood: str, preset: s
     return UCIMethodJob(method, dataset, split, likelihood=likelihood,
                         grid=GRIDS[method][0 if quick else 1], hidden=hidden_units(dataset),
                         epochs=epochs or n_epochs, batch_size=batch, lr=1e-2 if quick else 1e-3,
-                        samples=100 if quick else 1000)  # fmt: skip
+                        samples=100 if quick else 1000,
+                        noise_fit=laplace_noise_fit(method, likelihood))  # fmt: skip
+
+
+def laplace_noise_fit(method: str, likelihood: str) -> str:
+    """A homoscedastic Laplace job's ``noise_fit`` (its σ² scales the posterior); "" for the
+    rest, whose rows it cannot change (heteroscedastic nets have no σ²)."""
+    homoscedastic = likelihood == Likelihood.HOMOSCEDASTIC.value
+    return "validation" if method.startswith("laplace") and homoscedastic else ""
 
 
 @dataclass(frozen=True)

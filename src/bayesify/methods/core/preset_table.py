@@ -152,12 +152,14 @@ RECIPES = [
         "paper",
         "Daxberger et al. 2021, Laplace Redux: laplace-torch 0.3 defaults (paper not at hand)",
         # post-hoc on a trained network: last layer, KFAC GGN, prior precision by the marginal
-        # likelihood, the GLM predictive with the probit link (classification)
+        # likelihood (and homoscedastic regression's σ²), the GLM predictive with the probit
+        # link (classification)
         config={
             "subset": "last-layer",
             "hessian": "kfac",
             "prior_fit": "marglik",
             "predictive": "glm",
+            "noise_fit": "marglik",  # σ² by the marginal likelihood, in posterior and noise
         },  # fmt: skip
     ),
     Preset(

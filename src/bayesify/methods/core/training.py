@@ -12,6 +12,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 import torch
+from torch import Tensor
 
 from bayesify.methods.core.inputs import regression_targets
 from bayesify.methods.core.likelihood import regression_means, split_heteroscedastic
@@ -152,11 +153,16 @@ class Trainable:
         if self.config.heteroscedastic:  # the noise is learned: only the baseline is fitted
             means = split_heteroscedastic(out)[0]
         else:
-            means = regression_means(out)
-            self.noise_variance = fit_noise_variance(means, yv, self.config.noise_objective)
+            means = self._fit_noise_variance(regression_means(out), xv, yv, seed)
         std = fit_constant_std(means.mean(0), yv, self.config.noise_objective.value)
         self.constant_variance = float(std) ** 2
         return self.noise_variance
+
+    def _fit_noise_variance(self, means: Tensor, xv: Tensor, yv: Tensor, seed: int) -> Tensor:
+        """Set homoscedastic τ⁻¹ from the validation draws' means ``[T, N]``; returns the means
+        the constant baseline is fitted to (a method whose draws depend on τ⁻¹ draws again)."""
+        self.noise_variance = fit_noise_variance(means, yv, self.config.noise_objective)
+        return means
 
     def constant_baseline(self, pred: Predictive) -> Predictive:
         """The constant-uncertainty baseline (CUBN / CUDO) for a regression predictive: same mean,

@@ -10,6 +10,7 @@ from bayesify.methods.core.config import MethodConfig
 from bayesify.methods.core.spread import BayesifyWarning
 from bayesify.options import (
     HessianStructure,
+    LaplaceNoise,
     LaplacePredictive,
     LaplaceSubset,
     Link,
@@ -23,7 +24,9 @@ class LaplaceConfig(MethodConfig):
     """``subset``: last-layer | all; ``hessian``: full | kfac | diag (full: last layer only);
     ``prior_fit``: marglik | grid; ``prior_precision``: a fixed δ instead (skips the fit);
     ``predictive``: glm | sampled; ``link``: mc | probit (classification; default mc: drawn
-    logits, which carry the mutual information; probit: last layer, glm)."""
+    logits, which carry the mutual information; probit: last layer, glm); ``noise_fit``:
+    validation | marglik, where homoscedastic regression's σ² comes from (it scales the
+    posterior and is the predictive's noise)."""
 
     subset: LaplaceSubset = LaplaceSubset.LAST_LAYER
     hessian: HessianStructure = HessianStructure.KFAC
@@ -31,6 +34,7 @@ class LaplaceConfig(MethodConfig):
     prior_precision: float | None = None
     predictive: LaplacePredictive = LaplacePredictive.GLM
     link: Link | None = None
+    noise_fit: LaplaceNoise = LaplaceNoise.VALIDATION
 
     def __post_init__(self) -> None:
         super().__post_init__()

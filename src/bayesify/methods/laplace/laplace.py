@@ -17,14 +17,16 @@ the generalised Gauss-Newton matrix of the training log-likelihood.
   ``f(x) + J(x) Δ_t`` by forward-mode differentiation (``torch.func.jvp``), ``"sampled"`` runs
   ``f(x; θ* + Δ_t)``; both vectorised over the T draws (``torch.func.vmap``).
 * The prior precision δ maximises the marginal likelihood (closed form in δ, bisection on
-  log δ; :mod:`.laplace_prior`) or the validation NLL over a grid; homoscedastic regression fits
-  its noise σ² with δ by the marginal likelihood (and refits τ⁻¹ on validation data as every
-  method does when ``val`` is given). Heteroscedastic regression (``likelihood=
+  log δ; :mod:`.laplace_prior`) or the validation NLL over a grid. Homoscedastic regression's
+  noise σ² also scales the posterior (``s = 1/σ²``): the marginal likelihood's, or with
+  validation data (``noise_fit="validation"``, the default) the one whose posterior and noise
+  score best there, δ refitted at each. Heteroscedastic regression (``likelihood=
   "heteroscedastic"``) uses the Fisher of (mean, variance) as the output curvature.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -32,6 +34,7 @@ from torch import Tensor, nn
 
 from bayesify.methods.core.base import Method
 from bayesify.methods.core.inputs import check_samples
+from bayesify.methods.core.likelihood import regression_means
 from bayesify.methods.laplace.config import LaplaceConfig
 from bayesify.methods.laplace.curvature import (
     DataTerm,
@@ -42,17 +45,25 @@ from bayesify.methods.laplace.curvature import (
     posterior_layers,
 )
 from bayesify.methods.laplace.layers import all_layer_deltas, all_layer_forward
-from bayesify.methods.laplace.prior import Evidence, fit_evidence, log_marglik, prior_grid
+from bayesify.methods.laplace.prior import (
+    Evidence,
+    best_prior_precision,
+    fit_evidence,
+    log_marglik,
+    prior_grid,
+)
 from bayesify.nn import check_sample_bytes, chunk_plan, sampling
 from bayesify.nn.laplace_posterior import BLOCKS, LaplaceBlock, LaplaceLinear
 from bayesify.nn.modes import eval_mode
 from bayesify.nn.net_facts import prefix_of
 from bayesify.nn.sampled_linear import last_linear
 from bayesify.options import (
+    LaplaceNoise,
     LaplaceSubset,
     PriorFit,
     Task,
 )
+from bayesify.posthoc.noise import noise_loss
 from bayesify.train import Data, as_loader
 
 
@@ -185,6 +196,34 @@ class Laplace(Method):
             ev = Evidence(d, ev.noise_variance, log_marglik(term, eig, sq, d, ev.noise_variance))
             self._set(d, ev.noise_variance)
         self.evidence = ev
+
+    def _fit_noise_variance(self, means: Tensor, xv: Tensor, yv: Tensor, seed: int) -> Tensor:
+        """σ² scales the posterior too (``s = 1/σ²``): ``noise_fit="validation"`` chooses the σ²
+        whose posterior and noise give the best validation loss (δ by ``prior_fit`` at each σ²,
+        the same draws' seed for every σ²), then draws the validation means again under it."""
+        if self.config.noise_fit is LaplaceNoise.MARGLIK:
+            return means  # the marginal likelihood's σ², set with the posterior
+        term, eig, sq = self._term, self.eigenvalues(), self._sq_norm()
+        cfg, fixed = self.config, self.prior_precision
+        marglik_prior = cfg.prior_precision is None and cfg.prior_fit is PriorFit.MARGLIK
+
+        def draws(log_var: float) -> Tensor:
+            var = math.exp(log_var)
+            self._set(best_prior_precision(eig, sq, 1 / var) if marglik_prior else fixed, var)
+            return regression_means(self.sample(xv, cfg.noise_samples, seed=seed))
+
+        def loss(log_var: float) -> float:
+            return noise_loss(draws(log_var), yv, math.exp(log_var), cfg.noise_objective)
+
+        from scipy.optimize import minimize_scalar  # scipy's import is slow: only when fitting
+
+        centre = math.log(max(term.sse / max(term.n_data, 1), 1e-12))
+        res = minimize_scalar(loss, bounds=(centre - 9.0, centre + 5.0), method="bounded",
+                              options={"xatol": 1e-2})  # fmt: skip
+        means = draws(float(res.x))
+        var, d = self.noise_variance, self.prior_precision
+        self.evidence = Evidence(d, var, log_marglik(term, eig, sq, d, var))
+        return means
 
     def _grid_prior(self, val: Data, seed: int) -> float:
         """The δ of :func:`prior_grid` with the lowest validation NLL (``noise_samples``
