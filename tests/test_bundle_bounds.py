@@ -45,7 +45,7 @@ def _laplace(path):
     """A real last-layer KFAC Laplace bundle of Linear(5, 8) -> ReLU -> Linear(8, 1)."""
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 1))
-    return bayesify.Laplace.from_pretrained(net, _data()).save(path)
+    return bayesify.Laplace.from_pretrained(net, _data(), subset="last-layer").save(path)
 
 
 def _edit(bundle, change):

@@ -156,7 +156,8 @@ CASES = {
         nn.Sequential(nn.Linear(3, 2)), task="classification", subset="all", link="probit"),
     "laplace-link-regression": lambda p: bayesify.Laplace(nn.Sequential(nn.Linear(3, 1)),
                                                           link="mc"),
-    "laplace-no-linear": lambda p: bayesify.Laplace(nn.Sequential(nn.Conv2d(1, 2, 3))),
+    "laplace-no-linear": lambda p: bayesify.Laplace(nn.Sequential(nn.Conv2d(1, 2, 3)),
+                                                    subset="last-layer"),
     "flow-needs-zuko": lambda p: _flow_without_zuko(),
     "flow-no-train": lambda p: bayesify.FlowPosterior.from_pretrained(
         nn.Sequential(nn.Linear(3, 1))),

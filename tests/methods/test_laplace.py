@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 import bayesify
 from bayesify.models import lenet, mlp
-from bayesify.options import Link
+from bayesify.options import LaplaceSubset, Link
 
 
 def classification_data(n: int = 160, seed: int = 0):
@@ -277,6 +277,7 @@ def test_bayesify_train_method_laplace(tmp_path):
     assert res.exit_code == 0, res.output
     loaded = bayesify.load(tmp_path / "b")
     assert isinstance(loaded, bayesify.Laplace) and loaded.evidence is not None
+    assert loaded.config.subset is LaplaceSubset.ALL  # the regression default, named
     assert loaded.prior_precision == pytest.approx(loaded.evidence.prior_precision)
 
 
@@ -311,11 +312,37 @@ def test_last_layer_regression_spreads_in_the_gap_and_far_away():
     det = bayesify.Deterministic(mlp(1, 1, (50,), norm=None))
     det.fit(gap_data(200, 0), val=gap_data(100, 1), epochs=200, batch_size=32, lr=1e-2,
             progress=False)  # fmt: skip
-    la = bayesify.Laplace.from_pretrained(det.net, gap_data(200, 0), val=gap_data(100, 1))
+    la = bayesify.Laplace.from_pretrained(det.net, gap_data(200, 0), val=gap_data(100, 1),
+                                          subset="last-layer")  # fmt: skip
     inside, gap, far = (float(la.predict(x, 500, seed=1).epistemic_variance.sqrt().mean())
                         for x in (IN_DATA, torch.zeros(1, 1), FAR))  # fmt: skip
     assert gap >= 3 * inside and far >= 3 * inside, (inside, gap, far)
     assert far >= math.sqrt(la.noise_variance)  # beyond the data the weights dominate
+
+
+def test_regression_defaults_to_every_layer_whose_predicted_std_varies_more():
+    # the last layer's predicted std is s·√(1 + h(x)) (h: x's leverage on the features), near
+    # s everywhere; every layer's varies more: the ratio of its largest to its smallest
+    # predicted std over inputs in [-6, 6] is larger (measured 10.0 against 4.2 on this toy)
+    from test_swag import gap_data
+
+    assert bayesify.Laplace(mlp(1, 1, (8,))).config.subset is LaplaceSubset.ALL
+    assert bayesify.Laplace(mlp(1, 3, (8,)), task="classification").config.subset is (
+        LaplaceSubset.LAST_LAYER)  # fmt: skip
+    assert bayesify.Laplace(mlp(1, 1, (8,)), hessian="full").config.subset is (
+        LaplaceSubset.LAST_LAYER)  # fmt: skip
+    torch.manual_seed(0)
+    det = bayesify.Deterministic(mlp(1, 1, (50,), norm=None))
+    det.fit(gap_data(200, 0), val=gap_data(100, 1), epochs=200, batch_size=32, lr=1e-2,
+            progress=False)  # fmt: skip
+    grid = torch.linspace(-6, 6, 61)[:, None]
+    ratios = {}
+    for subset in (None, "last-layer"):
+        la = bayesify.Laplace.from_pretrained(det.net, gap_data(200, 0), val=gap_data(100, 1),
+                                              subset=subset)  # fmt: skip
+        std = la.predict(grid, 500, seed=1).variance.sqrt().flatten()
+        ratios[subset] = float(std.max() / std.min())
+    assert ratios[None] > 1.5 * ratios["last-layer"], ratios
 
 
 def test_default_classification_draws_logits_whose_mutual_information_flags_ood():

@@ -96,7 +96,9 @@ def test_regression_marglik_and_glm_agree_at_a_fixed_noise(trained):
         nn.functional.mse_loss(net(x).squeeze(-1), yr).backward()
         opt.step()
     net.eval()
-    ours = bayesify.Laplace.from_pretrained(net, (x, yr), hessian="kfac", batch_size=40)
+    ours = bayesify.Laplace.from_pretrained(
+        net, (x, yr), hessian="kfac", batch_size=40, subset="last-layer"
+    )
     sigma = ours.noise_variance**0.5
     loader = torch.utils.data.DataLoader(
         torch.utils.data.TensorDataset(x, yr.unsqueeze(-1)), batch_size=40

@@ -231,9 +231,8 @@ class PriorFit(StrEnum):
 
 
 class LaplaceNoise(StrEnum):
-    """Where Laplace's noise variance σ² comes from (homoscedastic regression). σ² scales the
-    posterior (``s = 1/σ²`` on the GGN) as well as the predictive's noise, so one value serves
-    both."""
+    """Where Laplace's noise variance σ² comes from (homoscedastic regression): one value
+    scales the posterior (``s = 1/σ²`` on the GGN) and is the predictive's noise."""
 
     VALIDATION = "validation"
     """Chosen on the validation data when given (the predictive's validation loss, by

@@ -33,7 +33,9 @@ METHODS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "ensemble": ({}, {"members": 5}),
     "ibnn": ({}, {}),
     "stochastic-norm": ({}, {}),
-    "laplace": ({}, {}),  # last-layer KFAC Laplace of the trained net, δ and σ² by marglik
+    # last-layer KFAC Laplace of the trained net, δ and σ² by marglik (named: the regression
+    # default became all layers after these rows were written; the row keys omit the options)
+    "laplace": ({}, {"subset": "last-layer"}),
     "swag": ({}, {"swag_epochs": 20}),  # 20 epochs of SGD after training, a snapshot each
     "flow": ({}, {}),  # a neural spline flow over the last layer, fitted by the ELBO
 }

@@ -21,14 +21,16 @@ from bayesify.options import (
 
 @dataclass(frozen=True)
 class LaplaceConfig(MethodConfig):
-    """``subset``: last-layer | all; ``hessian``: full | kfac | diag (full: last layer only);
+    """``subset``: last-layer | all (default: all for regression, whose last layer alone gives
+    a nearly uniform spread, docs/fidelity.md; last-layer for classification and with
+    ``hessian='full'``); ``hessian``: full | kfac | diag (full: last layer only);
     ``prior_fit``: marglik | grid; ``prior_precision``: a fixed δ instead (skips the fit);
     ``predictive``: glm | sampled; ``link``: mc | probit (classification; default mc: drawn
     logits, which carry the mutual information; probit: last layer, glm); ``noise_fit``:
     validation | marglik, where homoscedastic regression's σ² comes from (it scales the
     posterior and is the predictive's noise)."""
 
-    subset: LaplaceSubset = LaplaceSubset.LAST_LAYER
+    subset: LaplaceSubset | None = None
     hessian: HessianStructure = HessianStructure.KFAC
     prior_fit: PriorFit = PriorFit.MARGLIK
     prior_precision: float | None = None
@@ -38,6 +40,11 @@ class LaplaceConfig(MethodConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.subset is None:  # resolved here, as the link below, so a bundle names it
+            # hessian='full' exists for the last layer only
+            regression = self.task is Task.REGRESSION and self.hessian is not HessianStructure.FULL
+            subset = LaplaceSubset.ALL if regression else LaplaceSubset.LAST_LAYER
+            object.__setattr__(self, "subset", subset)
         if self.link is None and self.task is Task.CLASSIFICATION:
             # resolved here, so a bundle names the link it predicts with and a later change of
             # the default cannot change what a saved bundle predicts

@@ -2,7 +2,7 @@
 "Laplace Redux"): a Gaussian ``N(θ*, (s·H + δ·I)⁻¹)`` around the trained weights θ*, with ``H``
 the generalised Gauss-Newton matrix of the training log-likelihood.
 
-* ``subset="last-layer"`` (default): the last ``nn.Linear`` becomes a
+* ``subset="last-layer"`` (the default for classification): the last ``nn.Linear`` becomes a
   :class:`~bayesify.nn.laplace_posterior.LaplaceLinear`; the body runs once per input row and the
   T draws of the last layer share it. ``hessian`` full, kfac (default) or diag. For a last
   layer the linearised (GLM) and the sampled predictives are the same Gaussian over outputs
@@ -12,7 +12,9 @@ the generalised Gauss-Newton matrix of the training log-likelihood.
   the logits so by default (``link="mc"``), so the samples disagree and carry the mutual
   information; ``link="probit"`` (laplace-torch's default) draws nothing and gives every sample
   the probit-scaled logits, whose softmax is the probit approximation (mutual information 0).
-* ``subset="all"``: every ``nn.Linear`` and ``nn.Conv2d`` (hessian kfac or diag; batch norm in
+* ``subset="all"`` (the default for regression, where the last layer's spread is nearly the
+  same for every input: its variance is σ² times the input's leverage in a linear regression
+  on the features): every ``nn.Linear`` and ``nn.Conv2d`` (hessian kfac or diag; batch norm in
   eval mode, its scale and shift kept at their MAP values). ``predictive="glm"`` draws
   ``f(x) + J(x) Δ_t`` by forward-mode differentiation (``torch.func.jvp``), ``"sampled"`` runs
   ``f(x; θ* + Δ_t)``; both vectorised over the T draws (``torch.func.vmap``).
