@@ -210,6 +210,30 @@ def test_cli_seeds_a_store_and_exports_it(tmp_path):
     assert result.exit_code == 2 and "no rows to import" in result.output
 
 
+def test_a_recomputation_with_a_new_metric_replaces_the_row_it_reproduces(tmp_path):
+    # rows scored before a metric existed (the epistemic share) gain it when a recomputation
+    # of the same job reproduces every number they hold, the exported plot data's 6 digits too
+    old, new = tmp_path / "old.db", tmp_path / "new.db"
+    _fill(old)
+    _fill(new, lambda job: {**_score(job), "epistemic_share": 0.25})
+    export_rows(old, tmp_path / "old.jsonl", digits=EXPORT_DIGITS)
+    export_rows(new, tmp_path / "new.jsonl")
+    stored, recomputed = read_rows(tmp_path / "old.jsonl"), read_rows(tmp_path / "new.jsonl")
+    off = next(r for r in recomputed if r["experiment"] == METHODS_EXPERIMENT)
+    off["metrics"] = {**off["metrics"], "rmse": off["metrics"]["rmse"] * 1.01}  # not reproduced
+    seeded = tmp_path / "seeded.db"
+    assert import_rows(seeded, stored).added == _n_jobs()
+    summary = import_rows(seeded, recomputed)
+    assert (summary.replaced, summary.kept, len(summary.conflicts)) == (_n_jobs() - 1, 1, 1)
+    with ResultsStore(seeded) as db:
+        metrics = {RowKey.of(r): r["metrics"] for r in db.records()}
+    assert "epistemic_share" not in metrics[RowKey.of(off)]  # the stored row is kept
+    assert sum("epistemic_share" in m for m in metrics.values()) == _n_jobs() - 1
+    # a row holding no more metrics than the stored one never replaces it
+    other = [{**r, "metrics": {**r["metrics"], "rmse": 9.0}} for r in stored]
+    assert import_rows(seeded, other).kept == _n_jobs()
+
+
 def test_a_recomputation_agrees_to_float32_precision_not_bit_by_bit():
     # values of one row recomputed on the same machine (MCBN, Teye's yacht split 1)
     recovered = {"rmse": 2.131425142288208, "pll_norm": 40.374918071668816, RECOVERED: "x"}

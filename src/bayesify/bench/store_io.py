@@ -12,11 +12,12 @@ same bytes.
 
 An import adds each row as done (0 attempts in the importing store), so the runner skips it; a
 row already done in the store is kept, never overwritten, and importing a file twice adds
-nothing the second time. One exception: a row marked ``recovered_from`` (scalars recovered from
-a flat table, without the plot data) is replaced by a full row of the same key, but only when
-every number the recovered row holds equals the full row's to float32 precision (a
-recomputation that reproduces it); otherwise the recovered row is kept and the import counts a
-conflict.
+nothing the second time. One exception: a recomputation that holds more replaces the row of
+its key: a full row a row marked ``recovered_from`` (scalars recovered from a flat table,
+without the plot data), or a row with metrics the stored one lacks (a metric added since it
+ran, such as the epistemic share), but only when every number the stored row holds equals the
+new row's to float32 precision (a recomputation that reproduces it); otherwise the stored row
+is kept and the import counts a conflict.
 
 Every row is checked before anything is written: its key, that its configuration hash is its
 configuration's, that every number in its metrics is finite and within ±1e100 (a non-finite
@@ -209,6 +210,8 @@ def same_numbers(recovered: dict[str, Any], full: dict[str, Any], rel_tol: float
     def equal(a: Any, b: Any) -> bool:
         if isinstance(a, float | int) and isinstance(b, float | int):
             return math.isclose(a, b, rel_tol=rel_tol, abs_tol=1e-9)
+        if isinstance(a, list) and isinstance(b, list):  # plot data, exported to 6 digits
+            return len(a) == len(b) and all(equal(u, v) for u, v in zip(a, b, strict=True))
         return a == b
 
     return all(equal(v, full.get(k)) for k, v in recovered.items() if k != RECOVERED)
@@ -240,11 +243,12 @@ def import_rows(
 
 
 def _replacer(new: dict[str, Any], verdict: list[bool]) -> Any:
-    """``put_done``'s ``replace``: a recovered row gives way to a full row with its numbers
-    (the comparison's result is appended to ``verdict``)."""
+    """``put_done``'s ``replace``: a recovered row gives way to a full row with its numbers, and
+    a row to one with its numbers and more metrics (the comparison's result is appended to
+    ``verdict``)."""
 
     def replace(old: dict[str, Any]) -> bool:
-        if RECOVERED in new or RECOVERED not in old:
+        if RECOVERED in new or (RECOVERED not in old and not set(new) > set(old)):
             return False
         verdict.append(same_numbers(old, new))
         return verdict[-1]
