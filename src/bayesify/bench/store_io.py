@@ -13,11 +13,11 @@ same bytes.
 An import adds each row as done (0 attempts in the importing store), so the runner skips it; a
 row already done in the store is kept, never overwritten, and importing a file twice adds
 nothing the second time. One exception: a recomputation that holds more replaces the row of
-its key: a full row a row marked ``recovered_from`` (scalars recovered from a flat table,
-without the plot data), or a row with metrics the stored one lacks (a metric added since it
-ran, such as the epistemic share), but only when every number the stored row holds equals the
-new row's to float32 precision (a recomputation that reproduces it); otherwise the stored row
-is kept and the import counts a conflict.
+its key (a full row one marked ``recovered_from``, scalars recovered from a flat table without
+the plot data; a row with metrics the stored one lacks, one added since it ran such as the
+epistemic share), but only when every number the stored row holds equals the new row's to
+float32 precision (a recomputation that reproduces it); otherwise the stored row is kept and
+the import counts a conflict.
 
 Every row is checked before anything is written: its key, that its configuration hash is its
 configuration's, that every number in its metrics is finite and within ±1e100 (a non-finite

@@ -34,8 +34,10 @@ METHODS: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
     "ibnn": ({}, {}),
     "stochastic-norm": ({}, {}),
     # last-layer KFAC Laplace of the trained net, δ and σ² by marglik (named: the regression
-    # default became all layers after these rows were written; the row keys omit the options)
-    "laplace": ({}, {"subset": "last-layer"}),
+    # defaults became all layers and σ² on validation after these rows were written, and the
+    # row keys omit the options; the rows before also refitted the predictive's noise on
+    # validation, which moves the whole predictive, not f(x))
+    "laplace": ({}, {"subset": "last-layer", "noise_fit": "marglik"}),
     "swag": ({}, {"swag_epochs": 20}),  # 20 epochs of SGD after training, a snapshot each
     "flow": ({}, {}),  # a neural spline flow over the last layer, fitted by the ELBO
 }
