@@ -202,10 +202,11 @@ def _number_or_null(value: Any) -> bool:
     return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
 
 
-def same_numbers(recovered: dict[str, Any], full: dict[str, Any], rel_tol: float = 1e-5) -> bool:
-    """Every value of the recovered metrics (but its marker) equals the full row's, numbers to
-    ``rel_tol`` (a recomputation on another machine agrees to float32 precision, not bit by
-    bit: the last bit of a float32 sum differs, ~1e-7, a normalised score's a little more)."""
+def same_numbers(stored: dict[str, Any], full: dict[str, Any], rel_tol: float = 1e-5) -> bool:
+    """Every value of the stored row's metrics (a recovered row's marker aside) equals the
+    recomputed row's, numbers to ``rel_tol`` (a recomputation on another machine agrees to
+    float32 precision, not bit by bit: the last bit of a float32 sum differs, ~1e-7, a
+    normalised score's a little more)."""
 
     def equal(a: Any, b: Any) -> bool:
         if isinstance(a, float | int) and isinstance(b, float | int):
@@ -214,7 +215,7 @@ def same_numbers(recovered: dict[str, Any], full: dict[str, Any], rel_tol: float
             return len(a) == len(b) and all(equal(u, v) for u, v in zip(a, b, strict=True))
         return a == b
 
-    return all(equal(v, full.get(k)) for k, v in recovered.items() if k != RECOVERED)
+    return all(equal(v, full.get(k)) for k, v in stored.items() if k != RECOVERED)
 
 
 def import_rows(
