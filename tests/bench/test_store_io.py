@@ -234,6 +234,37 @@ def test_a_recomputation_with_a_new_metric_replaces_the_row_it_reproduces(tmp_pa
     assert import_rows(seeded, other).kept == _n_jobs()
 
 
+def test_a_rerun_replaces_its_jobs_rows_whatever_their_numbers(tmp_path):
+    # rows whose method's sampling changed since they ran are rerun under the current code on
+    # purpose: --rerun-from replaces them, counts those whose numbers moved, keeps the others
+    old, new, page = tmp_path / "old.db", tmp_path / "new.db", tmp_path / "uci.md"
+    _fill(old)
+    moved = {"ll": -7.5, "epistemic_share": 0.25}  # a test LL no stored row has
+    rerun = [j for j in _jobs()[METHODS_EXPERIMENT] if j.method == "mcbn"]
+    run_jobs(METHODS_EXPERIMENT, rerun, lambda job: {**_score(job), **moved}, new, progress=False)
+    partial = [{**r, "metrics": {"ll": -9.0}} for r in read_rows(new)][:1]  # lacks metrics
+    assert import_rows(tmp_path / "o2.db", read_rows(old)).added == _n_jobs()
+    assert import_rows(tmp_path / "o2.db", partial, rerun=True).kept == 1
+    export = tmp_path / "old.jsonl"
+    export_rows(old, export, digits=EXPORT_DIGITS)
+    args = ["bench", "uci", "--report-only", "--store", str(tmp_path / "s.db"), "--seed-from",
+            str(export), "--rerun-from", str(new), "--out", str(page)]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert f"rerun imported 0 added, 0 kept (already done), {len(rerun)} replaced " \
+           f"({len(rerun)} with other numbers: a rerun)" in text  # fmt: skip
+    with ResultsStore(tmp_path / "s.db") as db:
+        rows = db.records()
+    lls = {(r["method"], r["metrics"]["ll"]) for r in rows if r["experiment"] == METHODS_EXPERIMENT}
+    assert {ll for m, ll in lls if m == "mcbn"} == {-7.5}
+    assert all(ll != -7.5 for m, ll in lls if m == "bbb")
+    assert "-7.50 ± 0.00" in text  # the page shows the rerun's numbers
+    # a second import of the same rerun changes nothing
+    again = import_rows(tmp_path / "s.db", read_rows(new), rerun=True)
+    assert (again.replaced, again.changed) == (len(rerun), 0)
+
+
 def test_a_recomputation_agrees_to_float32_precision_not_bit_by_bit():
     # values of one row recomputed on the same machine (MCBN, Teye's yacht split 1)
     recovered = {"rmse": 2.131425142288208, "pll_norm": 40.374918071668816, RECOVERED: "x"}

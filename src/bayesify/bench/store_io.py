@@ -17,7 +17,9 @@ its key (a full row one marked ``recovered_from``, scalars recovered from a flat
 the plot data; a row with metrics the stored one lacks, one added since it ran such as the
 epistemic share), but only when every number the stored row holds equals the new row's to
 float32 precision (a recomputation that reproduces it); otherwise the stored row is kept and
-the import counts a conflict.
+the import counts a conflict. An import of a *rerun* (``rerun=True``: the same jobs run again under
+the current code, on purpose) replaces every stored row of its keys whose metrics it holds all
+of, whatever the numbers, and counts those whose numbers changed.
 
 Every row is checked before anything is written: its key, that its configuration hash is its
 configuration's, that every number in its metrics is finite and within ±1e100 (a non-finite
@@ -53,21 +55,26 @@ EXPORT_SUFFIXES = (".jsonl", ".jsonl.gz")
 @dataclass
 class ImportSummary:
     """What an import did, per row: added, kept (already done), replaced (a recovered row by
-    the full one) or conflicts (a recovered row whose numbers differ from the full row's)."""
+    the full one, a row by its recomputation or rerun), conflicts (a recomputation whose
+    numbers differ from the stored row's, which is kept) or changed (replaced by a rerun whose
+    numbers differ)."""
 
     added: int = 0
     kept: int = 0
     replaced: int = 0
     conflicts: list[str] = field(default_factory=list)
+    changed: int = 0
 
     def add(self, other: ImportSummary) -> None:
         """Count ``other``'s rows in this summary too."""
         self.added, self.kept = self.added + other.added, self.kept + other.kept
         self.replaced += other.replaced
         self.conflicts += other.conflicts
+        self.changed += other.changed
 
     def __str__(self) -> str:
         text = f"{self.added} added, {self.kept} kept (already done), {self.replaced} replaced"
+        text += f" ({self.changed} with other numbers: a rerun)" if self.changed else ""
         return text + (f", {len(self.conflicts)} conflicts" if self.conflicts else "")
 
 
@@ -224,10 +231,12 @@ def import_rows(
     *,
     source: str = "",
     required: Mapping[str, Sequence[str]] | None = None,
+    rerun: bool = False,
 ) -> ImportSummary:
     """Add ``rows`` (export lines or store records) to the store file ``store`` as done rows;
     every row is checked (:func:`checked_key`, ``required``: metric names per experiment)
-    before anything is written. ``source`` names the rows' file in errors (``file row 3``)."""
+    before anything is written. ``source`` names the rows' file in errors (``file row 3``).
+    ``rerun``: the rows are a rerun of stored jobs and replace them (module docstring)."""
     prefix = f"{source} " if source else ""
     checked = [(checked_key(r, f"{prefix}row {i}", required), r) for i, r in enumerate(rows, 1)]
     summary = ImportSummary()
@@ -236,20 +245,30 @@ def import_rows(
             verdict: list[bool] = []
             outcome = db.put_done(key, row["config"], row["metrics"], seconds=row.get("seconds"),
                                   created=row.get("created"),
-                                  replace=_replacer(row["metrics"], verdict))  # fmt: skip
+                                  replace=_replacer(row["metrics"], verdict, rerun))  # fmt: skip
             if verdict and not verdict[0]:
-                summary.conflicts.append(str(key))
+                if rerun:
+                    summary.changed += 1
+                else:
+                    summary.conflicts.append(str(key))
             setattr(summary, outcome, getattr(summary, outcome) + 1)
     return summary
 
 
-def _replacer(new: dict[str, Any], verdict: list[bool]) -> Any:
-    """``put_done``'s ``replace``: a recovered row gives way to a full row with its numbers, and
-    a row to one with its numbers and more metrics (the comparison's result is appended to
-    ``verdict``)."""
+def _replacer(new: dict[str, Any], verdict: list[bool], rerun: bool = False) -> Any:
+    """``put_done``'s ``replace``: a recovered row gives way to a full row with its numbers, a
+    row to one with its numbers and more metrics, and with ``rerun`` to any full row holding
+    its metrics (the numbers' comparison is appended to ``verdict``)."""
 
     def replace(old: dict[str, Any]) -> bool:
-        if RECOVERED in new or (RECOVERED not in old and not set(new) > set(old)):
+        if RECOVERED in new:
+            return False
+        if rerun:
+            if not set(new) >= set(old) - {RECOVERED}:
+                return False
+            verdict.append(same_numbers(old, new))
+            return True
+        if RECOVERED not in old and not set(new) > set(old):
             return False
         verdict.append(same_numbers(old, new))
         return verdict[-1]

@@ -88,6 +88,9 @@ class UCIBenchOptions:
     seed_from: tuple[str, ...] = option(
         (), "Finished rows imported into --store first: exports (.jsonl[.gz]), stores, rows.csv."
     )
+    rerun_from: tuple[str, ...] = option(
+        (), "Rows of a rerun of stored jobs, imported after --seed-from: they replace them."
+    )
     export: str = option("", "JSON Lines file rewritten with --store's rows (.gz: compressed).")
     out: str = option(
         "benchmarks/uci.md",
@@ -126,7 +129,7 @@ class UCIBenchOptions:
             raise ValueError(
                 f"Teye et al.'s protocol has {TEYE_N_SPLITS} splits, got {self.splits}"
             )
-        missing = [p for p in self.seed_from if not Path(p).is_file()]
+        missing = [p for p in (*self.seed_from, *self.rerun_from) if not Path(p).is_file()]
         if missing:
             raise ValueError(f"no rows to import at {', '.join(missing)}")
         if self.preamble and not Path(self.preamble).is_file():
@@ -222,14 +225,15 @@ def run(opts: UCIBenchOptions) -> str:
 
     from bayesify.bench.runner import run_jobs
     from bayesify.bench.uci.page import write_page
+    from bayesify.bench.uci.recover import seed_store
 
     torch.set_num_threads(1)
     t0 = time.time()
     summaries: list[Any] = []
     if opts.seed_from:
-        from bayesify.bench.uci.recover import seed_store
-
         summaries.append(f"imported {seed_store(opts.store, opts.seed_from)}")
+    if opts.rerun_from:
+        summaries.append(f"rerun imported {seed_store(opts.store, opts.rerun_from, rerun=True)}")
     if not opts.report_only:
         for name in opts.dataset_list():
             uci_n_splits(name, "gal")  # a missing dataset folder is a one-line error, up front

@@ -93,10 +93,12 @@ def recover_csv(path: str | Path) -> tuple[list[dict[str, Any]], list[str]]:
     return rows, lost
 
 
-def seed_store(store: str | Path, paths: Sequence[str | Path]) -> ImportSummary:
+def seed_store(
+    store: str | Path, paths: Sequence[str | Path], rerun: bool = False
+) -> ImportSummary:
     """Import into ``store`` the finished rows of exports (``.jsonl`` or ``.jsonl.gz``), other
     stores, or a page's ``rows.csv`` (recovered rows), in order; lines that cannot be recovered
-    are logged."""
+    are logged. ``rerun``: the rows replace the stored rows of their jobs (a rerun)."""
     total = ImportSummary()
     for path in paths:
         if Path(path).suffix == ".csv":
@@ -105,7 +107,8 @@ def seed_store(store: str | Path, paths: Sequence[str | Path]) -> ImportSummary:
                 log.warning("not recovered: %s", text)
         else:
             rows = read_rows(path)
-        summary = import_rows(store, rows, source=Path(path).name, required=REQUIRED_METRICS)
+        summary = import_rows(store, rows, source=Path(path).name, required=REQUIRED_METRICS,
+                              rerun=rerun)  # fmt: skip
         for key in summary.conflicts:
             log.warning("kept the recovered row %s: the full row's numbers differ", key)
         log.info("imported %s into %s: %s", path, store, summary)
