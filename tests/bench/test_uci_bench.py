@@ -96,6 +96,21 @@ def test_options_make_the_protocols_jobs_and_reject_bad_values():
         UCIMethodJob("bbb", "yacht", 0)
 
 
+def test_swag_jobs_collect_for_as_many_epochs_as_they_trained():
+    from bayesify.bench.runner import job_config
+    from bayesify.bench.uci.gal_methods import build
+    from bayesify.bench.uci.jobs import method_job
+
+    small = method_job("swag", "yacht", 0, "homoscedastic", "quick")
+    big = method_job("swag", "kin8nm", 0, "homoscedastic", "quick")
+    assert (small.epochs, small.swag_epochs, big.epochs, big.swag_epochs) == (100, 100, 20, 20)
+    assert build(small, 6, 1.0).config.swag_epochs == 100
+    assert build(big, 8, 1.0).config.swag_epochs == 20
+    # 20 collecting epochs is what the rows before the setting did: their keys are unchanged
+    assert "swag_epochs" in job_config(small) and "swag_epochs" not in job_config(big)
+    assert "swag_epochs" not in job_config(method_job("bbb", "yacht", 0, "homoscedastic", "quick"))
+
+
 def test_teye_options_pick_the_preset_and_override_it():
     from bayesify.bench.uci.teye import UCISettings
 

@@ -11,9 +11,10 @@ validation) and the normalised scores against it, and a 10-bin uncertainty–err
 The grid's meaning per method (:data:`GRID_NAMES`): the prior σ of Bayes by Backprop, the prior
 std of IBNN's node noise, StochasticNorm's initial scale σ, MCBN's training batch size, SWAG's
 collecting rate as a multiple of the training rate (after the net is trained as the others
-are, SWAG continues with the same optimiser, Adam, at that constant rate: Maddox et al. 2019
-collect at a rate comparable to the training rate; their UCI runs use the training rate
-itself, their CIFAR runs 0.1–0.5 of it), VBLL's prior variance of the last layer's weights,
+are, SWAG continues with the same optimiser, Adam, at that constant rate for ``swag_epochs``,
+as many epochs as it trained: Maddox et al. 2019 collect at a rate comparable to the training
+rate; their UCI runs use the training rate itself for the last 500 of 1,000 epochs, their
+CIFAR runs 0.1–0.5 of it), VBLL's prior variance of the last layer's weights,
 evidential regression's evidence regulariser λ, SNGP's RBF length-scale ℓ of its random
 features (:data:`HOMOSCEDASTIC_ONLY`: the methods that run homoscedastic only); the deep
 ensemble (Lakshminarayanan et al. 2017: 5 members, each a heteroscedastic net trained by its NLL
@@ -84,6 +85,8 @@ class UCIMethodJob(SearchJob):
     # marks the rows of the Laplace before the option, whose posterior kept the marginal
     # likelihood's σ² while its predictive's noise was refitted on validation
     noise_fit: str = key_field("")
+    # SWAG's collecting epochs after training; 20 for the rows written before it was a setting
+    swag_epochs: int = key_field(20)
 
     def __post_init__(self) -> None:
         if self.method not in GRID_NAMES:
@@ -125,8 +128,9 @@ def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
             subset = "all" if job.method == "laplace-all" else "last-layer"
             noise = {"noise_fit": job.noise_fit} if job.noise_fit else {}
             return bayesify.Laplace(net, subset=subset, hessian="kfac", **noise, **common)
-        if job.method == "swag":  # 20 epochs after training (its optimiser), a snapshot each
-            return bayesify.SWAG(net, swag_lr=value * job.lr, swag_epochs=20, **common)
+        if job.method == "swag":  # collects after training (its optimiser), a snapshot an epoch
+            return bayesify.SWAG(net, swag_lr=value * job.lr, swag_epochs=job.swag_epochs,
+                                 **common)  # fmt: skip
         if job.method == "evidential-regression":  # its NIG head is its noise model
             net = mlp(n_features, 1, (job.hidden,), norm=None)
             return bayesify.EvidentialRegression(net, coeff=value, noise_objective="pll")

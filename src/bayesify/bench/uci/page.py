@@ -339,9 +339,10 @@ def write_page(out: str | Path, *, stores: Sequence[str | Path], command: str, r
         "Methods on Gal's splits: one hidden layer of 50 ReLU units (100 for protein); the last "
         "20% of each training split is validation, used for the grid (MC dropout: rate; BBB: "
         "prior σ; IBNN: prior std; StochasticNorm: initial σ; MCBN: batch size; SWAG: the rate "
-        "of its 20 collecting epochs after training; VBLL: the last layer's prior variance; "
-        "evidential regression: the evidence regulariser λ; SNGP: the RBF length-scale ℓ of its "
-        "random features; Packed-Ensembles: none, M = 4, α = 2), the best epoch and τ "
+        "of its collecting epochs after training, as many as it trained; VBLL: the last "
+        "layer's prior variance; evidential regression: the evidence regulariser λ; SNGP: the "
+        "RBF length-scale ℓ of its random features; Packed-Ensembles: none, M = 4, α = 2), "
+        "the best epoch and τ "
         "(homoscedastic); the test split is only scored. Heteroscedastic nets output a "
         "mean and a variance and are trained by their Gaussian NLL; the deep ensemble is 5 "
         "such nets (no adversarial training). Settings per row are in the store's config.",
