@@ -250,3 +250,12 @@ def test_a_detail_rows_chosen_values_are_listed_in_numeric_order():
     cells = [c.strip() for c in _detail_line("d", "swag", "homoscedastic", rows).split("|")]
     assert cells[8] == "0.3, 1.0, 3.0, 10.0, 32.0, 128.0"
     assert [c.strip() for c in _detail_line("d", "m", "l", [{"chosen": None}]).split("|")][8] == "–"
+
+
+def test_the_teye_flips_line_names_yacht_only_when_a_yacht_cell_flips():
+    from bayesify.bench.uci.page import _flips_text
+
+    power = "power-plant mcbn CRPS (-0.03 ns against 0.24 ***)"
+    assert "yacht" not in _flips_text([power], {25})
+    text = _flips_text([power, "yacht mcbn CRPS (42.99 **** against -56.39 ***)"], {25})
+    assert "yacht is the small, high-variance set" in text and "(2)" in text
