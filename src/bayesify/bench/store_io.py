@@ -261,16 +261,13 @@ def _replacer(new: dict[str, Any], verdict: list[bool], rerun: bool = False) -> 
     its metrics (the numbers' comparison is appended to ``verdict``)."""
 
     def replace(old: dict[str, Any]) -> bool:
-        if RECOVERED in new:
-            return False
         if rerun:
-            if not set(new) >= set(old) - {RECOVERED}:
-                return False
-            verdict.append(same_numbers(old, new))
-            return True
-        if RECOVERED not in old and not set(new) > set(old):
+            holds = set(new) >= set(old) - {RECOVERED}
+        else:
+            holds = RECOVERED in old or set(new) > set(old)
+        if RECOVERED in new or not holds:
             return False
         verdict.append(same_numbers(old, new))
-        return verdict[-1]
+        return rerun or verdict[-1]
 
     return replace
