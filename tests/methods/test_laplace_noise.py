@@ -87,3 +87,24 @@ def test_without_validation_data_the_noise_is_the_marginal_likelihoods(trained):
     named = bayesify.Laplace.from_pretrained(trained, train, subset="all", noise_fit="marglik")
     assert plain.noise_variance == named.noise_variance == plain.evidence.noise_variance
     assert bayesify.Laplace(mlp(2, 1), preset="paper").config.noise_fit == "marglik"
+
+
+def test_grid_prior_and_validation_noise_are_chosen_together(trained):
+    """With ``prior_fit="grid"`` the grid's δ is re-chosen at the validation σ² (not kept from
+    the marginal likelihood's σ², 5× too large over all layers, where the grid's edge won)."""
+    from bayesify.methods.laplace.prior import prior_grid
+    from bayesify.methods.laplace.validation import grid_prior
+
+    train, val = table(240, 0), table(60, 1)
+    la = bayesify.Laplace.from_pretrained(trained, train, val=val, subset="all", prior_fit="grid")
+    var, d = la.noise_variance, la.prior_precision
+    assert var < 2 * TRUE_NOISE, var
+    assert d < max(prior_grid()), d  # the old code kept the edge, 1e4, chosen at σ² ≈ 0.46
+    xv, yv = val
+    nll = {}
+    for other in prior_grid():  # an independent loop over the grid at the final σ²
+        la._set(other, var)
+        nll[other] = mixture_nll(la, xv, yv, var)
+    assert min(nll, key=nll.get) == pytest.approx(d, rel=1e-6), (d, nll)  # a float32 buffer
+    la._set(d, var)
+    assert grid_prior(la, xv, yv[:, 0], 0) == pytest.approx(d, rel=1e-6)

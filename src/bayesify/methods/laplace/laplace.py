@@ -28,7 +28,6 @@ the generalised Gauss-Newton matrix of the training log-likelihood.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -36,7 +35,6 @@ from torch import Tensor, nn
 
 from bayesify.methods.core.base import Method
 from bayesify.methods.core.inputs import check_samples
-from bayesify.methods.core.likelihood import regression_means
 from bayesify.methods.laplace.config import LaplaceConfig
 from bayesify.methods.laplace.curvature import (
     DataTerm,
@@ -47,13 +45,9 @@ from bayesify.methods.laplace.curvature import (
     posterior_layers,
 )
 from bayesify.methods.laplace.layers import all_layer_deltas, all_layer_forward
-from bayesify.methods.laplace.prior import (
-    Evidence,
-    best_prior_precision,
-    fit_evidence,
-    log_marglik,
-    prior_grid,
-)
+from bayesify.methods.laplace.prior import Evidence, fit_evidence, log_marglik
+from bayesify.methods.laplace.validation import fit_noise as validation_noise
+from bayesify.methods.laplace.validation import grid_prior
 from bayesify.nn import check_sample_bytes, chunk_plan, sampling
 from bayesify.nn.laplace_posterior import BLOCKS, LaplaceBlock, LaplaceLinear
 from bayesify.nn.modes import eval_mode
@@ -65,7 +59,6 @@ from bayesify.options import (
     PriorFit,
     Task,
 )
-from bayesify.posthoc.noise import noise_loss
 from bayesify.train import Data, as_loader
 
 
@@ -194,54 +187,16 @@ class Laplace(Method):
         self._set(ev.prior_precision, ev.noise_variance)
         if cfg.prior_fit is PriorFit.GRID and cfg.prior_precision is None:
             assert val is not None  # fit_posterior refuses the grid without it
-            d = self._grid_prior(val, seed)
+            d = grid_prior(self, *self._tensors(val), seed)
             ev = Evidence(d, ev.noise_variance, log_marglik(term, eig, sq, d, ev.noise_variance))
             self._set(d, ev.noise_variance)
         self.evidence = ev
 
     def _fit_noise_variance(self, means: Tensor, xv: Tensor, yv: Tensor, seed: int) -> Tensor:
-        """σ² scales the posterior too (``s = 1/σ²``): ``noise_fit="validation"`` chooses the σ²
-        whose posterior and noise give the best validation loss (δ by ``prior_fit`` at each σ²,
-        the same draws' seed for every σ²), then draws the validation means again under it."""
+        """σ² scales the posterior too (``s = 1/σ²``): see :func:`.validation.fit_noise`."""
         if self.config.noise_fit is LaplaceNoise.MARGLIK:
             return means  # the marginal likelihood's σ², set with the posterior
-        term, eig, sq = self._term, self.eigenvalues(), self._sq_norm()
-        cfg, fixed = self.config, self.prior_precision
-        marglik_prior = cfg.prior_precision is None and cfg.prior_fit is PriorFit.MARGLIK
-
-        def draws(log_var: float) -> Tensor:
-            var = math.exp(log_var)
-            self._set(best_prior_precision(eig, sq, 1 / var) if marglik_prior else fixed, var)
-            return regression_means(self.sample(xv, cfg.noise_samples, seed=seed))
-
-        def loss(log_var: float) -> float:
-            return noise_loss(draws(log_var), yv, math.exp(log_var), cfg.noise_objective)
-
-        from scipy.optimize import minimize_scalar  # scipy's import is slow: only when fitting
-
-        centre = math.log(max(term.sse / max(term.n_data, 1), 1e-12))
-        res = minimize_scalar(loss, bounds=(centre - 9.0, centre + 5.0), method="bounded",
-                              options={"xatol": 1e-2})  # fmt: skip
-        means = draws(float(res.x))
-        var, d = self.noise_variance, self.prior_precision
-        self.evidence = Evidence(d, var, log_marglik(term, eig, sq, d, var))
-        return means
-
-    def _grid_prior(self, val: Data, seed: int) -> float:
-        """The δ of :func:`prior_grid` with the lowest validation NLL (``noise_samples``
-        samples per prediction, the same seed for every δ)."""
-        xv, yv = self._tensors(val)
-        best, best_nll = None, float("inf")
-        for d in prior_grid():
-            for _, block in self.blocks:
-                block.prior_precision.fill_(d)
-            pred = self.to_predictive(self.sample(xv, self.config.noise_samples, seed=seed))
-            nll = float(-pred.log_prob(yv).mean())
-            if nll < best_nll:
-                best, best_nll = d, nll
-        if best is None:
-            raise ValueError("no prior precision of the grid gives a finite validation NLL")
-        return best
+        return validation_noise(self, xv, yv, seed)
 
     def log_marginal_likelihood(
         self, prior_precision: float | None = None, noise_variance: float | None = None
