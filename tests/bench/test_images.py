@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gzip
 import math
 from dataclasses import replace
 
@@ -278,6 +279,26 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
         assert rows[name]["uncertainty"]["test"]["epistemic"] > 0  # the members differ
         assert f"| {name} | 1 | yes |" in text  # the summary: one seed, one pass
         assert text.count(f"| {name} |") >= 6  # summary, accuracy, 2 OOD sets, coverage
+
+    # --export: the rows travel as a file, and a fresh store imported from it is the same page
+    # (the figures drawn again) without running anything
+    export = tmp_path / "rows.jsonl.gz"
+    opts = replace(opts, methods=(*ij.PRESETS["quick"].methods, "tta", "mc-dropout-tta",
+                                  "batch-ensemble", "packed-ensemble"))  # fmt: skip
+    text = images.run(replace(opts, export=str(export)))
+    lines = gzip.decompress(export.read_bytes()).decode().splitlines()
+    assert len(lines) == 8 and "0 finished, 8 skipped" in text
+    moved = tmp_path / "moved"
+    (tmp_path / "images").rename(moved)
+    fresh = images.run(replace(opts, export=str(export), store=str(tmp_path / "fresh.db")))
+    assert "0 finished, 8 skipped" in fresh
+    assert _without_call_line(fresh.replace("fresh.db", "r.db")) == _without_call_line(text)
+    assert sorted(p.name for p in (tmp_path / "images").iterdir()) == sorted(
+        p.name for p in moved.iterdir())  # fmt: skip
+
+
+def _without_call_line(page: str) -> str:
+    return "\n".join(line for line in page.splitlines() if not line.startswith("This call:"))
 
 
 @pytest.mark.parametrize("model", ij.MODELS)

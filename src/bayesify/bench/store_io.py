@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import logging
 import math
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
@@ -43,6 +44,8 @@ from typing import Any
 from bayesify.atomic import write_bytes, write_text
 from bayesify.bench.runner import config_hash
 from bayesify.bench.store import ResultsStore, RowKey, StoreError
+
+log = logging.getLogger(__name__)
 
 KEY_FIELDS = ("experiment", "method", "dataset", "split", "seed", "config_hash")
 RECOVERED = "recovered_from"  # metrics key of a row recovered from a flat table (no plot data)
@@ -108,6 +111,30 @@ def export_rows(
     rows.sort(key=lambda r: tuple(r[k] for k in KEY_FIELDS))
     write_lines(path, "".join(export_line(r, digits) + "\n" for r in rows))
     return len(rows)
+
+
+def import_export(
+    store: str | Path, path: str | Path, required: Mapping[str, Sequence[str]] | None = None
+) -> ImportSummary | None:
+    """Import the rows of the export ``path`` into ``store`` if that file exists (a benchmark's
+    ``--export``: a run on a fresh checkout resumes from the committed rows); None if not."""
+    if not path or not Path(path).is_file():
+        return None
+    summary = import_rows(store, read_rows(path), source=Path(path).name, required=required)
+    log.info("imported %s into %s: %s", path, store, summary)
+    return summary
+
+
+def rewrite_export(
+    store: str | Path, path: str | Path, digits: Mapping[str, int] | None = None
+) -> int | None:
+    """Rewrite the export ``path`` from ``store``'s finished rows (:func:`export_rows`) if both
+    are named and the store exists; the number of rows, or None."""
+    if not path or not Path(store).is_file():
+        return None
+    n = export_rows(store, path, digits)
+    log.info("exported %d finished rows to %s", n, path)
+    return n
 
 
 def write_lines(path: str | Path, text: str) -> None:

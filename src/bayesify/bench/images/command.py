@@ -67,6 +67,8 @@ class ImagesOptions:
     n_corrupt: int = option(0, "Test images corrupted at every level (0: the preset's).")
     workers: int = option(1, "Parallel worker processes.")
     cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
+    export: str = option("", "Finished rows as JSON Lines (.gz: compressed), imported into "
+                         "--store first and rewritten after the run ('' none).")  # fmt: skip
 
     def __post_init__(self) -> None:
         check_choices("preset", (self.preset,), PRESETS)
@@ -112,12 +114,16 @@ class ImagesOptions:
 
 
 def run(opts: ImagesOptions) -> str:
-    """Run the jobs not yet in the store, then write the report from the store."""
+    """Import ``--export``'s rows, run the jobs not yet in the store, rewrite the export, then
+    write the report from the store."""
     from bayesify.bench.images.report import write_images_report
+    from bayesify.bench.store_io import import_export, rewrite_export
 
     torch.set_num_threads(1)
     t0 = time.time()
     jobs = opts.jobs()
+    import_export(opts.store, opts.export)
     fn = functools.partial(score_job, cache=opts.checkpoints or None)
     summary = run_jobs(EXPERIMENT, jobs, fn, opts.store, workers=opts.workers, cluster=opts.cluster)
+    rewrite_export(opts.store, opts.export)  # about 1 KB per row: no rounding
     return write_images_report(opts, jobs, summary, time.time() - t0)

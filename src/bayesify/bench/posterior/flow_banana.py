@@ -19,9 +19,7 @@ written from the stored rows (:mod:`bayesify.bench.posterior.flow_banana_page`).
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import ClassVar
 
 import torch
@@ -29,8 +27,6 @@ import torch
 from bayesify.bench.options import check_choices, option
 from bayesify.bench.posterior.flow_banana_fits import KINDS, PROBLEMS, BananaJob, score_banana_job
 from bayesify.bench.posterior.flow_last_layer import LastLayerJob
-
-log = logging.getLogger(__name__)
 
 EXPERIMENT, LAST_LAYER = "flow-banana", "flow-last-layer"
 
@@ -83,11 +79,9 @@ class FlowBananaOptions:
 
 
 def _export(opts: FlowBananaOptions) -> None:
-    from bayesify.bench.store_io import export_rows
+    from bayesify.bench.store_io import rewrite_export
 
-    if opts.export and Path(opts.store).is_file():
-        n = export_rows(opts.store, opts.export, digits={"draws": 4})
-        log.info("exported %d finished rows to %s", n, opts.export)
+    rewrite_export(opts.store, opts.export, digits={"draws": 4})
 
 
 def run(opts: FlowBananaOptions) -> str:
@@ -96,12 +90,10 @@ def run(opts: FlowBananaOptions) -> str:
     from bayesify.bench.posterior.flow_banana_page import write_page
     from bayesify.bench.posterior.flow_last_layer import score_last_layer_job
     from bayesify.bench.runner import run_jobs, stored_rows
-    from bayesify.bench.store_io import import_rows, read_rows
+    from bayesify.bench.store_io import import_export
 
     torch.set_num_threads(1)
-    if opts.export and Path(opts.export).is_file():
-        log.info("imported %s", import_rows(opts.store, read_rows(opts.export),
-                                            source=opts.export))  # fmt: skip
+    import_export(opts.store, opts.export)
     banana, last = [], []
     for seed in opts.seed_list():
         banana += opts.banana_jobs(seed)

@@ -21,7 +21,6 @@ the papers' grids and epochs).
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import time
@@ -42,8 +41,6 @@ from bayesify.bench.uci.jobs import (
 from bayesify.data.uci import TEYE_N_SPLITS, UCI_DATASETS, uci_n_splits
 from bayesify.methods.core.likelihood import Likelihood
 from bayesify.options import NoiseProtocol
-
-log = logging.getLogger(__name__)
 
 PRESETS = ("quick", "paper")
 #: MC dropout exactly as Gal's 2018 code runs it (:mod:`gal2018_protocol`): its own rows and page
@@ -212,11 +209,9 @@ def score_function(experiment: str) -> Any:
 def _export(opts: UCIBenchOptions) -> None:
     """Rewrite ``--export`` from the store (after each experiment, so a long run keeps it
     current)."""
-    from bayesify.bench.store_io import export_rows
+    from bayesify.bench.store_io import rewrite_export
 
-    if opts.export and Path(opts.store).is_file():
-        n = export_rows(opts.store, opts.export, digits=EXPORT_DIGITS)
-        log.info("exported %d finished rows to %s", n, opts.export)
+    rewrite_export(opts.store, opts.export, EXPORT_DIGITS)
 
 
 def run(opts: UCIBenchOptions) -> str:
