@@ -52,3 +52,10 @@ def test_floor_is_the_plain_network_over_the_same_rows_in_chunks() -> None:
         ref = case.plain(x)
     assert out.shape == (200, 3, 10)
     torch.testing.assert_close(out, ref.expand(200, 3, 10), rtol=1e-4, atol=1e-5)
+
+
+def test_the_notes_give_mcbns_mini_batch_size_the_run_used() -> None:
+    from bayesify.bench.speed.command import SpeedResult
+
+    text = speed_markdown(SpeedResult(SpeedOptions(bank_batch=64)), "bayesify bench speed")
+    assert "mini-batches of b = 64 random training rows" in text and "b = 32" not in text

@@ -70,3 +70,15 @@ def test_report_only_writes_the_stored_rows_and_runs_nothing(tmp_path, monkeypat
     rows = [line for line in page.splitlines() if line.startswith("| vcl |")]
     assert rows == ["| vcl | 0 | 70.0 | 50.0 | 60.0 | 70.0 | 80.0 | 90.0 | 1 | 1 |"]
     assert "| finetune |" not in page and (tmp_path / "continual.md").read_text() == page
+
+
+def test_fine_tuning_above_vcl_is_not_called_a_setup_that_does_not_forget_when_it_does():
+    from bayesify.bench.continual.command import _versus_finetune
+
+    # fine-tuning falls from 0.9 to 0.5 on task 1 (40 points of forgetting), VCL lower still
+    forgets = {"finetune": [[0.9], [0.5, 0.9]], "vcl": [[0.9], [0.3, 0.6]]}
+    text = _versus_finetune(forgets)[1]
+    assert "does not forget" not in text
+    assert "fine-tuning forgets here (40.0 points on average" in text
+    steady = {"finetune": [[0.99], [0.98, 0.97]], "vcl": [[0.99], [0.97, 0.96]]}
+    assert "this setup does not forget, so it cannot tell VCL" in _versus_finetune(steady)[1]

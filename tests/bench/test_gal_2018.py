@@ -158,3 +158,18 @@ def test_page_labels_2016_as_std_and_prints_the_counts(tmp_path, monkeypatch):
 def test_without_gals_results_the_summary_says_so():
     lines = summary_lines(cells(_records()), {})
     assert "not found" in lines[0] and "standard error" not in lines[0]
+
+
+def test_the_summary_names_the_preset_the_mc_dropout_rows_ran():
+    def summary(config: dict) -> str:
+        recs = [{**r, "config": config} for r in _records()]
+        return summary_lines(cells(recs), THEIRS)[0]
+
+    quick = {"epochs": 200, "batch_size": 32, "dropout_rates": [0.01, 0.05], "lr": 0.01,
+             "samples": 100}  # fmt: skip
+    assert "our MC dropout (quick preset) is within" in summary(quick)  # epochs may be set
+    paper = {"epochs": 400, "batch_size": 128, "dropout_rates": [0.005, 0.01, 0.05, 0.1],
+             "lr": 0.001, "samples": 1000}  # fmt: skip
+    assert "our MC dropout (paper preset) is within" in summary(paper)
+    neither = summary({**quick, "samples": 500})
+    assert "our MC dropout is within" in neither and "preset)" not in neither

@@ -130,6 +130,18 @@ def test_ood_section_shows_each_methods_default_and_best_score():
     )
 
 
+def test_the_verdict_names_the_score_the_deterministic_baseline_was_read_by():
+    from bayesify.bench.images.report import ood_section
+
+    def row(**auroc):
+        return {"ood": {k: {"auroc": v} for k, v in auroc.items()}}
+
+    # rows without 1 − max prob: the deterministic network is read by its entropy
+    methods = {"deterministic": [row(entropy=0.82)], "mcbn": [row(mutual_information=0.86)]}
+    text = "\n".join(ood_section("lenet", methods))
+    assert "the deterministic baseline (entropy, 0.8200)" in text and "max prob" not in text
+
+
 def test_a_density_score_is_scored_as_the_predictive_scores_are():
     """DDU's density joins a job's OOD and coverage results: fed the entropy as its score, it
     gives exactly the entropy's entries."""

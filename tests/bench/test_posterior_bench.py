@@ -243,6 +243,21 @@ def test_tables_show_mean_and_standard_error_over_runs_and_the_floor_as_its_mean
     )
 
 
+def test_the_limitations_name_only_the_problems_the_page_has():
+    from bayesify.bench.posterior.report import _limitations
+
+    metrics = {"reference": True, "rhat_max": 1.0, "ess_min": 500.0, "ess_bulk_min": 500.0}
+    refs = [{"dataset": d, "split": 0, "metrics": metrics} for d in ("toy-1d", "yacht")]
+    rows = [{"dataset": d, "split": 0, "method": "m", "metrics": {}} for d in ("toy-1d", "yacht")]
+    text = "\n".join(_limitations(refs, rows, prior=["toy-1d"], noise=True))
+    assert "Toy-2d" not in text  # no toy-2d rows: nothing to say about its agreement
+    assert "one other prior on toy-1d (not on UCI)" in text and "fashion-pca" not in text
+    both = [*refs, {"dataset": "toy-2d", "split": 0, "metrics": metrics}]
+    text = "\n".join(_limitations(both, rows, prior=["toy-1d", "fashion-pca", "toy-2d"]))
+    assert "- **Toy-2d agreement.** " in text and "not reported apart" in text
+    assert "one other prior on the toys and fashion-pca; neither" in text
+
+
 def test_fashion_pca_is_three_classes_on_uncorrelated_components_with_digits_as_the_gap():
     from bayesify.bench.posterior.command import PosteriorOptions
     from bayesify.bench.posterior.problems import load_problem

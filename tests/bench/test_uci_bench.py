@@ -259,3 +259,35 @@ def test_the_teye_flips_line_names_yacht_only_when_a_yacht_cell_flips():
     assert "yacht" not in _flips_text([power], {25})
     text = _flips_text([power, "yacht mcbn CRPS (42.99 **** against -56.39 ***)"], {25})
     assert "yacht is the small, high-variance set" in text and "(2)" in text
+
+
+def test_the_teye_flips_line_explains_only_flips_that_are_not_ns(tmp_path):
+    """A page whose every flip is ns has no 'others' to call unexplained (kin8nm and power at
+    5 × 5 once printed it), and a run of the paper preset as it stands is not smaller."""
+    from bayesify.bench.uci.page import _teye_section
+
+    def rec(dataset, split, seed_values, config):
+        return {"protocol": "teye", "method": "mcbn", "likelihood": "homoscedastic",
+                "dataset": dataset, "split": split, "seed": 0, "config_hash": "c",
+                "created": 1.0, "crps_norm": 0.0, "pll_norm": 0.0, "rmse": 4.0, "ll": -2.8,
+                "crps": 2.2, "cu_ll": -2.8, "cu_crps": 2.2, "config": config,
+                "seed_crps_norm": seed_values, "seed_pll_norm": seed_values}  # fmt: skip
+
+    def flips(dataset, values, config):
+        recs = [rec(dataset, s, v, config) for s, v in enumerate(values)]
+        lines = _teye_section(cells(recs), tmp_path / "figures", tmp_path)
+        return next(line for line in lines if line.startswith("Signs that differ"))
+
+    quick = {"preset": "quick", "epochs": 0, "batch_sizes": [], "cv_samples": -1}
+    # power: Table 1's CRPS and PLL both > 0; ours below 0 in both, so both flip, ns
+    text = flips("power-plant", [[-0.3, 0.2], [0.1, -0.2], [-0.1, 0.05]], quick)
+    assert "(2): power-plant mcbn CRPS" in text and " ns against " in text
+    assert "The others" not in text and "smaller than the paper's" not in text
+    # concrete: Table 1's PLL is -36.36, ours clearly above 0: a flip that is not ns
+    clear = [[1.0, 1.1], [1.2, 0.9], [1.05, 1.0]]
+    text = flips("concrete", clear, quick)
+    assert "(1): concrete mcbn PLL" in text and " ns against " not in text
+    assert text.endswith("The others are not explained yet: the run here is smaller than the "
+                         "paper's (the preset's grid, epochs and test seeds).")  # fmt: skip
+    paper = {**quick, "preset": "paper"}
+    assert flips("concrete", clear, paper).endswith("The others are not explained yet.")

@@ -154,7 +154,7 @@ def _verdict(table: dict[str, dict], picks: dict[str, tuple[str, str]],
         verb = _above(table[lead][picks[lead][0]], base, seeds)
         text += (f" By its default score the best other method, {lead} "
                  f"({SCORE_LABELS[picks[lead][0]]}, {shown(lead, picks[lead][0])}), {verb} "
-                 f"the deterministic baseline (1 − max prob, "
+                 f"the deterministic baseline ({SCORE_LABELS[picks['deterministic'][0]]}, "
                  f"{shown('deterministic', picks['deterministic'][0])}).")  # fmt: skip
     ok = "met" if best >= AUROC_TARGET else "**not met**"
     return text + f" Target AUROC ≥ {AUROC_TARGET} (best mean): {ok}{_evidence(seeds)}."

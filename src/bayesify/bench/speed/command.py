@@ -279,23 +279,26 @@ def targets(result: SpeedResult) -> list[str]:
     return lines
 
 
-NOTES = [
-    "- The floor is the same network variant without stochastic layers, one plain pass over the "
-    "same T·N rows in the same row chunks, ending in the same `Predictive` "
-    "(`speed_cases.plain_pass`): one-pass / floor is what drawing the samples costs beyond the "
-    "rows themselves.",
-    "- Networks have random weights (timing does not depend on training); MCBN's bank holds "
-    "128 mini-batches of b = 32 random training rows; Algorithm 1 draws a fresh mini-batch of "
-    "b rows per sample from 512 random training rows and forwards it with the query.",
-    "- The loop reference is each method's `reference_samples` (T passes over N rows with the "
-    "same random draws as the one pass), converted to the same `Predictive`.",
-    "- Every method follows its network's device: per-group keys (and MCBN's bank rows) are "
-    "drawn from the caller's generator on its device, the per-row numbers are hashed on the "
-    "parameters' device (`bayesify.nn.row_noise`); `tests/test_cuda.py` checks it and is "
-    "skipped where no GPU is present.",
-    '- Prediction runs with the default `max_rows="auto"` (CPU: about 2**17 input numbers per '
-    "forward, 64–1024 rows); plain-network ensemble members are forwarded once each.",
-]
+def notes(bank_batch: int) -> list[str]:
+    """The report's notes on the protocol (``bank_batch``: MCBN's mini-batch size b)."""
+    return [
+        "- The floor is the same network variant without stochastic layers, one plain pass over "
+        "the same T·N rows in the same row chunks, ending in the same `Predictive` "
+        "(`speed_cases.plain_pass`): one-pass / floor is what drawing the samples costs beyond "
+        "the rows themselves.",
+        "- Networks have random weights (timing does not depend on training); MCBN's bank holds "
+        f"128 mini-batches of b = {bank_batch} random training rows; Algorithm 1 draws a fresh "
+        "mini-batch of b rows per sample from 512 random training rows and forwards it with the "
+        "query.",
+        "- The loop reference is each method's `reference_samples` (T passes over N rows with "
+        "the same random draws as the one pass), converted to the same `Predictive`.",
+        "- Every method follows its network's device: per-group keys (and MCBN's bank rows) are "
+        "drawn from the caller's generator on its device, the per-row numbers are hashed on the "
+        "parameters' device (`bayesify.nn.row_noise`); `tests/test_cuda.py` checks it and is "
+        "skipped where no GPU is present.",
+        '- Prediction runs with the default `max_rows="auto"` (CPU: about 2**17 input numbers '
+        "per forward, 64–1024 rows); plain-network ensemble members are forwarded once each.",
+    ]
 
 
 def speed_markdown(result: SpeedResult, command: str) -> str:
@@ -351,7 +354,7 @@ def speed_markdown(result: SpeedResult, command: str) -> str:
             out.append(f"| {tr.label} | {tr.model} | {_ms(tr.times['method'])} | "
                        f"{_ms(tr.times['deterministic'])} | {_ratio(tr.ratio)} |")  # fmt: skip
     out += ["", "## Targets (issue 5)", "", *(targets(result) or ["- (not in this grid)"])]
-    out += ["", "## Notes", "", *NOTES]
+    out += ["", "## Notes", "", *notes(s.bank_batch)]
     if not s.device.startswith("cuda"):
         out.append("- GPU figures are pending a machine with a GPU (none was lent to this run); "
                    "rerun with `--device cuda`.")  # fmt: skip

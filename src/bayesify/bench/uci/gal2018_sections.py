@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from bayesify.bench.uci.gal import DIFFERENCES_FROM_GAL_2018, GAL_2018_SETTINGS
+from bayesify.bench.uci.gal import DIFFERENCES_FROM_GAL_2018, GAL_2018_SETTINGS, PRESETS
 from bayesify.bench.uci.gal2018_results import Gal2018, Paired, paired_difference
 from bayesify.bench.uci.rows import Cell, mean_se, pm
 from bayesify.data.uci import UCI_DATASETS
@@ -159,6 +159,18 @@ def protocol_differences(table: Mapping[Cell, list], gal2018: Mapping[str, Gal20
     return [*DIFFERENCES_FROM_GAL_2018, *settings]
 
 
+def preset_of(rows: Sequence[dict[str, Any]]) -> str:
+    """The Gal preset (:data:`gal.PRESETS`) whose rate grid, batch size, learning rate and test
+    samples every one of ``rows`` has ('' for none or no rows); epochs are left out, which a
+    command may set for any preset."""
+    keys = ("dropout_rates", "batch_size", "lr", "samples")
+    found = {tuple(_shown(r.get("config", {}).get(k)) for k in keys) for r in rows}
+    for name, p in PRESETS.items():
+        if found == {tuple(_shown(getattr(p, k)) for k in keys)}:
+            return name
+    return ""
+
+
 def summary_lines(table: Mapping[Cell, list], gal2018: Mapping[str, Gal2018]) -> list[str]:
     """The page's summary: the counts against Gal 2018 and why the protocols differ."""
     if not gal2018:
@@ -171,9 +183,11 @@ def summary_lines(table: Mapping[Cell, list], gal2018: Mapping[str, Gal2018]) ->
     mine = [(lik, counts[f"{MCDO} {lik}"]) for lik in LIKS if f"{MCDO} {lik}" in counts]
     best = counts.get(BEST_OTHER)
     per_lik = "; on ".join(_count(e, "ll", f" {lik}") for lik, e in mine) or "none (no rows)"
+    preset = preset_of([r for lik in LIKS for d in gal2018
+                        for r in table.get(("gal", MCDO, lik, d), [])])  # fmt: skip
     text = ("**Summary** (against Gal's own 2018 rerun of MC dropout on the same splits, paired "
-            "by split): in test LL, our MC dropout (quick preset) is within one standard error "
-            f"of Gal 2018 or better on {per_lik}.")  # fmt: skip
+            f"by split): in test LL, our MC dropout{f' ({preset} preset)' if preset else ''} is "
+            f"within one standard error of Gal 2018 or better on {per_lik}.")  # fmt: skip
     if best:
         text += (
             " The best of our other methods per dataset (picked on the test LL, so "
