@@ -135,7 +135,7 @@ def _laplace(methods: dict[str, list]) -> list[str]:
         ent = [p["auroc"] for p in s["entropy"]]
         diff = mean_se([a - b for a, b in zip(mi, ent, strict=True)], drop="non-finite")
         ok = "within" if abs(diff[0]) <= 0.05 else "**not** within"
-        side = "above" if diff[0] > 0 else "below"
+        side = "above" if diff[0] > 0 else "below" if diff[0] < 0 else "equal to"
         out.append(f"- Laplace (default: GLM, drawn logits) on {name}: MI AUROC {cell(mi)}, "
                    f"entropy AUROC {cell(ent)}; MI − entropy, paired over {len(mi)} seed(s): "
                    f"{pm(diff)} (MI {side} entropy), {ok} 0.05 on the mean.")  # fmt: skip

@@ -304,6 +304,7 @@ def notes(bank_batch: int) -> list[str]:
 def speed_markdown(result: SpeedResult, command: str) -> str:
     """The committed report: command, machine, tables, targets."""
     s = result.settings
+    gpu = torch.cuda.is_available()
     out = [
         "# Speed: one-pass Monte Carlo prediction vs the loop",
         "",
@@ -356,8 +357,9 @@ def speed_markdown(result: SpeedResult, command: str) -> str:
     out += ["", "## Targets (issue 5)", "", *(targets(result) or ["- (not in this grid)"])]
     out += ["", "## Notes", "", *notes(s.bank_batch)]
     if not s.device.startswith("cuda"):
-        out.append("- GPU figures are pending a machine with a GPU (none was lent to this run); "
-                   "rerun with `--device cuda`.")  # fmt: skip
+        lent = "one is present but this run used the CPU" if gpu else "none was lent to this run"
+        out.append(f"- GPU figures are pending a machine with a GPU ({lent}); rerun with "
+                   "`--device cuda`.")  # fmt: skip
     if result.skipped:
         out += ["", "## Skipped", "", *(f"- {line}" for line in result.skipped)]
     return "\n".join(out) + "\n"
