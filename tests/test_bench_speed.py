@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import statistics
 
+import pytest
+import torch
+
 from bayesify.bench.speed.command import SpeedOptions, run_speed, speed_markdown
 
 
@@ -59,3 +62,13 @@ def test_the_notes_give_mcbns_mini_batch_size_the_run_used() -> None:
 
     text = speed_markdown(SpeedResult(SpeedOptions(bank_batch=64)), "bayesify bench speed")
     assert "mini-batches of b = 64 random training rows" in text and "b = 32" not in text
+
+
+@pytest.mark.parametrize("present", [False, True])
+def test_a_cpu_run_says_whether_a_gpu_was_there(present: bool, monkeypatch) -> None:
+    from bayesify.bench.speed.command import SpeedResult
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: present)
+    text = speed_markdown(SpeedResult(SpeedOptions(device="cpu")), "bayesify bench speed")
+    assert ("none was lent to this run" in text) is not present
+    assert ("one is present but this run used the CPU" in text) is present
