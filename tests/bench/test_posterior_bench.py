@@ -4,6 +4,7 @@ each method's f(x) distance beside the floor of a second reference."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import logging
 import os
@@ -315,3 +316,18 @@ def test_the_prior_check_scores_another_priors_reference_against_the_pages(tmp_p
     per = (a.sort(0).values - b.sort(0).values).square().mean(0).sqrt()  # [N, K]
     assert w2 == pytest.approx(float(per.mean()), abs=6e-4) and w2 > 0
     assert "## Prior sensitivity" in page and "the prior sensitivity section" in page.lower()
+
+    # --export: the rows travel as a file; a fresh store imported from it runs nothing and
+    # writes the same page
+    export = tmp_path / "rows.jsonl.gz"
+    try:
+        run(replace(opts, export=str(export)))
+        again = run(replace(opts, export=str(export), store=str(tmp_path / "fresh.db")))
+    finally:
+        torch.set_num_threads(threads)
+    assert len(gzip.decompress(export.read_bytes()).splitlines()) == 4  # 3 references, 1 method
+    assert (
+        "references: 0 finished, 3 skipped" in again and "methods: 0 finished, 1 skipped" in again
+    )
+    body = again.index("\n## ")  # below the command and this call's counts and times
+    assert again[body:] == page[page.index("\n## ") :]

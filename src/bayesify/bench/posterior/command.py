@@ -133,6 +133,9 @@ class PosteriorOptions:
     )
     workers: int = option(1, "Parallel worker processes.")
     cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
+    export: str = option("", "Finished rows as JSON Lines (.gz: compressed), imported into "
+                         "--store first and rewritten after each stage ('' none; the HMC "
+                         "draws stay in --references).")  # fmt: skip
 
     def __post_init__(self) -> None:
         from bayesify.bench.posterior.jobs import METHODS
@@ -211,20 +214,24 @@ def run(opts: PosteriorOptions) -> str:
     from bayesify.bench.posterior.jobs import score_job
     from bayesify.bench.posterior.report import report
     from bayesify.bench.runner import run_jobs
+    from bayesify.bench.store_io import import_export, rewrite_export
     from bayesify.reference.hmc import require_extra
 
     require_extra()  # one line naming the extra before any job starts (jax loads when needed)
     torch.set_num_threads(1)
     t0 = time.time()
     hmc, methods = opts.jobs()
+    import_export(opts.store, opts.export)
     # the longest references first, so that neither worker idles while the last one runs
     longest = sorted(hmc, key=_expected_cost, reverse=True)
     first = run_jobs(
         EXPERIMENT, longest, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
     )
+    rewrite_export(opts.store, opts.export)
     second = run_jobs(
         EXPERIMENT, methods, score_job, opts.store, workers=opts.workers, cluster=opts.cluster
     )
+    rewrite_export(opts.store, opts.export)
     wall = time.time() - t0
     return report(opts, hmc + methods, f"references: {first}; methods: {second}", wall,
                   Path(opts.page))  # fmt: skip

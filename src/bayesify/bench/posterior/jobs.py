@@ -187,7 +187,9 @@ def score_method(job: PosteriorJob) -> dict[str, Any]:
     problem = load_problem(job.dataset, job.split)
     path = job.reference_path()
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"no HMC reference at {path}: its row has not finished")
+        raise FileNotFoundError(f"no HMC reference at {path}: its row has not finished, or was "
+                                "imported (an export holds rows, not draws: run the reference "
+                                "again in a store without its row)")  # fmt: skip
     draws = HMCSamples.load(path)
     net_options, options = METHODS[job.method]
     own = job.seed + 1000 * job.method_seed  # method seed 0: as rows before method seeds
