@@ -302,9 +302,17 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
     assert len(lines) == 8 and "0 finished, 8 skipped" in text
     moved = tmp_path / "moved"
     (tmp_path / "images").rename(moved)
-    fresh = images.run(replace(opts, export=str(export), store=str(tmp_path / "fresh.db")))
+    runs = tmp_path / "notes" / "runs.md"  # --preamble: under the title, links rebased
+    runs.parent.mkdir()
+    runs.write_text("> Ran twice; rows in [the export](../rows.jsonl.gz).\n")
+    fresh = images.run(replace(opts, export=str(export), store=str(tmp_path / "fresh.db"),
+                               preamble=str(runs)))  # fmt: skip
     assert "0 finished, 8 skipped" in fresh
-    assert _without_call_line(fresh.replace("fresh.db", "r.db")) == _without_call_line(text)
+    title, rest = fresh.split("\n", 1)
+    assert rest.startswith("\n> Ran twice; rows in [the export](rows.jsonl.gz).\n\nCommand:")
+    rest = rest.replace("\n> Ran twice; rows in [the export](rows.jsonl.gz).\n", "", 1)
+    rest = rest.replace("fresh.db", "r.db").replace(f" --preamble {runs}", "")
+    assert _without_call_line(f"{title}\n{rest}") == _without_call_line(text)
     assert sorted(p.name for p in (tmp_path / "images").iterdir()) == sorted(
         p.name for p in moved.iterdir())  # fmt: skip
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from bayesify.bench.uci.command import _preamble
+from bayesify.bench.preamble import read_preamble as _preamble
 
 
 def test_relative_links_of_the_preamble_hold_from_the_page(tmp_path):

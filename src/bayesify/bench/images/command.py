@@ -36,6 +36,7 @@ from bayesify.bench.images.jobs import (
     score_job,
 )
 from bayesify.bench.options import check_choices, option
+from bayesify.bench.preamble import check_preamble
 from bayesify.bench.runner import run_jobs
 
 
@@ -69,6 +70,7 @@ class ImagesOptions:
     cluster: str = option("", "Dask scheduler (tcp://host:8786) whose workers run the jobs.")
     export: str = option("", "Finished rows as JSON Lines (.gz: compressed), imported into "
                          "--store first and rewritten after the run ('' none).")  # fmt: skip
+    preamble: str = option("", "A markdown file put under the page's title (e.g. the runs).")
 
     def __post_init__(self) -> None:
         check_choices("preset", (self.preset,), PRESETS)
@@ -85,6 +87,7 @@ class ImagesOptions:
                                  f"{getattr(self, name)}")  # fmt: skip
         if self.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {self.workers}")
+        check_preamble(self.preamble)
 
     def settings(self) -> Preset:
         """The preset with this command's overrides; deterministic is always run (the baseline

@@ -18,6 +18,7 @@ from bayesify.bench.images.report_summary import pick as _pick
 from bayesify.bench.images.scores import COVERAGE_GRID
 from bayesify.bench.machine import machine_description
 from bayesify.bench.options import command_line, write_report
+from bayesify.bench.preamble import read_preamble
 from bayesify.bench.store import ResultsStore, RowKey
 from bayesify.bench.summary import mean_se
 from bayesify.predictive.ood import OOD_SCORES
@@ -256,9 +257,11 @@ def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -
     p = opts.settings()
     job_seconds = sum(r["seconds"] or 0.0 for r in rows)
     first = next(iter(keys.values()))
+    preamble = read_preamble(opts.preamble, opts.out).strip()
     lines = [
         "# Fashion-MNIST: accuracy, calibration and out-of-distribution detection per method",
         "",
+        *([preamble, ""] if preamble else []),
         f"Command: `{command_line(opts)}`{_niceness()}.  ",
         f"Machine: {machine_description()}.  ",
         f"This call: {summary}, {wall / 60:.1f} min wall; job time in the store (sum over "

@@ -22,13 +22,13 @@ the papers' grids and epochs).
 from __future__ import annotations
 
 import os
-import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from bayesify.bench.options import check_choices, command_line, option
+from bayesify.bench.preamble import check_preamble, read_preamble
 from bayesify.bench.search import SearchJob, SearchSettings
 from bayesify.bench.uci.jobs import (
     GAL_METHODS,
@@ -129,8 +129,7 @@ class UCIBenchOptions:
         missing = [p for p in (*self.seed_from, *self.rerun_from) if not Path(p).is_file()]
         if missing:
             raise ValueError(f"no rows to import at {', '.join(missing)}")
-        if self.preamble and not Path(self.preamble).is_file():
-            raise ValueError(f"preamble file {self.preamble!r} does not exist")
+        check_preamble(self.preamble)
         if self.batch_sizes and min(self.batch_sizes) < 2:
             raise ValueError(f"batch sizes must be >= 2, got {self.batch_sizes}")
         if min(self.samples, self.test_seeds) < 0:
@@ -253,7 +252,7 @@ def run(opts: UCIBenchOptions) -> str:
         from bayesify.bench.uci.gal2018_page import write_gal2018_page
 
         out = GAL2018_PAGE if opts.out == "benchmarks/uci.md" else opts.out
-        preamble = _preamble(opts.preamble, out)
+        preamble = read_preamble(opts.preamble, out)
         return write_gal2018_page(out, (opts.store, *opts.read), command_line(opts),
                                   f"{note}, {time.time() - t0:.0f} s wall", preamble)  # fmt: skip
     return write_page(
@@ -261,22 +260,5 @@ def run(opts: UCIBenchOptions) -> str:
         stores=(opts.store, *opts.read),
         command=command_line(opts),
         run_note=f"{note}, {time.time() - t0:.0f} s wall",
-        preamble=_preamble(opts.preamble, opts.out),
+        preamble=read_preamble(opts.preamble, opts.out),
     )
-
-
-def _preamble(path: str, page: str) -> str:
-    """The markdown file ``path`` with its relative links rewritten to hold from ``page``'s
-    folder (``benchmarks/uci/runs.md``'s ``(store.jsonl.gz)`` is ``(uci/store.jsonl.gz)``
-    in ``benchmarks/uci.md``)."""
-    if not path:
-        return ""
-    source, target = Path(path).resolve().parent, Path(page).resolve().parent
-
-    def rebase(m: re.Match[str]) -> str:
-        link = m.group(2)
-        if re.match(r"[a-z][a-z0-9+.-]*:|[#/]", link):  # a URL, an anchor or an absolute path
-            return m.group(0)
-        return f"{m.group(1)}({os.path.relpath(source / link, target)})"
-
-    return re.sub(r"(\[[^\]]*\])\(([^)\s]+)\)", rebase, Path(path).read_text())
