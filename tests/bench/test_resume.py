@@ -187,22 +187,37 @@ def _alive(pid: int) -> bool:
         return False
 
 
+#: a run of long noise-toy jobs in two workers started by ``sys.argv[2]``, into ``sys.argv[1]``
+SPAWN_RUN = """
+import sys
+from bayesify.bench.runner import run_jobs
+from bayesify.bench.toys import noise_toy
+jobs = [noise_toy.NoiseToyJob("deterministic", noise_toy.DATASET, s, seed=s, n_train=400,
+                              epochs=400, samples=10) for s in range(4)]
+run_jobs("e", jobs, noise_toy.score_job, sys.argv[1], workers=2, progress=False,
+         start_method=sys.argv[2])
+"""
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads processes from /proc")
-def test_workers_stop_when_the_run_that_started_them_is_killed(tmp_path):
+@pytest.mark.parametrize("method", START_METHODS)
+def test_workers_stop_when_the_run_that_started_them_is_killed(tmp_path, method):
     store, out = tmp_path / "results.db", tmp_path / "report"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    proc = subprocess.Popen(
-        _bench(store, out, "--workers", "2", "--epochs", "400"), env=env, **quiet
-    )
+    command = (_bench(store, out, "--workers", "2", "--epochs", "400") if method == "forkserver"
+               else [sys.executable, "-c", SPAWN_RUN, str(store), method])  # fmt: skip
+    proc = subprocess.Popen(command, env=env, **quiet)
+    # forkserver: the fork server and its two workers; spawn: the two workers
+    expected = 3 if method == "forkserver" else 2
     try:
         deadline = time.time() + 120
         workers: list[int] = []
-        while len(workers) < 3 and time.time() < deadline:
-            workers = _workers(proc.pid)  # the fork server and its two workers
+        while len(workers) < expected and time.time() < deadline:
+            workers = _workers(proc.pid)
             time.sleep(0.2)
-        assert len(workers) == 3, f"the run did not start its two workers: {workers}"
+        assert len(workers) == expected, f"the run did not start its two workers: {workers}"
         time.sleep(2)  # the workers are in their jobs
         assert proc.poll() is None, "the run ended before it could be killed"
     finally:
