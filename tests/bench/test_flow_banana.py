@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bayesify.bench.machine import machine_label
 from bayesify.bench.posterior import flow_banana
 from bayesify.bench.posterior.flow_banana import FlowBananaOptions
 from bayesify.bench.posterior.flow_banana_fits import (
@@ -91,9 +92,17 @@ def test_two_seeds_page_is_mean_and_se_of_stored_rows_and_reruns_skip(tmp_path: 
     monkeypatch.setattr(flow_banana, "score_banana_job", refit)
     with ResultsStore(opts.store) as db:
         before = [(r["method"], r["seed"], r["attempts"], r["created"]) for r in db.records()]
-    assert flow_banana.run(opts) == text  # every fit skipped: the same page from the store
+    # every fit skipped: the same page from the store, its machine line saying this call ran none
+    assert "\nMachine: " in text and _as_if_ran(flow_banana.run(opts)) == text
     with ResultsStore(opts.store) as db:
         assert [(r["method"], r["seed"], r["attempts"], r["created"])
                 for r in db.records()] == before  # fmt: skip
     Path(opts.store).unlink()  # a fresh checkout: the store rebuilt from the export alone
-    assert flow_banana.run(opts) == text
+    assert _as_if_ran(flow_banana.run(opts)) == text
+
+
+def _as_if_ran(page: str) -> str:
+    """``page`` of a call that ran no job, with the machine line of one that did."""
+    label = machine_label(False)
+    assert f"\n{label}: " in page
+    return page.replace(label, machine_label(True), 1)

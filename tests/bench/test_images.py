@@ -230,6 +230,7 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
                                 n_train=200, n_test=100)  # fmt: skip
     text = images.run(opts)
     assert (tmp_path / "images.md").read_text() == text
+    assert "\nMachine: " in text  # this call ran the jobs
     positions = [text.index(s) for s in SECTIONS]
     assert positions == sorted(positions)
     for name in ("corruption", "coverage", "reliability", "mcbn_sweep"):
@@ -307,7 +308,7 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
     runs.write_text("> Ran twice; rows in [the export](../rows.jsonl.gz).\n")
     fresh = images.run(replace(opts, export=str(export), store=str(tmp_path / "fresh.db"),
                                preamble=str(runs)))  # fmt: skip
-    assert "0 finished, 8 skipped" in fresh
+    assert "0 finished, 8 skipped" in fresh and "\nMachine of this call, which ran no job" in fresh
     title, rest = fresh.split("\n", 1)
     assert rest.startswith("\n> Ran twice; rows in [the export](rows.jsonl.gz).\n\nCommand:")
     rest = rest.replace("\n> Ran twice; rows in [the export](rows.jsonl.gz).\n", "", 1)

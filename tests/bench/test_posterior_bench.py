@@ -329,5 +329,6 @@ def test_the_prior_check_scores_another_priors_reference_against_the_pages(tmp_p
     assert (
         "references: 0 finished, 3 skipped" in again and "methods: 0 finished, 1 skipped" in again
     )
+    assert "Machine of this call, which ran no job" in again and "which ran no job" not in page
     body = again.index("\n## ")  # below the command and this call's counts and times
     assert again[body:] == page[page.index("\n## ") :]

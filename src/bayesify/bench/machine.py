@@ -25,3 +25,13 @@ def machine_description(device: str = "cpu") -> str:
     if device.startswith("cuda") and torch.cuda.is_available():
         text += f", GPU {torch.cuda.get_device_name(torch.device(device))}"
     return text
+
+
+def machine_label(ran: bool) -> str:
+    """The label of a page's machine line: ``Machine``, or, for a call that ran no job (every
+    row imported or already done), words saying the line names this call's machine, not where
+    the rows were made."""
+    if ran:
+        return "Machine"
+    return ("Machine of this call, which ran no job (its rows were made earlier; the page's "
+            "notes say where)")  # fmt: skip

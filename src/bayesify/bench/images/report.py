@@ -16,7 +16,7 @@ from typing import Any
 from bayesify.bench.images.report_summary import OOD_SETS, by_score, cell, summary_section
 from bayesify.bench.images.report_summary import pick as _pick
 from bayesify.bench.images.scores import COVERAGE_GRID
-from bayesify.bench.machine import machine_description
+from bayesify.bench.machine import machine_description, machine_label
 from bayesify.bench.options import command_line, write_report
 from bayesify.bench.preamble import read_preamble
 from bayesify.bench.store import ResultsStore, RowKey
@@ -263,7 +263,7 @@ def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -
         "",
         *([preamble, ""] if preamble else []),
         f"Command: `{command_line(opts)}`{_niceness()}.  ",
-        f"Machine: {machine_description()}.  ",
+        f"{machine_label(bool(summary.finished))}: {machine_description()}.  ",
         f"This call: {summary}, {wall / 60:.1f} min wall; job time in the store (sum over "
         f"these {len(rows)} rows): {job_seconds / 60:.1f} min.  ",
         f"Preset `{opts.preset}`: models {', '.join(p.models)}; methods {', '.join(p.methods)}; "

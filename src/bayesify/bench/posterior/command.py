@@ -234,4 +234,4 @@ def run(opts: PosteriorOptions) -> str:
     rewrite_export(opts.store, opts.export)
     wall = time.time() - t0
     return report(opts, hmc + methods, f"references: {first}; methods: {second}", wall,
-                  Path(opts.page))  # fmt: skip
+                  Path(opts.page), ran=bool(first.finished or second.finished))  # fmt: skip

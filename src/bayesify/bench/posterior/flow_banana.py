@@ -94,15 +94,18 @@ def run(opts: FlowBananaOptions) -> str:
 
     torch.set_num_threads(1)
     import_export(opts.store, opts.export)
-    banana, last = [], []
+    banana, last, ran = [], [], False
     for seed in opts.seed_list():
         banana += opts.banana_jobs(seed)
         last += opts.last_layer_jobs(seed)
-        run_jobs(EXPERIMENT, opts.banana_jobs(seed), score_banana_job, opts.store, progress=False)
+        done = run_jobs(EXPERIMENT, opts.banana_jobs(seed), score_banana_job, opts.store,
+                        progress=False)  # fmt: skip
+        ran |= bool(done.finished)
         if opts.last_layer_jobs(seed):
-            run_jobs(LAST_LAYER, opts.last_layer_jobs(seed), score_last_layer_job, opts.store,
-                     progress=False)  # fmt: skip
+            done = run_jobs(LAST_LAYER, opts.last_layer_jobs(seed), score_last_layer_job,
+                            opts.store, progress=False)  # fmt: skip
+            ran |= bool(done.finished)
         _export(opts)
     rows = stored_rows(opts.store, EXPERIMENT, banana)
     last_rows = stored_rows(opts.store, LAST_LAYER, last) if last else []
-    return write_page(opts, rows, last_rows, __doc__.split("\n\n")[1])
+    return write_page(opts, rows, last_rows, __doc__.split("\n\n")[1], ran)

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bayesify.bench.machine import machine_description
+from bayesify.bench.machine import machine_description, machine_label
 from bayesify.bench.options import command_line, write_report
 from bayesify.bench.summary import mean_se
 
@@ -174,8 +174,11 @@ LAST_LAYER_TEXT = (
 )
 
 
-def write_page(opts: Any, rows: list[dict], last_rows: list[dict], method_text: str) -> str:
-    """The markdown page from the stored rows (and the figure of the first seed); returns it."""
+def write_page(
+    opts: Any, rows: list[dict], last_rows: list[dict], method_text: str, ran: bool = True
+) -> str:
+    """The markdown page from the stored rows (and the figure of the first seed); returns it
+    (``ran``: whether this call ran any job)."""
     groups, seeds = group(rows), opts.seed_list()
     floor = floors(groups)
     out, page = Path(opts.out), Path(opts.page)
@@ -186,7 +189,7 @@ def write_page(opts: Any, rows: list[dict], last_rows: list[dict], method_text: 
         "# The flow posterior against the exact posterior (2-parameter models)",
         "",
         f"Command: `{command_line(opts)}`  ",
-        f"Machine: {machine_description()}.  ",
+        f"{machine_label(ran)}: {machine_description()}.  ",
         f"Seeds: {', '.join(map(str, seeds))}. Each seed draws its own data, fits and draws; "
         "every score is the mean ± standard error (sample std / √n) over the n seeds of its row "
         f"(one seed: ± –). Rows stored in `{opts.store}`"

@@ -203,10 +203,12 @@ def _covered(refs: list[dict[str, Any]]) -> str:
     return "; ".join(f"{d} split {', '.join(map(str, sorted(v)))}" for d, v in splits.items())
 
 
-def report(opts: Any, jobs: list[Any], summary: str, wall: float, page: Path) -> str:
+def report(
+    opts: Any, jobs: list[Any], summary: str, wall: float, page: Path, ran: bool = True
+) -> str:
     """Write the page (and the toy figure in a folder named after it) from the store's rows of
-    ``jobs``."""
-    from bayesify.bench.machine import machine_description
+    ``jobs`` (``ran``: whether this call ran any job)."""
+    from bayesify.bench.machine import machine_description, machine_label
 
     rows = stored_rows(opts.store, EXPERIMENT, jobs)
     # the checks' references have their own sections, not the page's reference's place
@@ -222,7 +224,8 @@ def report(opts: Any, jobs: list[Any], summary: str, wall: float, page: Path) ->
         "",
         f"`{command_line(opts)}`",
         "",
-        f"{machine_description()}; this call: {summary} ({wall:.0f} s wall); job time of "
+        f"{'' if ran else machine_label(ran) + ': '}{machine_description()}; this call: "
+        f"{summary} ({wall:.0f} s wall); job time of "
         f"these rows in the store: {seconds:.0f} s.",
         "",
         f"Problems and splits on this page: {_covered(refs)} (reference: seed 0; floor: seed 1).",
