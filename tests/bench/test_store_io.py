@@ -205,6 +205,7 @@ def test_cli_seeds_a_store_and_exports_it(tmp_path):
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert f"imported {_n_jobs()} added, 0 kept" in page.read_text()
+    assert "\nMachine of this call, which ran no job" in page.read_text()  # not where rows ran
     assert out.read_bytes() == export.read_bytes()
     result = CliRunner().invoke(app, [*args[:-2], "--seed-from", str(tmp_path / "none.jsonl")])
     assert result.exit_code == 2 and "no rows to import" in result.output

@@ -248,17 +248,20 @@ def run(opts: UCIBenchOptions) -> str:
             _export(opts)
     _export(opts)
     note = "; ".join(str(s) for s in summaries) or "report only"
+    ran = any(getattr(s, "finished", None) for s in summaries)
     if opts.protocol == GAL2018:
         from bayesify.bench.uci.gal2018_page import write_gal2018_page
 
         out = GAL2018_PAGE if opts.out == "benchmarks/uci.md" else opts.out
         preamble = read_preamble(opts.preamble, out)
         return write_gal2018_page(out, (opts.store, *opts.read), command_line(opts),
-                                  f"{note}, {time.time() - t0:.0f} s wall", preamble)  # fmt: skip
+                                  f"{note}, {time.time() - t0:.0f} s wall", preamble,
+                                  ran=ran)  # fmt: skip
     return write_page(
         opts.out,
         stores=(opts.store, *opts.read),
         command=command_line(opts),
         run_note=f"{note}, {time.time() - t0:.0f} s wall",
         preamble=read_preamble(opts.preamble, opts.out),
+        ran=ran,
     )

@@ -14,7 +14,7 @@ from bayesify.bench.uci.gal2018_protocol import EXPERIMENT
 from bayesify.bench.uci.gal2018_results import Paired, load_gal_2018, paired_difference
 from bayesify.bench.uci.rows import mean_se, pm
 from bayesify.data.errors import DataError
-from bayesify.data.uci import UCI_DATASETS
+from bayesify.data.uci import UCI_DATASETS, uci_n_splits
 
 _VAL = re.compile(r"^Dropout_Rate: (\S+) Tau: (\S+) :: (\S+)$")
 #: where Gal 2018's figures were published (the shared data folder's ``uci/README.md`` names
@@ -143,15 +143,39 @@ def chosen(rows: dict[str, dict[int, dict[str, Any]]]) -> list[str]:
     ]
 
 
+def not_run(rows: dict[str, dict[int, Any]], root: Any = None) -> list[str]:
+    """The datasets, or the splits of a dataset (``kin8nm splits 10–19``), without a row."""
+    out = []
+    for d in UCI_DATASETS:
+        if d not in rows:
+            out.append(d)
+            continue
+        try:
+            gaps = [s for s in range(uci_n_splits(d, "gal", root)) if s not in rows[d]]
+        except DataError:  # without the data folder the split count is unknown
+            continue
+        if gaps:
+            runs = [[gaps[0], gaps[0]]]
+            for s in gaps[1:]:
+                if s == runs[-1][1] + 1:
+                    runs[-1][1] = s
+                else:
+                    runs.append([s, s])
+            spans = ", ".join(f"{a}" if a == b else f"{a}–{b}" for a, b in runs)
+            out.append(f"{d} split{'s' if len(gaps) > 1 else ''} {spans}")
+    return out
+
+
 def write_gal2018_page(out: str | Path, stores: Sequence[str | Path], command: str,
-                       run_note: str, preamble: str = "", root: Any = None) -> str:  # fmt: skip
+                       run_note: str, preamble: str = "", root: Any = None,
+                       ran: bool = True) -> str:  # fmt: skip
     """Write the page from the stores' ``uci-gal2018`` rows (``preamble``: markdown put under
-    the title); returns its markdown."""
+    the title; ``ran``: whether this call ran any job); returns its markdown."""
     from bayesify.atomic import write_text
-    from bayesify.bench.machine import machine_description
+    from bayesify.bench.machine import machine_description, machine_label
 
     rows = load_rows(stores)
-    missing = [d for d in UCI_DATASETS if d not in rows]
+    missing = not_run(rows, root)
     text = "\n".join(
         [
             "# UCI MC dropout under Gal's 2018 protocol",
@@ -169,7 +193,7 @@ def write_gal2018_page(out: str | Path, stores: Sequence[str | Path], command: s
             "",
             f"Command: `{command}`",
             "",
-            f"Machine: {machine_description()}. Run: {run_note}.",
+            f"{machine_label(ran)}: {machine_description()}. Run: {run_note}.",
             "",
             "Means ± standard error over the splits run (sample std / √n); Gal 2018's columns are "
             f"his per-split results on the same splits, from {GAL_SOURCE} "
@@ -191,7 +215,7 @@ def write_gal2018_page(out: str | Path, stores: Sequence[str | Path], command: s
             "",
             *chosen(rows),
             "",
-            "Not run here: " + (", ".join(missing) if missing else "none") + ".",
+            "Not run here: " + ("; ".join(missing) if missing else "none") + ".",
             "",
         ]
     )

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bayesify.bench.machine import machine_description
+from bayesify.bench.machine import machine_description, machine_label
 from bayesify.bench.options import write_report
 from bayesify.bench.summary import significance
 from bayesify.bench.uci.figures import uncertainty_error_figure
@@ -335,10 +335,12 @@ def _figure_lines(table: dict[Cell, list], protocol: str, variants: Sequence, fi
 
 
 def write_page(out: str | Path, *, stores: Sequence[str | Path], command: str, run_note: str,
-               preamble: str = "", gal2018: dict[str, Gal2018] | None = None) -> str:  # fmt: skip
+               preamble: str = "", gal2018: dict[str, Gal2018] | None = None,
+               ran: bool = True) -> str:  # fmt: skip
     """Write ``out`` (markdown), ``<stem>/rows.csv`` and the figures from every finished row in
     ``stores`` (``preamble``: markdown put under the title; ``gal2018``: Gal's 2018 per-split
-    results, by default read from the data folder); returns the markdown."""
+    results, by default read from the data folder; ``ran``: whether this call ran any job);
+    returns the markdown."""
     out = Path(out)
     figures = out.parent / out.stem
     records = load_records(stores)
@@ -352,7 +354,7 @@ def write_page(out: str | Path, *, stores: Sequence[str | Path], command: str, r
         f"Page written by: `{command}`  ",
         f"Stores read: {', '.join(f'`{s}`' for s in stores)}; this call: {run_note}; job time "
         f"of the rows shown: {secs / 60:.0f} min.  ",
-        f"Machine: {machine_description()}, 1 torch thread per job.  ",
+        f"{machine_label(ran)}: {machine_description()}, 1 torch thread per job.  ",
         f"Every row: [{csv_path.name}]({csv_path.relative_to(out.parent).as_posix()}).",
         "",
         "Methods on Gal's splits: one hidden layer of 50 ReLU units (100 for protein); the last "
