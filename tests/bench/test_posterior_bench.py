@@ -250,9 +250,12 @@ def test_the_limitations_name_only_the_problems_the_page_has():
     metrics = {"reference": True, "rhat_max": 1.0, "ess_min": 500.0, "ess_bulk_min": 500.0}
     refs = [{"dataset": d, "split": 0, "metrics": metrics} for d in ("toy-1d", "yacht")]
     rows = [{"dataset": d, "split": 0, "method": "m", "metrics": {}} for d in ("toy-1d", "yacht")]
-    text = "\n".join(_limitations(refs, rows, prior=["toy-1d"], noise=True))
+    text = "\n".join(_limitations(refs, rows, prior=["toy-1d"], noise=2))
     assert "Toy-2d" not in text  # no toy-2d rows: nothing to say about its agreement
     assert "one other prior on toy-1d (not on UCI)" in text and "fashion-pca" not in text
+    assert "the noise sensitivity section two other σ on UCI" in text  # factors 0.5 and 2
+    text = "\n".join(_limitations(refs, rows, noise=1))
+    assert "The noise sensitivity section checks one other σ on UCI; the prior" in text
     both = [*refs, {"dataset": "toy-2d", "split": 0, "metrics": metrics}]
     text = "\n".join(_limitations(both, rows, prior=["toy-1d", "fashion-pca", "toy-2d"]))
     assert "- **Toy-2d agreement.** " in text and "not reported apart" in text

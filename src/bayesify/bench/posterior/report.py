@@ -87,10 +87,11 @@ def _problems(datasets: list[str]) -> str:
 
 
 def _limitations(refs: list[dict[str, Any]], rows: list[dict[str, Any]],
-                 prior: list[str] | None = None, noise: bool = False) -> list[str]:  # fmt: skip
+                 prior: list[str] | None = None, noise: int = 0) -> list[str]:  # fmt: skip
     """What the page cannot show, with the counts of this store (``prior``: the problems the
     prior check covers; the toy-2d item only where toy-2d has rows)."""
     on = _problems(prior or [])
+    sigmas = {1: "one other σ", 2: "two other σ"}.get(noise, f"{noise} other σ")
     strict = sum(_strict(r["metrics"]) == "yes" for r in refs)
     loose = sum(bool(r["metrics"]["reference"]) for r in refs)
     cells = {(r["dataset"], r["split"], r["method"]) for r in rows}
@@ -130,13 +131,13 @@ def _limitations(refs: list[dict[str, Any]], rows: list[dict[str, Any]],
         "the prior variance 1/5 is Izmailov et al.'s setting for a CIFAR ResNet-20. "
         + {
             (True, True): f"The prior sensitivity section checks one other prior on {on} (not "
-            "on UCI), the noise sensitivity section one other σ on UCI.",
+            f"on UCI), the noise sensitivity section {sigmas} on UCI.",
             (True, False): f"The prior sensitivity section checks one other prior on {on}; "
             "neither choice is checked on UCI.",
-            (False, True): "The noise sensitivity section checks one other σ on UCI; the prior "
+            (False, True): f"The noise sensitivity section checks {sigmas} on UCI; the prior "
             "is not checked.",
             (False, False): "Neither is justified for these MLPs by a sensitivity run.",
-        }[(bool(prior), noise)],
+        }[(bool(prior), bool(noise))],
         *toy_2d,
         "",
     ]
@@ -300,7 +301,8 @@ def report(
     check_jobs = [j for j in jobs if job_check_kind(j)]
     lines += prior_section(EXPERIMENT, check_jobs, checks, refs)
     lines += noise_section(EXPERIMENT, check_jobs, checks, refs)
-    kinds = {check_kind(r["method"], r["config"]) for r in checks}
     prior = [r["dataset"] for r in checks if check_kind(r["method"], r["config"]) == PRIOR]
-    lines += _limitations(refs, scored, prior=prior, noise=NOISE in kinds)
+    factors = {r["config"].get("noise_scale") for r in checks
+               if check_kind(r["method"], r["config"]) == NOISE}  # fmt: skip
+    lines += _limitations(refs, scored, prior=prior, noise=len(factors))
     return write_report(page, "\n".join([*lines, *PUBLISHED]))

@@ -173,7 +173,7 @@ def _fmnist_rows(opts: CoverageOptions) -> tuple[list[str], str]:
         f"T = {opts.fmnist_samples}. Each of {opts.repeats} repeats calibrates on a random "
         f"{n_cal} of the pool and scores the other {len(y) - n_cal}; the guarantee for "
         f"n = {n_cal} is {100 * opts.level:.0f}% to "
-        f"{100 * (opts.level + 1 / (n_cal + 1)):.1f}% on average."
+        f"{100 * (opts.level + 1 / (n_cal + 1)):.2f}% on average."
     )
     return rows, note
 
