@@ -231,6 +231,7 @@ def test_tiny_run_writes_every_section_and_resumes(tmp_path, monkeypatch):
     text = images.run(opts)
     assert (tmp_path / "images.md").read_text() == text
     assert "\nMachine: " in text  # this call ran the jobs
+    assert "Test set, 15 bins, seed 0; per-bin counts" in text  # the reliability figure's rows
     positions = [text.index(s) for s in SECTIONS]
     assert positions == sorted(positions)
     for name in ("corruption", "coverage", "reliability", "mcbn_sweep"):

@@ -106,7 +106,7 @@ def _mean_curve(ms: list[dict[str, Any]], score: str) -> list[float]:
 
 
 def reliability_figure(methods: dict[str, list], path: Path) -> None:
-    """Reliability diagrams of every method (seed 0's row)."""
+    """Reliability diagrams of every method (its first row: the lowest seed)."""
     from bayesify.plots.calibration import reliability_curves_diagram
 
     curves = {m: reliability_curve_of(ms[0]["reliability"]) for m, ms in methods.items()}

@@ -59,7 +59,7 @@ def _group(rows: list[dict[str, Any]], jobs: dict[RowKey, Any]) -> dict[str, dic
     out: dict[str, dict[str, list]] = defaultdict(dict)
     order = list(dict.fromkeys((j.model, j.method) for j in jobs.values()))
     by = defaultdict(list)
-    for r in rows:
+    for r in sorted(rows, key=lambda r: r["seed"]):  # the first row of each method: its lowest seed
         job = jobs[RowKey.of(r)]
         by[(job.model, job.method)].append(r["metrics"])
     for model, method in order:
@@ -347,7 +347,11 @@ def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -
         name = f"coverage_{model}.png"
         figs.coverage_figure(methods, fig_dir / name)
         lines += [f"![error–coverage, {model}]({rel}/{name})", "", *_coverage_table(methods), ""]
-    lines += [SECTIONS[6], "", "Test set, 15 bins, seed 0; per-bin counts below each panel.", ""]
+    firsts = {min(r["seed"] for r in rows if keys[RowKey.of(r)].method == m)
+              for ms in grouped.values() for m in ms}  # fmt: skip
+    shown_seed = f"seed {firsts.pop()}" if len(firsts) == 1 else "each method's lowest seed"
+    lines += [SECTIONS[6], "", f"Test set, 15 bins, {shown_seed}; per-bin counts below each panel.",
+              ""]  # fmt: skip
     for model, methods in grouped.items():
         name = f"reliability_{model}.png"
         figs.reliability_figure(methods, fig_dir / name)
