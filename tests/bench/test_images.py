@@ -201,6 +201,12 @@ def test_summary_states_the_single_pass_target_and_laplace_check_with_errors():
     assert "**met** by sngp 0.9050 ± 0.0029 (gap -0.0050, time ratio 1.10 ± 0.00)" in text
     assert "the others: batch-ensemble 0.9500" in text
     assert "paired over 3 seed(s): -0.0400 ± 0.0058 (MI below entropy), within 0.05" in text
+    for mi, verdict in (
+        (0.95, "more than 0.05 above it on the mean: MI is the better"),
+        (0.75, "**more than 0.05 below** it on the mean"),
+    ):
+        methods["laplace"] = [row(1.0, entropy=0.85, mutual_information=mi)] * 3
+        assert verdict in "\n".join(summary_section("lenet", methods, SCORE_LABELS))
     assert cell([1.0, 2.0, 4.0]) == f"2.3333 ± {np.std([1, 2, 4], ddof=1) / math.sqrt(3):.4f}"
     one = "\n".join(summary_section("lenet", {k: v[:1] for k, v in methods.items()},
                                       SCORE_LABELS))  # fmt: skip
