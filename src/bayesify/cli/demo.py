@@ -27,7 +27,14 @@ def demo(
     ] = 3,
     epochs: Annotated[int, typer.Option(help="Maximum epochs (early stopping).", min=1)] = 300,
     samples: Annotated[int, typer.Option(help="MC samples T per prediction.", min=1)] = 200,
-    threads: Annotated[int, typer.Option(help="torch CPU threads.", min=1)] = 2,
+    threads: Annotated[
+        int,
+        typer.Option(
+            help="torch CPU threads (these small networks gain nothing from more, and a "
+            "second thread waits on a core another program holds).",
+            min=1,
+        ),
+    ] = 1,
     toy_epochs: Annotated[int, typer.Option(help="Epochs for the 1-D toy figure.", min=1)] = 400,
     batch_sizes: Annotated[str, typer.Option(help="Batch sizes to choose from on validation.")] = (
         "32,128"
