@@ -108,3 +108,8 @@ def test_grid_prior_and_validation_noise_are_chosen_together(trained):
     assert min(nll, key=nll.get) == pytest.approx(d, rel=1e-6), (d, nll)  # a float32 buffer
     la._set(d, var)
     assert grid_prior(la, xv, yv[:, 0], 0) == pytest.approx(d, rel=1e-6)
+    la._set(d, var)  # the grid left its last δ in the blocks
+    best = mixture_nll(la, xv, yv, var)
+    for f in (0.7, 1.4):  # and σ² is the validation search's at that δ
+        la._set(d, var * f)
+        assert mixture_nll(la, xv, yv, var * f) > best, f

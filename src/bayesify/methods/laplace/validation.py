@@ -67,11 +67,12 @@ def fit_noise(la: Laplace, xv: Tensor, yv: Tensor, seed: int) -> Tensor:
 
     log_var = search()
     for _ in range(GRID_ROUNDS if grid else 0):
-        draws(log_var)
+        la._set(prior, math.exp(log_var))  # the grid scores δ at this σ²
         d = grid_prior(la, xv, yv, seed)
-        if d == prior:
+        if math.isclose(d, prior, rel_tol=1e-6):  # ``prior`` may come from a float32 buffer
             break
-        prior, log_var = d, search()
+        prior = d  # before the search, whose draws read it
+        log_var = search()
     means = draws(log_var)
     var, d = la.noise_variance, la.prior_precision
     la.evidence = Evidence(d, var, log_marglik(term, eig, sq, d, var))
