@@ -74,17 +74,20 @@ def _predict(srv, body):
 
 def test_named_and_list_rows_with_categories_match_the_predictor(table_server):
     rows, _ = _rows(20, 2)
-    named = _predict(table_server, {"inputs": rows, "samples": 256})
-    listed = _predict(table_server, {"inputs": [[r["a"], r["c"]] for r in rows], "samples": 256})
+    body = {"inputs": rows, "samples": 256}  # the server's most per request
+    named = _predict(table_server, body)
+    listed = _predict(table_server, {**body, "inputs": [[r["a"], r["c"]] for r in rows]})
     assert named.status_code == 200 and listed.status_code == 200, (named.text, listed.text)
     ref = Predictor.load(table_server.bundle).predict(rows, samples=4000, seed=0).columns
     for answer in (named, listed):
         preds = answer.json()["predictions"]
         mean = np.array([p["mean"] for p in preds])
         std = np.array([p["std"] for p in preds])
-        # T = 256 against T = 4000: the means agree to Monte Carlo error (target units)
+        # T = 256 against T = 4000, Monte Carlo error only: a mean's is std / 16; a std's
+        # relative one is 0.033-0.048 by row (measured over 300 seeds, kurtosis near 3), so
+        # 0.22 is over 4.5 of them for each of the 40 rows checked (0.15, 3.1 of them, failed in CI)
         np.testing.assert_allclose(mean, ref["mean"], atol=4 * ref["std"].max() / 16)
-        np.testing.assert_allclose(std, ref["std"], rtol=0.15)
+        np.testing.assert_allclose(std, ref["std"], rtol=0.22)
         assert all(p["defer"] == (p["defer_score"] > p["defer_threshold"]) for p in preds)
 
 
