@@ -106,3 +106,17 @@ def _as_if_ran(page: str) -> str:
     label = machine_label(False)
     assert f"\n{label}: " in page
     return page.replace(label, machine_label(True), 1)
+
+
+def test_reading_counts_the_seeds_of_both_compared_cells():
+    from bayesify.bench.posterior.flow_banana_page import Stat, reading
+
+    def rows(w2s):
+        return {s: {"w2": w, "kl": 0.1 + w} for s, w in enumerate(w2s)}
+
+    groups = {("banana", "mean-field"): rows([0.5, 0.6, 0.55]), ("banana", "maf"): rows([0.2, 0.3])}
+    floor = {"banana": Stat.of([0.01, 0.02, 0.015])}
+    (text,) = reading(groups, floor, ["banana"])
+    assert "3 and 2 seeds" in text and "closer to the exact posterior than" in text
+    groups[("banana", "maf")] = rows([0.2, 0.3, 0.25])
+    assert "; 3 seeds)" in reading(groups, floor, ["banana"])[0]

@@ -66,6 +66,11 @@ def floors(groups: dict[tuple[str, str], dict[int, dict[str, Any]]]) -> dict[str
     return {p: Stat.of([v for _, v in sorted(s.items())]) for p, s in per.items()}
 
 
+def _seeds(a: Stat, b: Stat) -> str:
+    """How many seeds the two compared cells hold ("3 seeds" or "3 and 2 seeds")."""
+    return f"{a.n} seeds" if a.n == b.n else f"{a.n} and {b.n} seeds"
+
+
 def reading(groups: dict, floor: dict[str, Stat], problems: Sequence[str]) -> list[str]:
     """A sentence per problem: the flow with the lowest mean W2 beside mean-field, a difference
     claimed only when it exceeds the combined standard errors plus (for W2) the mean floor."""
@@ -93,8 +98,8 @@ def reading(groups: dict, floor: dict[str, Stat], problems: Sequence[str]) -> li
         out.append(
             f"- {name}: the flow with the lowest mean W2 ({best}{tie}) is {verdict} mean-field "
             f"by W2 ({w2[best].cell()} against {mf.cell()}; two exact samples: {fl.cell()}; "
-            f"{mf.n} seeds), and its KL(q ‖ p) is {kl_word} mean-field's ({kl[best].cell()} "
-            f"against {mf_kl.cell()})."
+            f"{_seeds(mf, w2[best])}), and its KL(q ‖ p) is {kl_word} mean-field's "
+            f"({kl[best].cell()} against {mf_kl.cell()})."
         )
         if name == "two-modes" and abs(kl[best].mean - math.log(2)) < 0.15:
             out.append(
