@@ -70,7 +70,8 @@ def test_a_billion_samples_of_one_row_are_refused_at_once_with_the_figure():
     """)
     assert out["error"] is not None and out["error"].startswith("ValueError: 1000000000 samples")
     assert "GiB" in out["error"] and "max_bytes" in out["error"] and "\n" not in out["error"]
-    assert out["seconds"] < 5
+    # refused before any pass: drawing them would take hours; 5 s failed once under load
+    assert out["seconds"] < 60
     assert out["peak"] < 2048
 
 
