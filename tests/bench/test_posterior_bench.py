@@ -244,6 +244,22 @@ def test_tables_show_mean_and_standard_error_over_runs_and_the_floor_as_its_mean
     )
 
 
+def test_several_splits_take_the_standard_error_over_split_means():
+    from scipy.stats import sem
+
+    from bayesify.bench.posterior.floor_table import fx_table
+
+    w2 = {0: [0.10, 0.12, 0.11], 1: [0.20, 0.19, 0.23]}  # seeds share a split's reference
+    metrics = {"floor_w2_f": 0.05, "std_ratio_f_data": 1.0, "draws": 10}
+    rows = [{"method": "m", "split": k, "metrics": {**metrics, "w2_f": w}}
+            for k, ws in w2.items() for w in ws]  # fmt: skip
+    line = next(x for x in fx_table("p", rows, ["m"], gap=False) if x.startswith("| m |"))
+    means = [sum(v) / 3 for v in w2.values()]
+    flat = [w for ws in w2.values() for w in ws]
+    assert f"| {sum(means) / 2:.3f} ± {float(sem(means)):.3f} |" in line
+    assert f"± {float(sem(flat)):.3f} |" not in line  # not over the six runs as if independent
+
+
 def test_the_limitations_name_only_the_problems_the_page_has():
     from bayesify.bench.posterior.report import _limitations
 

@@ -2,8 +2,10 @@
 table), then the whole predictive. A row's floor is the same score between the problem's second
 HMC reference, subsampled to the method's draws, and the first (``floor_*`` in its metrics).
 
-A method's cell is the mean ± standard error over its runs (splits × method seeds; the
-standard error is left out for one run). "Within the floor" counts the runs where the method's
+A method's cell is the mean ± standard error over its runs. With one split the runs are the
+method seeds; with several, each split's runs are first averaged (they share the split's data
+and reference, so they are not independent draws of the study) and the standard error is over
+the split means. It is left out for one value. "Within the floor" counts the runs where the method's
 distance is at or below the floor's (agreement: at or above); a distance without a floor (no
 second reference) is never within it.
 """
@@ -38,9 +40,21 @@ def within(rows: list[dict[str, Any]], key: str, larger: bool = False) -> str:
     return f"{hits}/{len(rows)}"
 
 
+def split_means(rows: list[dict[str, Any]], key: str) -> list[float]:
+    """``key`` per run, or with several splits each split's mean over its runs."""
+    by_split: dict[Any, list[float]] = {}
+    for r in rows:
+        if r["metrics"].get(key) is not None:
+            by_split.setdefault(r.get("split"), []).append(r["metrics"][key])
+    if len(by_split) == 1:
+        return next(iter(by_split.values()))
+    return [sum(v) / len(v) for v in by_split.values()]
+
+
 def _avg(rows: list[dict[str, Any]], key: str) -> str:
-    """``mean ± standard error`` of ``key`` over ``rows`` (the mean alone for one value)."""
-    vals = [m.get(key) for m in rows if m.get(key) is not None]
+    """``mean ± standard error`` of ``key`` over ``rows`` (:func:`split_means`; the mean alone
+    for one value)."""
+    vals = split_means(rows, key)
     if len(vals) < 2:
         return fmt(mean(vals))
     m, se = mean_se(vals)
@@ -59,23 +73,24 @@ def _line(cells: list[str]) -> str:
 
 def fx_table(dataset: str, rows: list[dict[str, Any]], methods: list[str], gap: bool) -> list[str]:
     """The f(x) table of one problem: per method, W2 on f(x) and the epistemic std ratio, each
-    beside its floor (means ± standard errors over runs)."""
+    beside its floor (means ± standard errors: :func:`split_means`)."""
     head = ["method", "draws", "W2 f(x)", "floor", "within floor"]
     head += ["W2 f(x) (gap)", "floor"] if gap else []
     head += ["std ratio f(x) (data)", "floor"]
     head += ["std ratio f(x) (gap)", "floor"] if gap else []
     lines = [f"### {dataset}", "", _line(head), _line(["---"] * len(head))]
     for method in methods:
-        mine = [r["metrics"] for r in rows if r["method"] == method]
+        runs = [r for r in rows if r["method"] == method]
+        mine = [r["metrics"] for r in runs]
         if not mine:
             continue
         draws = sorted({str(m.get("draws", "–")) for m in mine})
-        cells = [method, "/".join(draws), _avg(mine, "w2_f"), _floor(mine, "w2_f"),
+        cells = [method, "/".join(draws), _avg(runs, "w2_f"), _floor(mine, "w2_f"),
                  within(mine, "w2_f")]  # fmt: skip
         for key, shown in (("w2_f_gap", gap), ("std_ratio_f_data", True),
                            ("std_ratio_f_gap", gap)):  # fmt: skip
             if shown:
-                cells += [_avg(mine, key), _floor(mine, key)]
+                cells += [_avg(runs, key), _floor(mine, key)]
         lines.append(_line(cells))
     return [*lines, ""]
 
@@ -112,13 +127,14 @@ def predictive_table(
     hmc += [fmt(mean([r["metrics"]["ll"] for r in refs])), *(["–"] if gal else [])]
     lines.append(_line([*hmc, str(len(refs))]))
     for method in methods:
-        mine = [r["metrics"] for r in rows if r["method"] == method]
+        runs = [r for r in rows if r["method"] == method]
+        mine = [r["metrics"] for r in runs]
         if not mine:
             continue
         cells = [method]
         for key, larger in dist:
-            cells += [_avg(mine, key), _floor(mine, key), within(mine, key, larger)]
-        cells += [_avg(mine, "std_ratio_data"), *([_avg(mine, "std_ratio_gap")] if gap else [])]
-        cells += [_avg(mine, "ll"), *([fmt(gal.get(method))] if gal else []), str(len(mine))]
+            cells += [_avg(runs, key), _floor(mine, key), within(mine, key, larger)]
+        cells += [_avg(runs, "std_ratio_data"), *([_avg(runs, "std_ratio_gap")] if gap else [])]
+        cells += [_avg(runs, "ll"), *([fmt(gal.get(method))] if gal else []), str(len(mine))]
         lines.append(_line(cells))
     return [*lines, ""]

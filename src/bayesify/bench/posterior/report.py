@@ -123,10 +123,12 @@ def _limitations(refs: list[dict[str, Any]], rows: list[dict[str, Any]],
         "- **Seeds and splits.** Each method ran "
         + "/".join(map(str, runs))
         + " time(s) per problem and split (method seeds), against the one reference of the "
-        "split: the standard errors are the methods' seed-to-seed spread (over the splits "
-        "too where there are several), not the reference's Monte Carlo error, which the floor "
-        "stands for. A difference between two methods smaller than their standard errors "
-        "together is not one this page can tell.",
+        "split. On a problem with one split the standard errors are the methods' "
+        "seed-to-seed spread; with several, the split-to-split spread of the split means "
+        "(each over its seeds), so they include how much the data and the reference move "
+        "a score. Neither is the reference's Monte Carlo error alone, which the floor stands "
+        "for. A difference between two methods smaller than their standard errors together "
+        "is not one this page can tell.",
         "- **Modelling choices.** σ is fixed at the MAP network's validation RMSE on UCI, and "
         "the prior variance 1/5 is Izmailov et al.'s setting for a CIFAR ResNet-20. "
         + {
@@ -243,10 +245,11 @@ def report(
         "f(x) per input. Floor: the same score of a second HMC run (another chain seed, the "
         "same posterior and σ) against the reference, its draws subsampled at random to the "
         "method's count so that both carry the same Monte Carlo error. A method's cells: mean ± "
-        "standard error over its runs (splits × method seeds, each seed its own initialisation, "
-        "batches and draws, all against the split's one reference); the floor: its mean over "
-        "the runs (a split's seeds share it). Within floor: the runs where the method's W2 f(x) "
-        "is at or below the floor's.",
+        "standard error; on one split over its method seeds (each its own initialisation, "
+        "batches and draws, all against the split's one reference), on several over the "
+        "split means (each the mean over that split's seeds); runs: splits × seeds. The "
+        "floor: its mean over the runs (a split's seeds share it). Within floor: the runs "
+        "where the method's W2 f(x) is at or below the floor's.",
         "",
     ]
     for d in datasets:
