@@ -90,11 +90,12 @@ def prior_section(experiment: str, jobs: list[Any], checks: list[dict[str, Any]]
         "## Prior sensitivity",
         "",
         "The page's prior is N(0, 1/5) on every weight (Izmailov et al.'s, set for a CIFAR "
-        "ResNet-20). One more HMC run per toy and fashion-pca split samples the posterior under "
-        "another prior std (same data, settings, chain seed and, for regression, σ), scored "
-        "against the page's reference exactly as the floor's second run is (both subsampled to at "
-        f"most {DRAWS} draws): a distance near the floor's means the prior's variance barely moves "
-        "this posterior; a larger one, that the page's distances depend on the prior chosen.",
+        "ResNet-20). One more HMC run per toy and fashion-pca split in the table below samples "
+        "the posterior under another prior std (same data, settings, chain seed and, for "
+        "regression, σ), scored against the page's reference exactly as the floor's second run "
+        f"is (both subsampled to at most {DRAWS} draws): a distance near the floor's means the "
+        "prior's variance barely moves this posterior; a larger one, that the page's distances "
+        "depend on the prior chosen.",
         "",
         "| problem | split | prior std | W2 f(x) | floor | W2 f(x) (gap) | floor | "
         "std ratio f(x) (data) | std ratio f(x) (gap) | agreement (gap) | floor | test LL | "
@@ -127,12 +128,12 @@ def noise_section(experiment: str, jobs: list[Any], checks: list[dict[str, Any]]
         "## Noise sensitivity",
         "",
         "On UCI the page fixes the noise σ at the MAP network's RMSE on the validation rows "
-        "(sampled, σ collapses towards 0: the network nearly interpolates the training rows and "
-        "NUTS cannot mix). One more HMC run per UCI split and factor fixes σ at that multiple of "
-        "it (same data, prior, settings and chain seed), scored against the page's reference "
-        f"exactly as the floor's second run is (both subsampled to at most {DRAWS} draws): a "
-        "distance near the floor's means the page's distances do not hinge on the σ chosen; a "
-        "larger one, that they do. σ in the target's units.",
+        "(sampled, σ collapses towards 0: the network nearly interpolates the training rows and"
+        " NUTS cannot mix). One more HMC run per UCI split and factor in the table below fixes "
+        "σ at that multiple of it (same data, prior, settings and chain seed), scored against "
+        "the page's reference exactly as the floor's second run is (both subsampled to at most "
+        f"{DRAWS} draws): a distance near the floor's means the page's distances do not hinge on"
+        " the σ chosen; a larger one, that they do. σ in the target's units.",
         "",
         "| problem | split | σ factor | σ | page's σ | W2 f(x) | floor | std ratio f(x) | "
         "floor | test LL | test LL (page's σ) | R-hat max |",

@@ -125,6 +125,9 @@ class PosteriorOptions:
         "σ of one more reference per UCI split and factor, each a factor on the page's (the "
         "validation RMSE), compared with the page's; 0: none; empty: the preset's.",
     )
+    check_splits: int = option(
+        0, "The prior and noise checks on the first N splits only (0: every split)."
+    )
     methods: tuple[str, ...] = option((), "Methods (default: all of posterior_jobs.METHODS).")
     store: str = option("benchmarks/posterior/results.db", "The results store (sqlite file).")
     references: str = option("benchmarks/posterior/references", "Folder of the HMC draws.")
@@ -146,8 +149,8 @@ class PosteriorOptions:
             check_choices("datasets", self.datasets, (*TOYS, *IMAGES, *UCI))
         if self.methods:
             check_choices("methods", self.methods, METHODS)
-        if self.splits < 0 or self.seeds < 0 or self.workers < 1:
-            raise ValueError("splits and seeds must be >= 0 and workers >= 1")
+        if self.splits < 0 or self.seeds < 0 or self.check_splits < 0 or self.workers < 1:
+            raise ValueError("splits, seeds and check_splits must be >= 0 and workers >= 1")
         if self.prior_check < 0 and self.prior_check != -1:
             raise ValueError(f"prior_check is a prior std, 0 or -1, got {self.prior_check}")
         if any(f < 0 or f == 1 for f in self.noise_check):
@@ -170,6 +173,7 @@ class PosteriorOptions:
         from bayesify.bench.posterior.jobs import FLOOR_SEED, HMC, METHODS, SCORES, PosteriorJob
 
         p = self.settings()
+        checked = self.check_splits or p.splits
         hmc, methods = [], []
         for d in p.datasets:
             toy = d.startswith("toy")
@@ -184,12 +188,13 @@ class PosteriorOptions:
                 # the reference, and the floor's second one: another chain seed, the same σ
                 hmc += [PosteriorJob(HMC, d, split, seed, epochs=0, mc_samples=0, **common)
                         for seed in (0, FLOOR_SEED)]  # fmt: skip
-                if p.prior_check > 0 and d not in UCI:  # cheap problems: one more prior
+                check = split < checked
+                if check and p.prior_check > 0 and d not in UCI:  # cheap problems: one more prior
                     hmc.append(PosteriorJob(HMC, d, split, 0, epochs=0, mc_samples=0,
                                             prior_std=p.prior_check, **common))  # fmt: skip
                 hmc += [
                     PosteriorJob(HMC, d, split, 0, epochs=0, mc_samples=0, noise_scale=f, **common)
-                    for f in (p.noise_check if d in UCI else ())
+                    for f in (p.noise_check if check and d in UCI else ())
                 ]  # σ fixed elsewhere
                 methods += [PosteriorJob(m, d, split, **common, **fit, scores=SCORES,
                                          method_seed=s)
