@@ -7,6 +7,7 @@ what is loaded; an unloaded model's series leave ``/metrics``."""
 from __future__ import annotations
 
 import shutil
+import statistics
 import subprocess
 import threading
 import time
@@ -183,11 +184,11 @@ def test_an_unload_waits_for_its_passes_off_the_event_loop(edges):
 
     unloader = threading.Thread(target=unload)
     unloader.start()
-    worst = 0.0
+    waits: list[float] = []  # /healthz's answer times while the unload waits
     while unloader.is_alive():
         start = time.monotonic()
         assert httpx.get(f"{edges.url}/healthz", timeout=30).status_code == 200
-        worst = max(worst, time.monotonic() - start)
+        waits.append(time.monotonic() - start)
         time.sleep(0.02)
     unloader.join()
     for t in senders:
@@ -197,8 +198,10 @@ def test_an_unload_waits_for_its_passes_off_the_event_loop(edges):
     # (a quiet machine runs the queue faster than one timed request suggests, so no fixed time)
     last = max(when for status, when in answered if status == 200)
     assert last <= unloaded[0] + 0.25, (last - unloaded[0], took, one, len(senders))
-    # the server answered meanwhile (slowed only by the passes' share of the GIL)
-    assert worst < took[0] / 3, (worst, took)
+    # the server answered meanwhile, slowed only by the passes' share of the GIL: a blocked
+    # event loop answers once or twice in all (the first waiting the whole unload). The median,
+    # not the worst: on a loaded machine one answer took 7 s of a 16 s unload
+    assert len(waits) >= 3 and statistics.median(waits) < took[0] / 3, (waits, took)
     statuses = [status for status, _ in answered]
     assert set(statuses) <= {200, 404} and 200 in statuses, statuses
     assert _post(edges, "/v2/repository/models/plain/load").status_code == 200
