@@ -123,8 +123,8 @@ def last_layer_reading(groups: dict) -> str:
         f"{min(ratios):.2f}–{max(ratios):.2f}, {len(ratios)} fits over {len(seeds)} seeds). "
         "Test LL is dominated by the noise term, so a q can match the exact posterior's test LL "
         "while being several times too narrow; for the same reason the flow's whole-predictive "
-        "std ratio in `posterior.md` (at or above 1 where its f(x) ratio is below 1) comes from "
-        "its noise, not from its weights."
+        "std ratio on the UCI sets of `posterior.md` is well above its f(x) (epistemic) ratio: "
+        "the difference comes from its noise, not from its weights."
     )
 
 
