@@ -245,26 +245,23 @@ def test_tables_show_mean_and_standard_error_over_runs_and_the_floor_as_its_mean
 
 
 def test_check_splits_limits_the_prior_and_noise_checks_and_nothing_else():
+    from bayesify.bench.posterior.checks import NOISE, PRIOR, job_check_kind
     from bayesify.bench.posterior.command import PosteriorOptions
-    from bayesify.bench.posterior.jobs import IZMAILOV_PRIOR_STD
     from bayesify.bench.runner import job_key
 
     every = PosteriorOptions(preset="quick", datasets=("yacht", "fashion-pca"), splits=3)
     first = replace(every, check_splits=1)
-    checks = {
-        "yacht": lambda j: j.noise_scale != 1,
-        "fashion-pca": lambda j: j.prior_std != IZMAILOV_PRIOR_STD,
-    }
 
     def checked(opts):
         hmc, _ = opts.jobs()
-        return sorted((j.dataset, j.split) for j in hmc if checks[j.dataset](j))
+        kinds = {"yacht": NOISE, "fashion-pca": PRIOR}
+        return sorted((j.dataset, j.split) for j in hmc if job_check_kind(j) == kinds[j.dataset])
 
     assert checked(every) == [*[("fashion-pca", k) for k in range(3)],
                               *[("yacht", k) for k in range(3) for _ in (0.5, 2.0)]]  # fmt: skip
     assert checked(first) == [("fashion-pca", 0), ("yacht", 0), ("yacht", 0)]
     # the references, floors and method rows are the same jobs (same keys: a store resumes)
-    keys = [{job_key("posterior", j) for j in o.jobs()[0] if not checks[j.dataset](j)}
+    keys = [{job_key("posterior", j) for j in o.jobs()[0] if not job_check_kind(j)}
             | {job_key("posterior", j) for j in o.jobs()[1]} for o in (every, first)]  # fmt: skip
     assert keys[0] == keys[1]
     with pytest.raises(ValueError, match="check_splits"):

@@ -128,12 +128,12 @@ def noise_section(experiment: str, jobs: list[Any], checks: list[dict[str, Any]]
         "## Noise sensitivity",
         "",
         "On UCI the page fixes the noise σ at the MAP network's RMSE on the validation rows "
-        "(sampled, σ collapses towards 0: the network nearly interpolates the training rows and"
-        " NUTS cannot mix). One more HMC run per UCI split and factor in the table below fixes "
+        "(sampled, σ collapses towards 0: the network nearly interpolates the training rows and "
+        "NUTS cannot mix). One more HMC run per UCI split and factor in the table below fixes "
         "σ at that multiple of it (same data, prior, settings and chain seed), scored against "
         "the page's reference exactly as the floor's second run is (both subsampled to at most "
-        f"{DRAWS} draws): a distance near the floor's means the page's distances do not hinge on"
-        " the σ chosen; a larger one, that they do. σ in the target's units.",
+        f"{DRAWS} draws): a distance near the floor's means the page's distances do not hinge "
+        "on the σ chosen; a larger one, that they do. σ in the target's units.",
         "",
         "| problem | split | σ factor | σ | page's σ | W2 f(x) | floor | std ratio f(x) | "
         "floor | test LL | test LL (page's σ) | R-hat max |",
