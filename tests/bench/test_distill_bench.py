@@ -103,3 +103,45 @@ def test_the_student_spearman_on_ood_rows_is_scipys_on_the_saved_models(tmp_path
     t_mi = teacher.predict(x, 3, seed=3).mutual_information.numpy()
     s_mi = student.summaries(x)["mutual_information"].numpy()
     assert m["student"]["spearman_digits"] == pytest.approx(spearmanr(t_mi, s_mi)[0], abs=1e-6)
+
+
+def test_uci_runs_use_split_i_with_seed_i_and_the_page_is_their_mean_and_standard_error(tmp_path):
+    try:
+        data_root()
+    except DataError as e:
+        pytest.skip(f"shared data not found: {e}")
+    from bayesify.bench.distill.uci import EXPERIMENT, UCIDistillJob, score_uci_job
+    from bayesify.bench.store import ResultsStore
+
+    opts = distill.DistillOptions(images=False, uci=("bostonHousing",), uci_epochs=2,
+                                  uci_members=2, samples=4, seeds=2, seed=3,
+                                  store=str(tmp_path / "r.db"),
+                                  out=str(tmp_path / "d.md"))  # fmt: skip
+    text = distill.run(opts)
+    assert "## Fashion" not in text and "4 finished, 0 skipped" in text
+    with ResultsStore(opts.store) as db:
+        rows = list(db.records(EXPERIMENT))
+    assert sorted((r["method"], r["split"], r["seed"]) for r in rows) == [
+        ("ensemble", 0, 3),
+        ("ensemble", 1, 4),
+        ("mc-dropout", 0, 3),
+        ("mc-dropout", 1, 4),
+    ]
+    runs = {r["split"]: r["metrics"] for r in rows if r["method"] == "mc-dropout"}
+    assert runs[0]["teacher"]["rmse"] != runs[1]["teacher"]["rmse"]  # two splits, two seeds
+    rmse = np.array([runs[s]["student"]["rmse"] for s in (0, 1)])
+    cov = 100 * np.array([runs[s]["teacher"]["coverage90"] for s in (0, 1)])
+    student = next(x for x in text.splitlines()
+                   if x.startswith("| bostonHousing | MC dropout | student | 2 |"))  # fmt: skip
+    assert f"{rmse.mean():.4f} ± {rmse.std(ddof=1) / math.sqrt(2):.4f}" in student
+    teacher = next(x for x in text.splitlines()
+                   if x.startswith("| bostonHousing | MC dropout | teacher | 2 |"))  # fmt: skip
+    assert f"{cov.mean():.1f} ± {cov.std(ddof=1) / math.sqrt(2):.1f}" in teacher
+
+    # a run's figures are its job's: the job alone, recomputed, gives the stored student RMSE
+    job = UCIDistillJob(method="mc-dropout", dataset="bostonHousing", split=1, seed=4, epochs=2,
+                        members=0, samples=4)  # fmt: skip
+    again = score_uci_job(job)
+    assert again["student"]["rmse"] == pytest.approx(runs[1]["student"]["rmse"], rel=1e-5)
+    assert 0 <= again["teacher"]["coverage90"] <= 1 and -1 <= again["student"]["spearman"] <= 1
+    assert "0 finished, 4 skipped" in distill.run(opts)  # resumed: nothing recomputed

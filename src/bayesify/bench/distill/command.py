@@ -9,10 +9,11 @@ scored on the test set: error, NLL, ECE (images) or RMSE, NLL, 90 % interval cov
 OOD AUROC of the teacher's mutual information against the student's own (the closed form of its
 Dirichlet) on MNIST, which was used in designing the transfer set, and on the digits, which
 were not; and Spearman's rank correlation of the teacher's and the student's epistemic score
-per input. On images one job per teacher and seed (``--seeds``) runs into a resumable results
-store (``--store``; ``jobs.py``) and the page shows mean ± standard error over seeds
-(``page.py``). ``--bundles`` keeps the first seed's Fashion-MNIST MC dropout teacher and student
-bundles for ``bayesify bench serve --bundle TEACHER --student STUDENT``.
+per input. On images one job per teacher and seed (``--seeds``), on UCI one per dataset,
+teacher and run (run i on Gal's split i with seed + i; ``uci.py``), run into one resumable
+results store (``--store``; ``jobs.py``) and the page shows mean ± standard error over seeds or
+runs (``page.py``). ``--bundles`` keeps the first seed's Fashion-MNIST MC dropout teacher and
+student bundles for ``bayesify bench serve --bundle TEACHER --student STUDENT``.
 
     bayesify bench distill --seeds 3 --bundles runs/distill
 """
@@ -30,9 +31,10 @@ import torch
 
 from bayesify.bench.distill.jobs import DistillJob, score_job
 from bayesify.bench.distill.page import images_section
+from bayesify.bench.distill.uci import EXPERIMENT as UCI_EXPERIMENT
+from bayesify.bench.distill.uci import score_uci_job, uci_jobs, uci_section
 from bayesify.bench.options import command_line, option, write_report
 from bayesify.bench.runner import run_jobs, stored_rows
-from bayesify.metrics.posterior import rank_correlation
 
 log = logging.getLogger(__name__)
 EXPERIMENT = "distill-images"
@@ -57,16 +59,18 @@ class DistillOptions:
     n_ood: int = option(2000, "MNIST test images (OOD).")
     n_digits: int = option(0, "scikit-learn digits (OOD, unused in designing the transfer "
                            "set; 0: all 1,797).")  # fmt: skip
+    images: bool = option(True, "Run the Fashion-MNIST jobs (--no-images: UCI alone).")
     uci: tuple[str, ...] = option(("bostonHousing", "concrete"), "UCI datasets.")
     uci_epochs: int = option(100, "Teacher and student epochs on UCI.")
     uci_members: int = option(5, "Ensemble members on UCI.")
     bundles: str = option("", "Folder to keep the Fashion-MNIST MC dropout teacher and its "
                           "student in (empty: not kept).")  # fmt: skip
     seed: int = option(0, "First seed of training images, weights, transfer set and draws.")
-    seeds: int = option(1, "Seeds per teacher on images (seed, seed + 1, ...).")
-    store: str = option("benchmarks/distill/results.db", "The results store of the image "
-                        "jobs (sqlite file): a run resumes from its done rows.")  # fmt: skip
-    workers: int = option(1, "Parallel worker processes for the image jobs.")
+    seeds: int = option(1, "Seeds per teacher (images: seed, seed + 1, ...; UCI: run i on "
+                        "Gal's split i with seed + i).")  # fmt: skip
+    store: str = option("benchmarks/distill/results.db", "The results store of the image and "
+                        "UCI jobs (sqlite file): a run resumes from its done rows.")  # fmt: skip
+    workers: int = option(1, "Parallel worker processes for the jobs.")
     out: str = option("benchmarks/distill.md", "Markdown report.")
 
     def __post_init__(self) -> None:
@@ -111,42 +115,12 @@ def _images(opts: DistillOptions, lines: list[str]) -> None:
     lines += [f"Jobs: {summary} (store `{opts.store}`).", ""]
 
 
-def _uci_rows(name: str, opts: DistillOptions) -> tuple[list[str], list[str]]:
-    import bayesify
-    from bayesify.data import load_uci
-    from bayesify.models import mlp
-    from bayesify.seeding import seeded
-
-    s = load_uci(name, 0, protocol="gal")
-    d = s.x_train.shape[1]
-    fit = dict(epochs=opts.uci_epochs, batch_size=32, lr=1e-3, seed=opts.seed, progress=False)
-    with seeded(opts.seed):
-        mcd = bayesify.MCDropout(mlp(d, 1, (50,), norm=None, dropout=0.05))
-        ens = bayesify.DeepEnsemble(mlp(d, 1, (50,), norm=None), members=opts.uci_members,
-                                    init_seed=opts.seed)  # fmt: skip
-    rows, notes = [], []
-    for label, teacher in (("MC dropout", mcd), (f"ensemble of {opts.uci_members}", ens)):
-        teacher.fit((s.x_train, s.y_train), val=(s.x_val, s.y_val), **fit)
-        student = bayesify.distill(teacher, s.x_train, samples=opts.samples,
-                                   epochs=opts.uci_epochs, batch_size=32, seed=opts.seed,
-                                   augment=opts.augment, copies=opts.copies, noise=opts.noise,
-                                   progress=False)  # fmt: skip
-        tp = teacher.predict(s.x_test, opts.samples, seed=1)
-        sp = student.predict(s.x_test, opts.samples, seed=1)
-        for who, p in (("teacher", tp), ("student", sp)):
-            lo, hi = p.interval(0.9)
-            cover = ((s.y_test >= lo) & (s.y_test <= hi)).double().mean()
-            rmse = (p.mean - s.y_test).pow(2).mean().sqrt()
-            rho = "–" if who == "teacher" else (
-                f"{rank_correlation(tp.epistemic_variance, p.epistemic_variance):.3f}")  # fmt: skip
-            rows.append(f"| {name} | {label} | {who} | {float(rmse):.4f} | "
-                        f"{float(-p.log_prob(s.y_test).mean()):.4f} | {100 * float(cover):.1f} | "
-                        f"{rho} |")  # fmt: skip
-        log.info("%s, %s: distilled and scored", name, label)
-        notes.append(
-            f"{name}, {label}: student distilled in {student.distillation['seconds']:.0f} s"
-        )
-    return rows, notes
+def _uci(opts: DistillOptions, lines: list[str]) -> None:
+    jobs = uci_jobs(opts)
+    summary = run_jobs(UCI_EXPERIMENT, jobs, score_uci_job, opts.store, workers=opts.workers,
+                       progress=False)  # fmt: skip
+    lines += uci_section(stored_rows(opts.store, UCI_EXPERIMENT, jobs), opts, _copy(opts))
+    lines += [f"Jobs: {summary} (store `{opts.store}`).", ""]
 
 
 def run(opts: DistillOptions) -> str:
@@ -160,22 +134,9 @@ def run(opts: DistillOptions) -> str:
         f"Machine: {platform.platform()}, {os.cpu_count()} CPUs, torch {torch.__version__}; "
         f"load average at start {load_avg[0]:.1f}.  ", "",
     ]  # fmt: skip
-    _images(opts, lines)
-    rows, notes = [], []
-    for name in opts.uci:
-        r, n = _uci_rows(name, opts)
-        rows, notes = rows + r, notes + n
-    if rows:
-        lines += [
-            "## UCI regression (split 0 of Gal's splits, normalised units)", "",
-            f"MLP with one hidden layer of 50; teachers and students {opts.uci_epochs} epochs; "
-            f"T = {opts.samples}; the transfer set is the training rows plus: "
-            f"{_copy(opts)}. "
-            "Spearman: rank correlation of the student's and the teacher's epistemic variance "
-            "per test row.", "",
-            "| dataset | teacher | model | RMSE | NLL | 90 % interval coverage (%) | "
-            "Spearman epistemic |", "|---|---|---|---:|---:|---:|---:|", *rows, "",
-            *[f"- {n}" for n in notes], "",
-        ]  # fmt: skip
+    if opts.images:
+        _images(opts, lines)
+    if opts.uci:
+        _uci(opts, lines)
     lines.append(f"Run took {time.time() - began:.0f} s.")
     return write_report(opts.out, "\n".join(lines))
