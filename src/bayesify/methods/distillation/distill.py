@@ -10,7 +10,8 @@ on a teacher's predictive, so one pass over N rows gives what T samples of the t
    the teacher's samples disagree about as much as on out-of-distribution inputs; tables get
    the noise copy alone. ``noise``: noise copies; ``mixup``: blends of two random inputs;
    ``none``. Why: the student's precision head learns only the disagreement it is shown, and
-   with the noise copy alone its OOD signal faded as it trained longer (benchmarks/distill.md).
+   with the noise copy alone its OOD signal faded as it trained longer
+   (benchmarks/distill_one_seed.md).
 2. **Teacher targets**: ``samples`` draws of the teacher per transfer row (one pass each chunk).
    Classification keeps the T log class-probability vectors ``[N, T, C]``; regression keeps
    the mean, the epistemic variance and the aleatoric variance per row, in network units.
