@@ -25,7 +25,7 @@ import os
 import platform
 import time
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import torch
 
@@ -107,19 +107,11 @@ def image_jobs(opts: DistillOptions) -> list[DistillJob]:
             for i in range(opts.seeds) for kind in kinds]  # fmt: skip
 
 
-def _images(opts: DistillOptions, lines: list[str]) -> None:
-    jobs = image_jobs(opts)
-    summary = run_jobs(EXPERIMENT, jobs, score_job, opts.store, workers=opts.workers,
-                       progress=False)  # fmt: skip
-    lines += images_section(stored_rows(opts.store, EXPERIMENT, jobs), opts, _copy(opts))
-    lines += [f"Jobs: {summary} (store `{opts.store}`).", ""]
-
-
-def _uci(opts: DistillOptions, lines: list[str]) -> None:
-    jobs = uci_jobs(opts)
-    summary = run_jobs(UCI_EXPERIMENT, jobs, score_uci_job, opts.store, workers=opts.workers,
-                       progress=False)  # fmt: skip
-    lines += uci_section(stored_rows(opts.store, UCI_EXPERIMENT, jobs), opts, _copy(opts))
+def _section(experiment: str, jobs: list[Any], score: Any, section: Any, opts: DistillOptions,
+             lines: list[str]) -> None:  # fmt: skip
+    """Run ``jobs`` not yet in the store, then append ``section``'s lines from their rows."""
+    summary = run_jobs(experiment, jobs, score, opts.store, workers=opts.workers, progress=False)
+    lines += section(stored_rows(opts.store, experiment, jobs), opts, _copy(opts))
     lines += [f"Jobs: {summary} (store `{opts.store}`).", ""]
 
 
@@ -135,8 +127,8 @@ def run(opts: DistillOptions) -> str:
         f"load average at start {load_avg[0]:.1f}.  ", "",
     ]  # fmt: skip
     if opts.images:
-        _images(opts, lines)
+        _section(EXPERIMENT, image_jobs(opts), score_job, images_section, opts, lines)
     if opts.uci:
-        _uci(opts, lines)
+        _section(UCI_EXPERIMENT, uci_jobs(opts), score_uci_job, uci_section, opts, lines)
     lines.append(f"Run took {time.time() - began:.0f} s.")
     return write_report(opts.out, "\n".join(lines))
