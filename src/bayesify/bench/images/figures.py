@@ -52,18 +52,24 @@ def corruption_figure(methods: dict[str, list], path: Path) -> None:
 
 def corruption_table(methods: dict[str, list]) -> list[str]:
     """Per method and corruption: total / aleatoric / epistemic mean entropy and error at the
-    clean level and the strongest one."""
-    lines = ["| method | corruption | level | entropy | aleatoric | epistemic | error |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    clean level and the strongest one, mean ± standard error over the method's seeds."""
+    from bayesify.bench.summary import mean_se
+
+    def cell(values: list[float]) -> str:
+        m, se = mean_se(values)
+        return f"{m:.3f}" if math.isnan(se) else f"{m:.3f} ± {se:.3f}"
+
+    lines = ["| method | seeds | corruption | level | entropy | aleatoric | epistemic | error |",
+             "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
     for method, ms in methods.items():
         for kind, label in KINDS.items():
             sweeps = [m["corruption"][kind] for m in ms]
             for i in (0, len(sweeps[0]) - 1):
-                vals = {k: sum(s[i][k] for s in sweeps) / len(sweeps)
-                        for k in ("entropy", "aleatoric", "epistemic", "error")}  # fmt: skip
-                lines.append(f"| {method} | {label.split()[0]} | {sweeps[0][i]['level']:g} "
-                             f"| {vals['entropy']:.3f} | {vals['aleatoric']:.3f} "
-                             f"| {vals['epistemic']:.3f} | {vals['error']:.3f} |")  # fmt: skip
+                cells = [cell([s[i][k] for s in sweeps])
+                         for k in ("entropy", "aleatoric", "epistemic", "error")]  # fmt: skip
+                level = f"{sweeps[0][i]['level']:g}"
+                head = f"| {method} | {len(sweeps)} | {label.split()[0]} | {level}"
+                lines.append(head + " | " + " | ".join(cells) + " |")
     return lines
 
 
