@@ -53,11 +53,7 @@ def corruption_figure(methods: dict[str, list], path: Path) -> None:
 def corruption_table(methods: dict[str, list]) -> list[str]:
     """Per method and corruption: total / aleatoric / epistemic mean entropy and error at the
     clean level and the strongest one, mean ± standard error over the method's seeds."""
-    from bayesify.bench.summary import mean_se
-
-    def cell(values: list[float]) -> str:
-        m, se = mean_se(values)
-        return f"{m:.3f}" if math.isnan(se) else f"{m:.3f} ± {se:.3f}"
+    from bayesify.bench.images.report_summary import cell
 
     lines = ["| method | seeds | corruption | level | entropy | aleatoric | epistemic | error |",
              "| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
@@ -65,7 +61,7 @@ def corruption_table(methods: dict[str, list]) -> list[str]:
         for kind, label in KINDS.items():
             sweeps = [m["corruption"][kind] for m in ms]
             for i in (0, len(sweeps[0]) - 1):
-                cells = [cell([s[i][k] for s in sweeps])
+                cells = [cell([s[i][k] for s in sweeps], 3)
                          for k in ("entropy", "aleatoric", "epistemic", "error")]  # fmt: skip
                 level = f"{sweeps[0][i]['level']:g}"
                 head = f"| {method} | {len(sweeps)} | {label.split()[0]} | {level}"
