@@ -59,6 +59,25 @@ def test_sngp_job_builds_an_sngp_with_the_grid_length_scale():
         assert torch.equal(a, b)
 
 
+@pytest.mark.filterwarnings("ignore:.*never fitted")  # untrained: only its members are compared
+@pytest.mark.parametrize("likelihood", ["homoscedastic", "heteroscedastic"])
+def test_batch_ensemble_job_builds_its_defaults_seeded_by_the_split(likelihood):
+    from bayesify.methods import BatchEnsemble
+
+    job = UCIMethodJob("batch-ensemble", "yacht", 2, likelihood=likelihood)
+    method = build(job, 6, None)
+    assert isinstance(method, BatchEnsemble) and method.config.members == 4
+    assert method.config.init_seed == 2 and method.config.likelihood == likelihood
+    x = torch.randn(5, 6)
+    pred = method.predict(x, samples=4, seed=0)
+    assert pred.samples.shape[:2] == (4, 5)
+    assert pred.samples.std(0).min() > 0  # the members differ from the first step
+    again = build(job, 6, None).predict(x, samples=4, seed=0)
+    assert torch.equal(pred.samples, again.samples)
+    other = build(UCIMethodJob("batch-ensemble", "yacht", 3, likelihood=likelihood), 6, None)
+    assert not torch.equal(other.predict(x, samples=4, seed=0).samples, pred.samples)
+
+
 def test_every_bench_method_has_a_fixed_column_order():
     assert set(GAL_METHODS) <= set(METHOD_ORDER)
 
@@ -106,22 +125,27 @@ def test_median_seconds_warms_up_then_times_interleaved_rounds(monkeypatch):
 
 @pytest.mark.parametrize(("method", "likelihood", "drawn"),
                          [("mc-dropout", "homoscedastic", 7),
-                          ("packed-ensemble", "heteroscedastic", 4)])  # fmt: skip
+                          ("packed-ensemble", "heteroscedastic", 4),
+                          ("batch-ensemble", "homoscedastic", 8)])  # fmt: skip
 def test_predict_times_time_the_method_beside_a_deterministic_net(method, likelihood, drawn):
     import bayesify
     from bayesify.models import mlp
 
     out = 2 if likelihood == "heteroscedastic" else 1
     net = mlp(5, out, (8,), norm=None, dropout=0.1 if method == "mc-dropout" else 0.0)
-    m = (bayesify.MCDropout(net) if method == "mc-dropout"
-         else bayesify.PackedEnsemble(net, likelihood=likelihood))  # fmt: skip
+    m = {
+        "mc-dropout": lambda: bayesify.MCDropout(net),
+        "packed-ensemble": lambda: bayesify.PackedEnsemble(net, likelihood=likelihood),
+        "batch-ensemble": lambda: bayesify.BatchEnsemble(net, likelihood=likelihood),
+    }[method]()
     job = SimpleNamespace(method=method, likelihood=likelihood, hidden=8, samples=7, seed=0)
     det = predict_time.deterministic_net(job, 5)
     with warnings.catch_warnings():  # an untrained net, only timed: its τ⁻¹ never fitted
         warnings.simplefilter("ignore")
         assert det.predict(torch.zeros(3, 5), samples=1).samples.shape[:2] == (1, 3)
     times = predict_time.predict_times(m, job, torch.randn(30, 5))
-    assert times["predict_samples"] == drawn  # Packed-Ensembles: its M members
+    # Packed-Ensembles: its M members; BatchEnsemble: T rounded up to a multiple of M = 4
+    assert times["predict_samples"] == drawn
     assert times["predict_ms_per_1000"] > 0 and times["det_predict_ms_per_1000"] > 0
 
 

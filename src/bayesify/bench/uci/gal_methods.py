@@ -20,7 +20,8 @@ features (:data:`HOMOSCEDASTIC_ONLY`: the methods that run homoscedastic only); 
 ensemble (Lakshminarayanan et al. 2017: 5 members, each a heteroscedastic net trained by its NLL
 from its own initialisation) has no grid, nor has Laplace (last layer or all layers, KFAC, around
 the trained net; its prior precision by the marginal likelihood at each σ², σ² chosen on the
-validation part, in its posterior and its noise: ``noise_fit``).
+validation part, in its posterior and its noise: ``noise_fit``), nor have Packed-Ensembles and
+BatchEnsemble (their defaults: M = 4 members trained together, predicted in one pass).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ GRID_NAMES = {
     "evidential-regression": "coeff",  # the evidence regulariser's weight λ
     "vbll": "prior_scale",  # the last layer's prior variance (its noise is learned)
     "packed-ensemble": None,  # its defaults: M = 4 members, alpha = 2
+    "batch-ensemble": None,  # its defaults: M = 4 members, fast weights N(1, 0.5²)
     "sngp": "lengthscale",  # the RBF length-scale of its random Fourier features
 }
 #: methods run in the homoscedastic setting only, whatever likelihoods are asked for, and why
@@ -140,6 +142,8 @@ def build(job: UCIMethodJob, n_features: int, value: float | None) -> Any:
             return bayesify.SNGP(net, lengthscale=value, seed=job.seed + job.split, **common)
         if job.method == "packed-ensemble":
             return bayesify.PackedEnsemble(net, init_seed=job.seed + job.split, **common)
+        if job.method == "batch-ensemble":
+            return bayesify.BatchEnsemble(net, init_seed=job.seed + job.split, **common)
         return bayesify.MCBN(net, bank_size=128, **common)
 
 

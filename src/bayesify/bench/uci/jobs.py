@@ -32,7 +32,7 @@ TEYE_EXPERIMENT = "uci-teye"
 PROTOCOLS = ("gal", "teye")
 GAL_METHODS = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "laplace",
                "laplace-all", "swag", "vbll", "evidential-regression",
-               "packed-ensemble", "sngp")  # fmt: skip
+               "packed-ensemble", "batch-ensemble", "sngp")  # fmt: skip
 TEYE_METHODS = ("mcbn", "mc-dropout")
 BIG = ("kin8nm", "naval-propulsion-plant", "power-plant", "protein-tertiary-structure")
 SMALL = tuple(d for d in UCI_DATASETS if d not in BIG)
@@ -51,6 +51,7 @@ GRIDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "vbll": ((0.1, 1.0), (0.1, 1.0, 10.0)),  # the last layer's prior variance
     "evidential-regression": ((0.01, 0.1), (0.001, 0.01, 0.1, 1.0)),  # λ (Amini et al.)
     "packed-ensemble": ((), ()),  # M = 4, alpha = 2 (the defaults): no grid
+    "batch-ensemble": ((), ()),  # M = 4, fast weights N(1, 0.5²) (the defaults): no grid
     "sngp": ((1.0, 2.0), (0.5, 1.0, 2.0, 4.0)),  # ℓ of the random features (default 1)
 }
 #: likelihoods a method runs when none are given: Lakshminarayanan's ensemble is heteroscedastic

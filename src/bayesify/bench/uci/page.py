@@ -43,7 +43,7 @@ GAL_2016_NOTE = (
 )
 METHOD_ORDER = ("mc-dropout", "ensemble", "bbb", "ibnn", "stochastic-norm", "mcbn", "laplace",
                 "laplace-all", "swag", "vbll", "evidential-regression", "packed-ensemble",
-                "sngp")  # fmt: skip
+                "batch-ensemble", "sngp")  # fmt: skip
 
 
 def _variants(table: dict[Cell, list], protocol: str) -> list[tuple[str, str]]:
@@ -362,7 +362,8 @@ def write_page(out: str | Path, *, stores: Sequence[str | Path], command: str, r
         "prior σ; IBNN: prior std; StochasticNorm: initial σ; MCBN: batch size; SWAG: the rate "
         "of its collecting epochs after training, as many as it trained; VBLL: the last "
         "layer's prior variance; evidential regression: the evidence regulariser λ; SNGP: the "
-        "RBF length-scale ℓ of its random features; Packed-Ensembles: none, M = 4, α = 2), "
+        "RBF length-scale ℓ of its random features; Packed-Ensembles: none, M = 4, α = 2; "
+        "BatchEnsemble: none, M = 4, fast weights N(1, 0.5²)), "
         "the best epoch and τ "
         "(homoscedastic); the test split is only scored. Heteroscedastic nets output a "
         "mean and a variance and are trained by their Gaussian NLL; the deep ensemble is 5 "
