@@ -1,0 +1,83 @@
+"""BatchEnsemble's fast-weight initialisation against its epistemic share on UCI: per Gal split,
+the uci.md job of ``batch-ensemble`` (quick preset, fitted as ``bench uci`` fits it) with its
+defaults (N(1, 0.5²) fast weights, every member on the whole mini-batch) and three variants
+(``init="sign"``, ``init_std=1``, ``member_batch="split"``), all from the same initial network
+and training seed; each scored on the test split as uci.md scores it.
+
+    PYTHONPATH=src OMP_NUM_THREADS=1 python benchmarks/uci_batch_ensemble_init.py \\
+        --datasets wine-quality-red,power-plant --splits 0 > batch_ensemble_init.md
+
+One markdown row per dataset and variant: splits, test LL and RMSE (original units), the
+epistemic share of the predictive variance and the validation LL (standardised units), each the
+mean ± standard error over the splits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+import torch
+
+from bayesify.bench.uci.gal_methods import score_predictive
+from bayesify.bench.uci.jobs import method_job
+from bayesify.data import load_uci
+from bayesify.data.uci import UCI_DATASETS, uci_n_splits
+from bayesify.methods import BatchEnsemble
+from bayesify.models import mlp
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "init='sign'": {"init": "sign"},
+    "init_std=1": {"init_std": 1.0},
+    "member_batch='split'": {"member_batch": "split"},
+}
+COLUMNS = ("ll", "rmse", "epistemic_share", "val_ll")
+
+
+def variant_scores(dataset: str, split: int, likelihood: str) -> dict[str, dict[str, float]]:
+    """Each variant's test scores and validation LL on one split, built, trained and scored
+    as ``bench uci``'s ``batch-ensemble`` job (``gal_methods.build`` and ``_grid_trial``)."""
+    job = method_job("batch-ensemble", dataset, split, likelihood, "quick")
+    data = load_uci(dataset, split, protocol="gal", val_fraction=job.val_fraction)
+    out = {}
+    for name, options in VARIANTS.items():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(job.seed + split)
+            net = mlp(data.n_features, 2 if likelihood == "heteroscedastic" else 1,
+                      (job.hidden,), norm=None)  # fmt: skip
+        method = BatchEnsemble(net, init_seed=job.seed + split, likelihood=likelihood,
+                               noise_objective="pll", **options)  # fmt: skip
+        method.fit((data.x_train, data.y_train), val=(data.x_val, data.y_val),
+                   epochs=job.epochs, batch_size=job.batch_size, lr=job.lr,
+                   seed=job.seed + split, progress=False)  # fmt: skip
+        val = method.predict(data.x_val, samples=job.samples, seed=job.seed)
+        pred = method.predict(data.x_test, samples=job.samples, seed=job.seed)
+        out[name] = {**score_predictive(method, pred, data),
+                     "val_ll": float(val.log_prob(data.y_val).mean())}  # fmt: skip
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--datasets", default=",".join(UCI_DATASETS))
+    parser.add_argument("--splits", type=int, default=0, help="first splits (0: all)")
+    parser.add_argument("--likelihood", default="homoscedastic")
+    args = parser.parse_args()
+    print("| dataset | variant | splits | test LL | test RMSE | epistemic share | val LL |")
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for dataset in args.datasets.split(","):
+        splits = range(args.splits or uci_n_splits(dataset, "gal"))
+        rows = [variant_scores(dataset, s, args.likelihood) for s in splits]
+        for name in VARIANTS:
+            cells = []
+            for col in COLUMNS:
+                xs = [r[name][col] for r in rows]
+                se = statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
+                cells.append(f"{statistics.mean(xs):.4f} ± {se:.4f}")
+            print(f"| {dataset} | {name} | {len(rows)} | {' | '.join(cells)} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
