@@ -63,8 +63,11 @@ def test_options_make_the_protocols_jobs_and_reject_bad_values():
         "vbll",
         "evidential-regression",
         "packed-ensemble",
+        "batch-ensemble",
         "sngp",
     }
+    be = [j for _, j in gal if j.method == "batch-ensemble"]  # both likelihoods, no grid
+    assert len(be) == 5 * 3 * 2 and {j.grid for j in be} == {()}
     for name in ("vbll", "evidential-regression", "sngp"):  # homoscedastic only
         jobs = [j for _, j in gal if j.method == name]
         assert len(jobs) == 5 * 3 and {j.likelihood for j in jobs} == {"homoscedastic"}
