@@ -15,17 +15,17 @@ mean ± standard error over the splits.
 from __future__ import annotations
 
 import argparse
-import statistics
+import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-import torch
-
-from bayesify.bench.uci.gal_methods import score_predictive
+import bayesify
+from bayesify.bench.summary import mean_se
+from bayesify.bench.uci.gal_methods import _grid_trial, score_predictive
 from bayesify.bench.uci.jobs import method_job
 from bayesify.data import load_uci
 from bayesify.data.uci import UCI_DATASETS, uci_n_splits
-from bayesify.methods import BatchEnsemble
-from bayesify.models import mlp
 
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -36,26 +36,30 @@ VARIANTS: dict[str, dict[str, Any]] = {
 COLUMNS = ("ll", "rmse", "epistemic_share", "val_ll")
 
 
+@contextmanager
+def batch_ensemble_with(**options: Any) -> Iterator[None]:
+    """``bayesify.BatchEnsemble`` built with ``options`` inside the block (the bench's
+    ``gal_methods.build`` looks the class up there)."""
+    original = bayesify.BatchEnsemble
+    bayesify.BatchEnsemble = functools.partial(original, **options)  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        bayesify.BatchEnsemble = original  # type: ignore[misc]
+
+
 def variant_scores(dataset: str, split: int, likelihood: str) -> dict[str, dict[str, float]]:
-    """Each variant's test scores and validation LL on one split, built, trained and scored
-    as ``bench uci``'s ``batch-ensemble`` job (``gal_methods.build`` and ``_grid_trial``)."""
+    """Each variant's test scores and validation LL on one split: ``bench uci``'s
+    ``batch-ensemble`` job (``gal_methods._grid_trial``), its method built with the variant's
+    options."""
     job = method_job("batch-ensemble", dataset, split, likelihood, "quick")
     data = load_uci(dataset, split, protocol="gal", val_fraction=job.val_fraction)
     out = {}
     for name, options in VARIANTS.items():
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(job.seed + split)
-            net = mlp(data.n_features, 2 if likelihood == "heteroscedastic" else 1,
-                      (job.hidden,), norm=None)  # fmt: skip
-        method = BatchEnsemble(net, init_seed=job.seed + split, likelihood=likelihood,
-                               noise_objective="pll", **options)  # fmt: skip
-        method.fit((data.x_train, data.y_train), val=(data.x_val, data.y_val),
-                   epochs=job.epochs, batch_size=job.batch_size, lr=job.lr,
-                   seed=job.seed + split, progress=False)  # fmt: skip
-        val = method.predict(data.x_val, samples=job.samples, seed=job.seed)
+        with batch_ensemble_with(**options):
+            val_ll, method = _grid_trial(job, data, {}, None)
         pred = method.predict(data.x_test, samples=job.samples, seed=job.seed)
-        out[name] = {**score_predictive(method, pred, data),
-                     "val_ll": float(val.log_prob(data.y_val).mean())}  # fmt: skip
+        out[name] = {**score_predictive(method, pred, data), "val_ll": val_ll}
     return out
 
 
@@ -71,11 +75,8 @@ def main() -> None:
         splits = range(args.splits or uci_n_splits(dataset, "gal"))
         rows = [variant_scores(dataset, s, args.likelihood) for s in splits]
         for name in VARIANTS:
-            cells = []
-            for col in COLUMNS:
-                xs = [r[name][col] for r in rows]
-                se = statistics.stdev(xs) / len(xs) ** 0.5 if len(xs) > 1 else float("nan")
-                cells.append(f"{statistics.mean(xs):.4f} ± {se:.4f}")
+            cells = ["{:.4f} ± {:.4f}".format(*mean_se(r[name][col] for r in rows))
+                     for col in COLUMNS]  # fmt: skip
             print(f"| {dataset} | {name} | {len(rows)} | {' | '.join(cells)} |", flush=True)
 
 
