@@ -64,7 +64,7 @@ def test_fast_weight_inits_and_the_extra_parameters():
         for p in (layer.r, layer.s):
             assert set(p.detach().unique().tolist()) == {-1.0, 1.0}
             assert not torch.equal(p[0], p[1])  # members differ from the start
-    normal = bayesify.BatchEnsemble(net, members=64, init_std=0.5)
+    normal = bayesify.BatchEnsemble(net, members=64, init="normal", init_std=0.5)
     r = torch.cat([layer.r.detach().flatten() for layer in normal.layers])
     assert abs(r.mean().item() - 1.0) < 0.05 and abs(r.std().item() - 0.5) < 0.05
     # per member and layer: r (in), s (out) and a bias (out) besides the one shared W
@@ -151,10 +151,36 @@ def test_from_pretrained_starts_from_the_trained_weights_and_leaves_the_net_alon
         bayesify.BatchEnsemble.from_pretrained(net, val=(x, y))
 
 
+@pytest.mark.parametrize("fast_lr", [0.0, 0.1, 1.0])
+def test_the_fast_weights_train_at_their_own_rate_without_weight_decay(fast_lr):
+    """``fit`` against one hand-written Adam step per group: the fast weights at lr·fast_lr with
+    no weight decay (0: they keep their draw), every other parameter at lr with it."""
+    x, y = regression_data()
+    torch.manual_seed(0)
+    method = bayesify.BatchEnsemble(mlp(5, 1, (8,), norm=None), fast_lr=fast_lr)
+    ref = copy.deepcopy(method)
+    r0 = method.layers[0].r.detach().clone()
+    method.fit((x[:32], y[:32]), epochs=1, batch_size=32, lr=0.01, weight_decay=0.1,
+               progress=False)  # fmt: skip
+    fast = [p for layer in ref.layers for p in (layer.r, layer.s)]
+    slow = [p for n, p in ref.net.named_parameters() if not n.endswith((".r", ".s"))]
+    opt = torch.optim.Adam([{"params": fast, "lr": 0.01 * fast_lr, "weight_decay": 0.0},
+                            {"params": slow, "lr": 0.01, "weight_decay": 0.1}])  # fmt: skip
+    torch.manual_seed(0)
+    ref.net.train()
+    ref.objective(x[:32], y[:32], 0.0, 32).backward()
+    opt.step()
+    for (name, p), q in zip(method.net.named_parameters(), ref.net.parameters(), strict=True):
+        torch.testing.assert_close(p, q, msg=name)
+    assert torch.equal(method.layers[0].r, r0) == (fast_lr == 0)
+
+
 def test_bad_options_are_one_line_errors():
     with pytest.raises(ValueError, match="members must be >= 1"):
         bayesify.BatchEnsemble(mlp(2), members=0)
     with pytest.raises(ValueError, match="unknown init 'uniform'"):
         bayesify.BatchEnsemble(mlp(2), init="uniform")
+    with pytest.raises(ValueError, match="fast_lr must be >= 0"):
+        bayesify.BatchEnsemble(mlp(2), fast_lr=-1)
     with pytest.raises(ValueError, match="nn.Linear or nn.Conv2d"):
         bayesify.BatchEnsemble(torch.nn.Sequential(torch.nn.ReLU()))

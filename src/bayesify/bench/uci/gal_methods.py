@@ -53,7 +53,7 @@ GRID_NAMES = {
     "evidential-regression": "coeff",  # the evidence regulariser's weight λ
     "vbll": "prior_scale",  # the last layer's prior variance (its noise is learned)
     "packed-ensemble": None,  # its defaults: M = 4 members, alpha = 2
-    "batch-ensemble": None,  # its defaults: M = 4 members, fast weights N(1, 0.5²)
+    "batch-ensemble": None,  # its defaults: M = 4, fast weights N(1, 0.5²) at fast_lr 0.5
     "sngp": "lengthscale",  # the RBF length-scale of its random Fourier features
 }
 #: methods run in the homoscedastic setting only, whatever likelihoods are asked for, and why

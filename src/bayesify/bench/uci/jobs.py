@@ -51,7 +51,7 @@ GRIDS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
     "vbll": ((0.1, 1.0), (0.1, 1.0, 10.0)),  # the last layer's prior variance
     "evidential-regression": ((0.01, 0.1), (0.001, 0.01, 0.1, 1.0)),  # λ (Amini et al.)
     "packed-ensemble": ((), ()),  # M = 4, alpha = 2 (the defaults): no grid
-    "batch-ensemble": ((), ()),  # M = 4, fast weights N(1, 0.5²) (the defaults): no grid
+    "batch-ensemble": ((), ()),  # M = 4, fast weights N(1, 0.5²), fast_lr 0.5 (defaults): no grid
     "sngp": ((1.0, 2.0), (0.5, 1.0, 2.0, 4.0)),  # ℓ of the random features (default 1)
 }
 #: likelihoods a method runs when none are given: Lakshminarayanan's ensemble is heteroscedastic

@@ -363,7 +363,7 @@ def write_page(out: str | Path, *, stores: Sequence[str | Path], command: str, r
         "of its collecting epochs after training, as many as it trained; VBLL: the last "
         "layer's prior variance; evidential regression: the evidence regulariser λ; SNGP: the "
         "RBF length-scale ℓ of its random features; Packed-Ensembles: none, M = 4, α = 2; "
-        "BatchEnsemble: none, M = 4, fast weights N(1, 0.5²)), "
+        "BatchEnsemble: none, M = 4, fast weights N(1, 0.5²) at half the learning rate), "
         "the best epoch and τ "
         "(homoscedastic); the test split is only scored. Heteroscedastic nets output a "
         "mean and a variance and are trained by their Gaussian NLL; the deep ensemble is 5 "
