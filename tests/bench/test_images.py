@@ -114,6 +114,11 @@ def test_ood_section_shows_each_methods_default_and_best_score():
     text = "\n".join(ood_section("lenet", methods))
     assert "| deterministic | 1 − max prob | 0.8000 | entropy | 0.8200 |" in text
     assert "| mcbn | MI | 0.8600 | energy | 0.9000 |" in text
+    # equal samples (closed-form probabilities): read by entropy, not by its zero MI
+    closed = {"laplace-torch": [row(max_prob=0.80, entropy=0.85, mutual_information=0.55)]}
+    assert "| laplace-torch | entropy | 0.8500 | entropy | 0.8500 |" in "\n".join(
+        ood_section("lenet", closed)
+    )
     assert "| 1 − max prob | energy | entropy | MI |" in text  # scores some method gives
     # one seed: no error bar, so the higher mean is not called a win
     assert (

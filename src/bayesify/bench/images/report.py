@@ -316,7 +316,8 @@ def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -
               "(where the outputs are logits), entropy, mutual information, Mahalanobis on the "
               "penultimate features (fitted on the training images) and the method's own "
               "feature density where it has one. A method's default score: its density where it "
-              "has one, else MI, the deterministic network's 1 − max prob (the baseline).",
+              "has one, else MI (entropy for laplace-torch, whose T samples are equal), the "
+              "deterministic network's 1 − max prob (the baseline).",
               ""]  # fmt: skip
     for model, methods in grouped.items():
         lines += ood_section(model, methods)

@@ -37,12 +37,20 @@ def uncertainty_scores(pred: Predictive) -> dict[str, Tensor]:
     }
 
 
+#: reference rows whose predictive is closed-form class probabilities, handed on as T equal
+#: samples: their mutual information is zero, so they are read by the predictive entropy
+CLOSED_FORM = frozenset({"laplace-torch"})
+
+
 def default_score(method: str, names: list[str] | tuple[str, ...]) -> str:
     """The score a method is read by unless told otherwise: its own feature density where it
-    has one, the mutual information (epistemic) where it draws samples, else the maximum
-    softmax probability (the deterministic network's baseline)."""
+    has one, the mutual information (epistemic) where it draws samples, the entropy where its
+    samples are all equal (:data:`CLOSED_FORM`), else the maximum softmax probability (the
+    deterministic network's baseline)."""
     if "density" in names:
         return "density"
+    if method in CLOSED_FORM:
+        return "entropy"
     return "max_prob" if method == "deterministic" else "mutual_information"
 
 
