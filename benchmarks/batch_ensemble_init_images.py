@@ -1,16 +1,20 @@
 """BatchEnsemble on images.md's Fashion-MNIST jobs with its fast weights drawn ±1
-(``init="sign"``) instead of its default N(1, 0.5²): the same ``bench images`` jobs (LeNet,
-full size, M = 3, T = 30), with ``bayesify.BatchEnsemble`` replaced in this process by one whose
-``init`` is ``"sign"``, so the job function builds it as images.md's rows were built otherwise.
+(``init="sign"``) at the full learning rate (``fast_lr=1``), against the N(1, 0.5²) fast
+weights at the full rate that were images.md's rows until the default became the authors' half
+rate: the same ``bench images`` jobs (LeNet, full size, M = 3, T = 30), with
+``bayesify.BatchEnsemble`` replaced in this process by one built with those two options, so the
+job function builds it as images.md's rows were built otherwise.
 
+    git show 4d79a1a:benchmarks/images/rows.jsonl.gz > /tmp/rows_full_rate.jsonl.gz
     PYTHONPATH=src OMP_NUM_THREADS=1 python benchmarks/batch_ensemble_init_images.py \\
-        --store runs/be_sign.db --base benchmarks/images/rows.jsonl.gz \\
+        --store runs/be_sign.db --base /tmp/rows_full_rate.jsonl.gz \\
         --out benchmarks/batch_ensemble_init_images.md \\
         --preamble benchmarks/batch_ensemble_init_images/notes.md
 
 The store must not hold images.md's BatchEnsemble rows (they share the job keys): only the
-deterministic rows of ``--base`` are imported, for the page's baseline columns. The jobs run
-one by one in this process (``--workers 1``: the replacement does not reach worker processes).
+deterministic rows of ``--base`` are imported, for the page's baseline columns; its
+BatchEnsemble rows are the comparison's first row. The jobs run one by one in this process
+(``--workers 1``: the replacement does not reach worker processes).
 """
 
 from __future__ import annotations
@@ -36,18 +40,26 @@ def deterministic_rows(base: str, into: Path) -> None:
                 dst.write(line)
 
 
-def comparison(base: str, store: str) -> list[str]:
-    """Markdown rows, BatchEnsemble's default (the rows of ``base``) against ``init="sign"``
-    (``store``): mean ± standard error over seeds of error, NLL, ECE, MI AUROC on both OOD
-    sets, the test set's mean MI over its mean entropy, and the predict-time ratio."""
-    with gzip.open(base, "rt") as f:
-        default = [r["metrics"] for r in map(json.loads, f) if r["method"] == "batch-ensemble"]
+def export_rows(path: str) -> list[dict]:
+    """The BatchEnsemble rows' metrics of an images export ``path`` (.jsonl.gz)."""
+    with gzip.open(path, "rt") as f:
+        return [r["metrics"] for r in map(json.loads, f) if r["method"] == "batch-ensemble"]
+
+
+def comparison(base: str, store: str, current: str) -> list[str]:
+    """Markdown rows, BatchEnsemble's rows of ``base`` (N(1, 0.5²) at the full rate),
+    ``init="sign"`` at the full rate (``store``) and the default at half the rate (``current``,
+    images.md's export): mean ± standard error over seeds of error, NLL, ECE, MI AUROC on both
+    OOD sets, the test set's mean MI over its mean entropy, and the predict-time ratio."""
     with ResultsStore(store) as db:
         sign = [r["metrics"] for r in db.records("images") if r["method"] == "batch-ensemble"]
     out = ["| BatchEnsemble fast weights | seeds | error | NLL | ECE | MNIST AUROC (MI) | "
            "digits AUROC (MI) | test MI / entropy | predict time ratio |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
-    for name, rows in (("N(1, 0.5²) (default, images.md)", default), ("±1 (init='sign')", sign)):
+    arms = (("N(1, 0.5²), fast_lr=1", export_rows(base)),
+            ("±1 (init='sign'), fast_lr=1", sign),
+            ("N(1, 0.5²), fast_lr=0.5 (default, images.md)", export_rows(current)))  # fmt: skip
+    for name, rows in arms:
         cols = [
             [r["error"] for r in rows],
             [r["nll"] for r in rows],
@@ -66,12 +78,14 @@ def comparison(base: str, store: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", required=True)
-    parser.add_argument("--base", default="benchmarks/images/rows.jsonl.gz")
+    parser.add_argument("--base", required=True, help="images.md's export at commit 4d79a1a")
+    parser.add_argument("--current", default="benchmarks/images/rows.jsonl.gz")
     parser.add_argument("--out", default="benchmarks/batch_ensemble_init_images.md")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--preamble", default="", help="markdown put under the page's title")
     args = parser.parse_args()
-    bayesify.BatchEnsemble = functools.partial(bayesify.BatchEnsemble, init="sign")  # type: ignore[misc]
+    sign = functools.partial(bayesify.BatchEnsemble, init="sign", fast_lr=1.0)
+    bayesify.BatchEnsemble = sign  # type: ignore[misc]
     with tempfile.TemporaryDirectory() as tmp:
         export = Path(tmp) / "deterministic.jsonl.gz"
         deterministic_rows(args.base, export)
@@ -80,7 +94,7 @@ def main() -> None:
                              patience=3, samples=30, workers=1, export=str(export),
                              preamble=args.preamble)  # fmt: skip
         run(opts)
-    print("\n".join(comparison(args.base, args.store)))
+    print("\n".join(comparison(args.base, args.store, args.current)))
 
 
 if __name__ == "__main__":
