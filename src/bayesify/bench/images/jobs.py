@@ -16,6 +16,7 @@ from torch import nn
 
 from bayesify.bench.images import digits
 from bayesify.bench.images import scores as sc
+from bayesify.bench.method_defaults import KEY, defaults_record
 
 log = logging.getLogger(__name__)
 
@@ -371,6 +372,7 @@ def score_job(job: ImagesJob, cache: str | None = None) -> dict[str, Any]:
         "n": {"train": len(data["train"][1]), "val": len(yv), "test": len(y_test),
               "ood": len(data["ood"]), "ood_digits": len(data[digits.NAME]),
               "corrupt": len(yc)},
+        KEY: defaults_record(method),
     }  # fmt: skip
     if job.method == "mcbn":  # Mukhoti et al. Fig. 1: the bank filled with batches of b
         sweep = []

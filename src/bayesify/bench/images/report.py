@@ -17,6 +17,7 @@ from bayesify.bench.images.report_summary import OOD_SETS, by_score, cell, summa
 from bayesify.bench.images.report_summary import pick as _pick
 from bayesify.bench.images.scores import COVERAGE_GRID
 from bayesify.bench.machine import machine_description, machine_label
+from bayesify.bench.method_defaults import stale_defaults_note
 from bayesify.bench.options import command_line, write_report
 from bayesify.bench.preamble import read_preamble
 from bayesify.bench.store import ResultsStore, RowKey
@@ -266,6 +267,7 @@ def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -
         f"{machine_label(bool(summary.finished))}: {machine_description()}.  ",
         f"This call: {summary}, {wall / 60:.1f} min wall; job time in the store (sum over "
         f"these {len(rows)} rows): {job_seconds / 60:.1f} min.  ",
+        *stale_defaults_note((r["method"], r["metrics"]) for r in rows),
         f"Preset `{opts.preset}`: models {', '.join(p.models)}; methods {', '.join(p.methods)}; "
         f"{p.seeds} seed(s){_seeds_note(p.seeds)}; at most {p.epochs} epochs, early stopping "
         f"on the validation loss (patience {p.patience}; the best epoch is kept); Adam lr "

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from bayesify.bench.jobs import key_field
+from bayesify.bench.method_defaults import KEY, defaults_record
 from bayesify.bench.search import Dimension, SearchJob, run_search
 from bayesify.methods.core.likelihood import Likelihood
 
@@ -227,5 +228,6 @@ def score_method_job(job: UCIMethodJob) -> dict[str, Any]:
         val_ll_standardised=val_ll,
         epochs_kept=method.history.best_epoch + 1 if method.history else None,
     )
+    out[KEY] = defaults_record(method)
     out.update(predict_times(method, job, data.x_test))  # beside the deterministic network
     return out

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bayesify.bench.machine import machine_description, machine_label
+from bayesify.bench.method_defaults import stale_defaults_note
 from bayesify.bench.options import write_report
 from bayesify.bench.summary import significance
 from bayesify.bench.uci.figures import uncertainty_error_figure
@@ -354,6 +355,7 @@ def write_page(out: str | Path, *, stores: Sequence[str | Path], command: str, r
         f"Page written by: `{command}`  ",
         f"Stores read: {', '.join(f'`{s}`' for s in stores)}; this call: {run_note}; job time "
         f"of the rows shown: {secs / 60:.0f} min.  ",
+        *stale_defaults_note((r["method"], r) for r in records),  # flat: metrics at the top
         f"{machine_label(ran)}: {machine_description()}, 1 torch thread per job.  ",
         f"Every row: [{csv_path.name}]({csv_path.relative_to(out.parent).as_posix()}).",
         "",
