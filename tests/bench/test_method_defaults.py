@@ -7,8 +7,6 @@ import dataclasses
 import json
 import sqlite3
 
-import pytest
-
 import bayesify
 from bayesify.bench.method_defaults import (
     KEY,
@@ -50,28 +48,17 @@ def test_the_note_names_only_rows_whose_defaults_changed():
 
 
 def test_a_uci_run_records_the_defaults_and_the_page_flags_a_stale_row(tmp_path):
-    from typer.testing import CliRunner
+    from uci_cli import run_bench_uci
 
-    from bayesify.cli import app
-    from bayesify.data import DataError, data_root
-
-    try:
-        (data_root() / "uci" / "yacht").resolve(strict=True)
-    except (DataError, FileNotFoundError) as e:
-        pytest.skip(f"shared UCI data not found: {e}")
-    store, page = tmp_path / "a.db", tmp_path / "uci.md"
-    args = ["bench", "uci", "--datasets", "yacht", "--splits", "1", "--epochs", "2",
-            "--methods", "batch-ensemble", "--likelihoods", "homoscedastic", "--workers", "1",
-            "--store", str(store), "--out", str(page)]  # fmt: skip
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
+    args = run_bench_uci(tmp_path, "batch-ensemble", "homoscedastic")
+    page = tmp_path / "uci.md"
     assert "other defaults" not in page.read_text()
-    with sqlite3.connect(store) as db:
+    with sqlite3.connect(tmp_path / "a.db") as db:
         (metrics,) = db.execute("SELECT metrics FROM runs").fetchone()
         m = json.loads(metrics)
         assert m[KEY] == defaults_record(bayesify.BatchEnsemble(mlp(2)))
         m[KEY]["defaults"]["fast_lr"] = 1.0  # as if made before the default changed
         db.execute("UPDATE runs SET metrics = ?", (json.dumps(m),))
-    result = CliRunner().invoke(app, [*args, "--report-only"])
-    assert result.exit_code == 0, result.output
+    run_bench_uci(tmp_path, "batch-ensemble", "homoscedastic", "--report-only")
+    assert args[-1] == str(page)
     assert "batch-ensemble (1 rows: fast_lr 1.0 → 0.5)" in page.read_text()

@@ -166,23 +166,12 @@ def test_predict_time_table_means_and_per_job_ratios():
 
 
 def test_a_run_stores_predict_times_and_the_page_shows_sngp_homoscedastic_only(tmp_path):
-    from typer.testing import CliRunner
+    from uci_cli import run_bench_uci
 
     from bayesify.bench.store import ResultsStore
-    from bayesify.cli import app
-    from bayesify.data import DataError, data_root
 
-    try:
-        (data_root() / "uci" / "yacht").resolve(strict=True)
-    except (DataError, FileNotFoundError) as e:
-        pytest.skip(f"shared UCI data not found: {e}")
+    run_bench_uci(tmp_path, "sngp,packed-ensemble", "homoscedastic,heteroscedastic")
     store, page = tmp_path / "a.db", tmp_path / "uci.md"
-    args = ["bench", "uci", "--datasets", "yacht", "--splits", "1", "--epochs", "2",
-            "--methods", "sngp,packed-ensemble", "--likelihoods",
-            "homoscedastic,heteroscedastic", "--workers", "1", "--store", str(store),
-            "--out", str(page)]  # fmt: skip
-    result = CliRunner().invoke(app, args)
-    assert result.exit_code == 0, result.output
     with ResultsStore(store) as s:
         rows = s.records("uci-gal")
     got = sorted((r["method"], r["config"]["likelihood"]) for r in rows)
