@@ -10,7 +10,8 @@ network and training seed; each scored on the test split as uci.md scores it.
 
 One markdown row per dataset and variant: splits, test LL and RMSE (original units), the
 epistemic share of the predictive variance and the validation LL (standardised units), each the
-mean ± standard error over the splits.
+mean ± standard error over the splits; then, where the default is among the variants, each
+other variant's difference from it split by split (paired).
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def main() -> None:
     variants = args.variants.split(";")
     print("| dataset | variant | splits | test LL | test RMSE | epistemic share | val LL |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    paired = []
     for dataset in args.datasets.split(","):
         splits = range(args.splits or uci_n_splits(dataset, "gal"))
         rows = [variant_scores(dataset, s, args.likelihood, variants) for s in splits]
@@ -89,6 +91,21 @@ def main() -> None:
             cells = ["{:.4f} ± {:.4f}".format(*mean_se(r[name][col] for r in rows))
                      for col in COLUMNS]  # fmt: skip
             print(f"| {dataset} | {name} | {len(rows)} | {' | '.join(cells)} |", flush=True)
+            if name != "default" and "default" in variants:
+                paired.append(f"| {dataset} | {name} | {paired_cells(rows, name)} |")
+    if paired:
+        print("\n| dataset | variant | test LL − default's | z | epistemic share − default's |")
+        print("| --- | --- | ---: | ---: | ---: |")
+        print("\n".join(paired))
+
+
+def paired_cells(rows: list[dict[str, dict[str, float]]], name: str) -> str:
+    """Variant ``name`` minus the default, split by split: test LL (mean ± standard error, and
+    z = mean / standard error) and epistemic share (mean ± standard error)."""
+    ll = mean_se(r[name]["ll"] - r["default"]["ll"] for r in rows)
+    share = mean_se(r[name]["epistemic_share"] - r["default"]["epistemic_share"] for r in rows)
+    z = ll[0] / ll[1] if ll[1] > 0 else float("nan")
+    return f"{ll[0]:+.4f} ± {ll[1]:.4f} | {z:+.1f} | {share[0]:+.4f} ± {share[1]:.4f}"
 
 
 if __name__ == "__main__":
