@@ -73,8 +73,9 @@ class BatchEnsemble(MembersInOnePass):
     Config = BatchEnsembleConfig
     config: BatchEnsembleConfig
     spread_hint = (
-        "lower fast_lr (e.g. 0.1: the fast weights then stay nearer their distinct start), "
-        "raise init_std, use init='sign', or train with member_batch='split'"
+        "use init='sign' (±1 fast weights; slower first epochs), lower fast_lr (e.g. 0.1: "
+        "they then stay nearer their distinct start), raise init_std, or train with "
+        "member_batch='split' (benchmarks/uci_batch_ensemble_init.md weighs each)"
     )
 
     def _prepare(self, net: nn.Module) -> None:
