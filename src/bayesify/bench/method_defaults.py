@@ -11,55 +11,48 @@ existed are not checked.
 
 from __future__ import annotations
 
-import dataclasses
-import enum
+import functools
+import json
 from collections.abc import Iterable
 from typing import Any
+
+from bayesify.methods.core.config import MethodConfig
 
 #: the metrics key the record is stored under
 KEY = "method_defaults"
 
 
-def _plain(value: Any) -> Any:
-    """``value`` as JSON holds it (enums by value, tuples as lists)."""
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, tuple | list):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return repr(value)
-
-
 def class_defaults(config_cls: type) -> dict[str, Any]:
-    """Every option of the Config dataclass ``config_cls`` that has a default, by name."""
-    out = {}
-    for f in dataclasses.fields(config_cls):
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = _plain(f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            out[f.name] = _plain(f.default_factory())
-    return out
+    """The default options of the method Config ``config_cls``, as a bundle's config.json holds
+    them (``MethodConfig.to_dict`` through JSON: enums by value, tuples as lists)."""
+    return json.loads(json.dumps(config_cls().to_dict()))
 
 
 def defaults_record(method: Any) -> dict[str, Any] | None:
     """``{"class": name, "defaults": {...}}`` for a bayesify method (None for anything else,
     e.g. a reference library's wrapper)."""
     config = getattr(method, "config", None)
-    if config is None or not dataclasses.is_dataclass(config):
+    if not isinstance(config, MethodConfig):
         return None
     return {"class": type(method).__name__, "defaults": class_defaults(type(config))}
+
+
+@functools.cache
+def _current_defaults(class_name: str) -> dict[str, Any] | None:
+    """This code's defaults of the method class ``class_name`` (None: no such class)."""
+    import bayesify
+
+    config = getattr(getattr(bayesify, class_name, None), "Config", None)
+    return None if config is None else class_defaults(config)
 
 
 def _changes(record: dict[str, Any]) -> list[str] | None:
     """``"option stored → now"`` for each default that has changed since ``record`` (None:
     its class is not in this code)."""
-    import bayesify
-
-    config = getattr(getattr(bayesify, record.get("class", ""), None), "Config", None)
-    if config is None:
+    now = _current_defaults(record.get("class", ""))
+    if now is None:
         return None
-    now, then = class_defaults(config), record.get("defaults", {})
+    then = record.get("defaults", {})
     return [f"{k} {then[k]!r} → {now[k]!r}" for k in sorted(now) if k in then and then[k] != now[k]]
 
 
