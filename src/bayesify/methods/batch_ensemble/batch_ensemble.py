@@ -89,12 +89,7 @@ class BatchEnsemble(MembersInOnePass):
         """The fast weights ``r``, ``s`` at ``lr * fast_lr`` without weight decay (the authors'
         code spares them its L2); every other parameter at ``lr`` with ``weight_decay``."""
         fast = [p for layer in self.layers for p in (layer.r, layer.s)]
-        ids = {id(p) for p in fast}
-        rest = [p for p in self.net.parameters() if p.requires_grad and id(p) not in ids]
-        return [
-            {"params": fast, "lr": lr * self.config.fast_lr, "weight_decay": 0.0},
-            {"params": rest, "weight_decay": weight_decay},
-        ]
+        return self._own_and_rest(fast, weight_decay, lr=lr * self.config.fast_lr)
 
     def objective(self, x: Tensor, y: Tensor, progress: float, n_data: int) -> Tensor:
         """The mean data term of the M members on the mini-batch: repeated to ``[M*B, ...]``

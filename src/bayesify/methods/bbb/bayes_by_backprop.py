@@ -151,16 +151,10 @@ class BayesByBackprop(Method):
 
     def param_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]]:
         """Variational parameters (and the noise) without weight decay; the rest with it."""
-        variational = {id(p) for layer in self.layers for p in layer.parameters()}
+        variational = [p for layer in self.layers for p in layer.parameters()]
         if hasattr(self.net, LOG_NOISE):
-            variational.add(id(getattr(self.net, LOG_NOISE)))
-        params = [p for p in self.net.parameters() if p.requires_grad]
-        rest = [p for p in params if id(p) not in variational]
-        groups = [
-            {"params": [p for p in params if id(p) in variational], "weight_decay": 0.0},
-            {"params": rest, "weight_decay": weight_decay},
-        ]
-        return [g for g in groups if g["params"]]
+            variational.append(getattr(self.net, LOG_NOISE))
+        return self._own_and_rest(variational, weight_decay)
 
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
         if self._learns_noise:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
@@ -158,6 +159,20 @@ class Method(FromPretrained, Trainable, Bundled, Sampling):
                 "weight_decay": weight_decay,
             }
         ]
+
+    def _own_and_rest(
+        self, own: Iterable[Tensor], weight_decay: float, **own_options: Any
+    ) -> list[dict[str, Any]]:
+        """Two optimiser groups for :meth:`param_groups`: the trainable parameters in ``own``
+        without weight decay (with ``own_options``, e.g. their own ``lr``) and every other
+        trainable parameter of the net with ``weight_decay``; an empty group is left out."""
+        ids = {id(p) for p in own}
+        params = [p for p in self.net.parameters() if p.requires_grad]
+        groups = [
+            {"params": [p for p in params if id(p) in ids], "weight_decay": 0.0, **own_options},
+            {"params": [p for p in params if id(p) not in ids], "weight_decay": weight_decay},
+        ]
+        return [g for g in groups if g["params"]]
 
     def after_step(self) -> None:
         """Runs after every optimiser step (projections, clamps)."""

@@ -94,12 +94,7 @@ class StochasticNorm(Method):
         """Unit-norm directions and KL-regularised scale parameters without weight decay."""
         free = [layer.layer.weight for layer in self.layers]
         free += [p for layer in self.layers for p in layer.prior_parameters()]
-        ids = {id(p) for p in free}
-        rest = [p for p in self.net.parameters() if p.requires_grad and id(p) not in ids]
-        return [
-            {"params": free, "weight_decay": 0.0},
-            {"params": rest, "weight_decay": weight_decay},
-        ]
+        return self._own_and_rest(free, weight_decay)
 
     def after_step(self) -> None:
         for layer in self.layers:

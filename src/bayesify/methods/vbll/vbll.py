@@ -145,13 +145,7 @@ class VBLL(Method):
     def param_groups(self, lr: float, weight_decay: float) -> list[dict[str, Any]]:
         """The VBLL layer (regularised by its KL and Wishart terms) without weight decay; the
         body with it."""
-        own = {id(p) for p in self.layer.parameters()}
-        params = [p for p in self.net.parameters() if p.requires_grad]
-        groups = [
-            {"params": [p for p in params if id(p) in own], "weight_decay": 0.0},
-            {"params": [p for p in params if id(p) not in own], "weight_decay": weight_decay},
-        ]
-        return [g for g in groups if g["params"]]
+        return self._own_and_rest(self.layer.parameters(), weight_decay)
 
     def _after_fit(self, train: Data, batch_size: int, seed: int) -> None:
         if self.config.task is Task.REGRESSION:
