@@ -30,6 +30,7 @@ from bayesify.bench.uci.gal_methods import HOMOSCEDASTIC_ONLY
 from bayesify.bench.uci.predict_time_page import predict_time_section
 from bayesify.bench.uci.rows import Cell, cells, load_records, mean_se, pm, write_csv
 from bayesify.bench.uci.selective import selective_section
+from bayesify.bench.uci.spread_section import negligible_spread_section
 from bayesify.bench.uci.teye_report import TEYE_STARS, TEYE_TABLE_1, TEYE_TABLE_1_MCDO
 from bayesify.data.uci import UCI_DATASETS
 
@@ -144,6 +145,8 @@ def _gal_section(table: dict[Cell, list], figures: Path, page_dir: Path,
             rows = table.get(("gal", m, lik, d))
             if rows:
                 lines.append(_detail_line(d, m, lik, rows))
+    flagged = negligible_spread_section(table, "gal", variants)
+    lines += ["", *flagged] if flagged else []
     timed = predict_time_section(table, "gal", variants)
     lines += ["", *timed] if timed else []
     lines += ["", *selective_section(table, "gal", variants, SHORT,

@@ -31,8 +31,8 @@ REQUIRED_METRICS = {GAL_EXPERIMENT: ("rmse", "ll"), METHODS_EXPERIMENT: ("rmse",
 #: columns of the CSV, in order (metrics absent from a row are left empty)
 CSV_FIELDS = (
     "protocol", "experiment", "method", "likelihood", "dataset", "split", "seed", "config_hash",
-    "rmse", "ll", "crps", "cu_ll", "cu_crps", "pll_norm", "crps_norm", "mean_std", "chosen",
-    "seconds",
+    "rmse", "ll", "crps", "cu_ll", "cu_crps", "pll_norm", "crps_norm", "mean_std",
+    "epistemic_share", "chosen", "seconds",
 )  # fmt: skip
 
 Cell = tuple[str, str, str, str]  # protocol, method, likelihood, dataset
