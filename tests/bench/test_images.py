@@ -234,8 +234,7 @@ def test_every_paper_method_trains_and_samples_on_both_models(model):
         m = ij._build(method, job)
         m.fit((x, y), epochs=1, batch_size=16, progress=False)
         samples = m.predict(x[:4], samples=4, seed=0).samples
-        # BatchEnsemble: T rounded up to a multiple of M = 3; Packed-Ensembles: T = M
-        t = {"batch-ensemble": 6, "packed-ensemble": 3}.get(method, 4)
+        t = 3 if method in ("batch-ensemble", "packed-ensemble") else 4  # T = M = 3
         assert samples.shape == (t, 4, 10), method
         deterministic = method in ("deterministic", "ddu")
         assert deterministic == bool((samples == samples[0]).all()), method

@@ -5,6 +5,7 @@ training objective against the members' losses one by one, the spread of the def
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 
 import pytest
@@ -21,11 +22,15 @@ from bayesify.nn.batch_ensemble import BatchEnsembleLayer, member_forward_refere
 
 
 class TestBatchEnsembleRegression(MethodConformance):
+    samples = 4  # T is always M
+
     def make(self):
         return fitted_regression(bayesify.BatchEnsemble)
 
 
 class TestBatchEnsembleConvClassificationWithBN(MethodConformance):
+    samples = 3
+
     def make(self):
         return fitted_lenet(bayesify.BatchEnsemble, members=3)
 
@@ -94,12 +99,32 @@ def test_objective_is_the_mean_of_the_members_losses(member_batch):
     torch.testing.assert_close(loss, expected)
 
 
-def test_samples_are_the_members_in_k_major_order():
+def test_t_is_always_m_and_the_samples_are_the_members_one_by_one():
+    """Whatever T is asked for, the samples are the M members once each (their mixture is
+    exact), sample m being member m run alone with its explicit weights; adaptive sampling
+    answers with them and samples_used M."""
     m, x = TestBatchEnsembleRegression().make()
-    s = m.sample(x, 6, seed=0)  # 6 -> 8: each of the 4 members twice
-    assert s.shape[0] == m.sample_count(6) == 8
-    torch.testing.assert_close(s[:4], s[4:], rtol=0, atol=0)
-    assert (s[:4].std(0) > 0).all()
+    assert [m.sample_count(t) for t in (1, 4, 6, 100)] == [4, 4, 4, 4]
+    few, many = m.predict(x, samples=2), m.predict(x, samples=100)
+    assert few.num_samples == many.num_samples == 4
+    torch.testing.assert_close(few.samples, many.samples, rtol=0, atol=0)
+    with torch.no_grad():
+        ref = torch.stack([member_net(m, i)(x) for i in range(4)])[..., 0]
+    torch.testing.assert_close(many.samples, ref, rtol=1e-5, atol=1e-6)
+    assert (many.samples.std(0) > 0).all()
+    adaptive = m.predict(x, samples="adaptive", tol=1e-9, start=2, max_samples=64)
+    assert adaptive.num_samples == 4 and adaptive.samples_used.tolist() == [4] * len(x)
+    torch.testing.assert_close(adaptive.samples, many.samples, rtol=0, atol=0)
+
+
+def member_net(method, i):
+    """Member ``i`` of a BatchEnsemble as a plain network: a copy whose every converted layer
+    runs :func:`member_forward_reference` (its explicit weight W ∘ s_i r_iᵀ and bias b_i)."""
+    net = copy.deepcopy(method.net).eval()
+    for mod in net.modules():
+        if isinstance(mod, BatchEnsembleLayer):
+            mod.forward = functools.partial(member_forward_reference, mod, member=i)
+    return net
 
 
 def test_the_default_carries_uncertainty_on_a_toy():

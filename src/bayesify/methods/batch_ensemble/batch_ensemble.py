@@ -12,10 +12,10 @@ Training: each mini-batch is repeated M times in one pass, member m seeing copy 
 (``member_batch="repeat"``, the default), or cut into M parts, one per member (``"split"``);
 the loss is the mean over all rows, so every member's term weighs the same.
 
-Prediction: the member axis is the sample axis. T samples are T rounded up to a multiple of M
-(:meth:`BatchEnsemble.sample_count`), ordered k-major (sample ``k*M + m`` is member m's); the M
-members run in one pass over ``M*N`` rows and are repeated K = T/M times (members are
-deterministic, so their K samples are equal). Outside a sampling block (``method.net(x)``, the
+Prediction: the member axis is the sample axis, and T = M whatever T is asked for
+(:class:`~bayesify.methods.core.members.MembersInOnePass`, as Packed-Ensembles: the members are
+deterministic, so their mixture is exact with M samples); the M members run in one pass over
+``M*N`` rows. Outside a sampling block (``method.net(x)``, the
 validation loss behind early stopping) every row runs member 0.
 
 ``from_pretrained(net, train, ...)``: W and the member biases start from the trained weights and
@@ -26,7 +26,6 @@ rank-1 perturbations of the trained network).
 
 from __future__ import annotations
 
-import math
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +66,7 @@ class BatchEnsembleConfig(MethodConfig):
 
 class BatchEnsemble(MembersInOnePass):
     """BatchEnsemble: M members sharing every layer's weight W, each with its own rank-1 fast
-    weights, trained together and predicted in one pass (the member axis is the sample axis)."""
+    weights, trained together and predicted in one pass (the members are the samples, T = M)."""
 
     name = "batch-ensemble"
     Config = BatchEnsembleConfig
@@ -104,10 +103,6 @@ class BatchEnsemble(MembersInOnePass):
         with sampling(self.net, m):
             out = self.net(x)
         return self.nll(out, y)
-
-    def sample_count(self, samples: int) -> int:
-        """T rounded up to a multiple of M: every member gives T/M (equal) samples."""
-        return self.members * math.ceil(samples / self.members)
 
     def _forward_rows(self) -> int:
         """A forward runs each row once per member: a chunk of n rows is ``[M*n, ...]``."""

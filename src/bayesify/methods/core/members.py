@@ -2,9 +2,12 @@
 (BatchEnsemble, Packed-Ensembles).
 
 The members are deterministic, so the mixture is exact once each has run
-(:meth:`MembersInOnePass.distinct_samples` is M). T samples, a multiple of M by the method's
-``sample_count``, are the M members' outputs ``[M, N, ...]`` repeated K = T/M times, k-major
-(sample ``k*M + m`` is member m's). The rows are cut into chunks so that no forward runs more
+(:meth:`MembersInOnePass.distinct_samples` is M), and T is always M
+(:meth:`MembersInOnePass.sample_count`): a smaller T is rounded up to M (every member weighs the
+same), a larger one is not drawn, since further samples would only repeat members and add no
+information (``pred.num_samples`` says M). ``samples="adaptive"`` checks its options and returns
+the M members with ``samples_used`` M for every row: their Monte Carlo error is zero, so there
+is nothing to sample adaptively. The rows are cut into chunks so that no forward runs more
 than ``max_rows`` rows; each chunk is one forward, written into one output allocated after the
 first chunk, and the call is refused before that allocation when its T samples would exceed
 ``max_bytes``.
@@ -14,13 +17,16 @@ from __future__ import annotations
 
 import math
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
 
+from bayesify.methods.core.adaptive import AdaptivePredictive, check_options
 from bayesify.methods.core.base import Method
-from bayesify.nn import check_sample_bytes
+from bayesify.nn import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, MaxRows, check_sample_bytes
+from bayesify.predictive import Predictive, Task
+from bayesify.train import Data
 
 
 class MembersInOnePass(Method):
@@ -37,6 +43,42 @@ class MembersInOnePass(Method):
     def distinct_samples(self) -> int:
         """The M members: the mixture is exact once each has run."""
         return self.members
+
+    def sample_count(self, samples: int) -> int:
+        """Always M: the M members are the predictive's samples, and its mixture is exact with
+        them (fewer would weigh members unequally; more would only repeat them)."""
+        return self.members
+
+    def predict(
+        self,
+        x: Tensor | Data,
+        samples: int | Literal["adaptive"] = 50,
+        *,
+        generator: torch.Generator | None = None,
+        seed: int | None = None,
+        max_rows: MaxRows = DEFAULT_MAX_ROWS,
+        max_bytes: int | None = DEFAULT_MAX_BYTES,
+        **adaptive: Any,
+    ) -> Predictive:
+        """As :meth:`Method.predict`, with T = M (see :meth:`sample_count`). ``samples=
+        "adaptive"`` (``tol``, ``start``, ``max_samples`` checked as usual): the M members,
+        ``samples_used`` M for every row, since their mixture has no Monte Carlo error."""
+        if samples != "adaptive":  # fixed T (adaptive options without it: the base's error)
+            return super().predict(x, samples, generator=generator, seed=seed,
+                                   max_rows=max_rows, max_bytes=max_bytes, **adaptive)  # fmt: skip
+        check_options(adaptive.pop("tol", None), adaptive.pop("start", 8),
+                      adaptive.pop("max_samples", 32))  # fmt: skip
+        if adaptive:
+            raise TypeError(f"unknown option(s) {', '.join(sorted(adaptive))}")
+        pred = super().predict(x, self.members, generator=generator, seed=seed,
+                               max_rows=max_rows, max_bytes=max_bytes)  # fmt: skip
+        if pred.task is Task.CLASSIFICATION:
+            out = AdaptivePredictive.classification(pred.samples)
+        else:
+            out = AdaptivePredictive.regression(pred.samples, pred.noise_variance)
+        assert isinstance(out, AdaptivePredictive)
+        out.samples_used = torch.full((pred.samples.shape[1],), self.members, dtype=torch.long)
+        return out
 
     def _forward_rows(self) -> int:
         """Rows of a forward per input row: 1 (one row's output holds every member)."""
@@ -59,17 +101,18 @@ class MembersInOnePass(Method):
         start: int = 0,
         max_bytes: int | None = None,
     ) -> Tensor:
-        """The M members in one forward per chunk of rows, ``[M, N, ...]``, repeated to
-        ``[T, N, ...]`` k-major. A chunk holds ``max_rows // _forward_rows()`` rows; where
-        that is none (or ``x`` is a prefix's output, ``start`` > 0) the shared chunked pass of
-        M sample groups runs instead, which splits the members too."""
+        """The M members in one forward per chunk of rows, ``[M, N, ...]`` (``samples`` is M,
+        by :meth:`sample_count`). A chunk holds
+        ``max_rows // _forward_rows()`` rows; where that is none (or ``x`` is a prefix's
+        output, ``start`` > 0) the shared chunked pass of M sample groups runs instead, which
+        splits the members too."""
         m, per_row = self.members, self._forward_rows()
         if start or (max_rows is not None and max_rows < per_row):
             out = super()._draw_samples(x, m, generator, max_rows, start, max_bytes)
         else:
             per_chunk = len(x) if max_rows is None else max_rows // per_row
             out = self._members_pass(x, generator, per_chunk, samples, max_bytes)
-        return repeat_members(out, samples)
+        return out
 
     def _members_pass(
         self,
@@ -94,9 +137,3 @@ class MembersInOnePass(Method):
         assert out is not None
         return out
 
-
-def repeat_members(out: Tensor, samples: int) -> Tensor:
-    """The members' outputs ``[M, N, ...]`` repeated to ``[T, N, ...]``, T a multiple of M,
-    k-major: sample ``k*M + m`` is member m's."""
-    k = samples // len(out)
-    return out.unsqueeze(0).expand(k, *out.shape).reshape(samples, *out.shape[1:])

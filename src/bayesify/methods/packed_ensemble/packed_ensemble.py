@@ -12,31 +12,23 @@ have neither the packed widths nor independent members).
 Training: the mean of the M members' losses on the same mini-batch, in one pass (their sum
 scaled by 1/M, as every member's own loss).
 
-Prediction: the members are the samples. Their mixture is exact with M samples, so T is always
-M (:meth:`PackedEnsemble.sample_count`): a smaller T is rounded up to M (every member weighs the
-same), a larger one is not drawn, since further samples would only repeat members and add no
-information (``pred.num_samples`` says M). ``samples="adaptive"`` checks its options and
-returns the M members with ``samples_used`` M for every row: their Monte Carlo error is zero,
-so there is nothing to sample adaptively.
+Prediction: the members are the samples, T = M (:class:`~bayesify.methods.core.members.
+MembersInOnePass`, as BatchEnsemble).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal, Self
+from typing import Any, Self
 
 import torch
 from torch import Tensor, nn
 
-from bayesify.methods.core.adaptive import AdaptivePredictive, check_options
 from bayesify.methods.core.base import MethodConfig
 from bayesify.methods.core.members import MembersInOnePass
-from bayesify.nn import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, MaxRows
 from bayesify.nn.packed import Packing, member_network, members_first, pack_network
-from bayesify.predictive import Predictive, Task
 from bayesify.seeding import seeded
-from bayesify.train import Data
 
 
 @dataclass(frozen=True)
@@ -79,11 +71,6 @@ class PackedEnsemble(MembersInOnePass):
         each = members_first(out, m).flatten(0, 1)  # [M*N, out, ...]
         return super().nll(each, y.repeat(m, *(1,) * (y.dim() - 1)))
 
-    def sample_count(self, samples: int) -> int:
-        """Always M: the M members are the predictive's samples, and its mixture is exact with
-        them (fewer would weigh members unequally; more would only repeat them)."""
-        return self.members
-
     def _members_forward(self, chunk: Tensor) -> Tensor:
         """One forward of the packed network over ``chunk [n, ...]``: ``[M, n, ...]``."""
         return members_first(self.net(chunk), self.members)
@@ -102,37 +89,6 @@ class PackedEnsemble(MembersInOnePass):
         x, _ = self._sample_inputs(x, samples, None, None)
         with torch.no_grad():
             return torch.stack([self.member(m)(x) for m in range(self.members)])
-
-    def predict(
-        self,
-        x: Tensor | Data,
-        samples: int | Literal["adaptive"] = 50,
-        *,
-        generator: torch.Generator | None = None,
-        seed: int | None = None,
-        max_rows: MaxRows = DEFAULT_MAX_ROWS,
-        max_bytes: int | None = DEFAULT_MAX_BYTES,
-        **adaptive: Any,
-    ) -> Predictive:
-        """As :meth:`Method.predict`, with T = M (see :meth:`sample_count`). ``samples=
-        "adaptive"`` (``tol``, ``start``, ``max_samples`` checked as usual): the M members,
-        ``samples_used`` M for every row, since their mixture has no Monte Carlo error."""
-        if samples != "adaptive":  # fixed T (adaptive options without it: the base's error)
-            return super().predict(x, samples, generator=generator, seed=seed,
-                                   max_rows=max_rows, max_bytes=max_bytes, **adaptive)  # fmt: skip
-        check_options(adaptive.pop("tol", None), adaptive.pop("start", 8),
-                      adaptive.pop("max_samples", 32))  # fmt: skip
-        if adaptive:
-            raise TypeError(f"unknown option(s) {', '.join(sorted(adaptive))}")
-        pred = super().predict(x, self.members, generator=generator, seed=seed,
-                               max_rows=max_rows, max_bytes=max_bytes)  # fmt: skip
-        if pred.task is Task.CLASSIFICATION:
-            out = AdaptivePredictive.classification(pred.samples)
-        else:
-            out = AdaptivePredictive.regression(pred.samples, pred.noise_variance)
-        assert isinstance(out, AdaptivePredictive)
-        out.samples_used = torch.full((pred.samples.shape[1],), self.members, dtype=torch.long)
-        return out
 
     @classmethod
     def from_pretrained(cls, *args: Any, **kwargs: Any) -> Self:
