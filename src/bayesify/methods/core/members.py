@@ -136,4 +136,3 @@ class MembersInOnePass(Method):
                 out[:, i : i + y.shape[1]] = y
         assert out is not None
         return out
-
