@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bayesify.callsite import user_stacklevel
 from bayesify.data.preprocessing import Preprocessing
 from bayesify.methods.core.adaptive import predict_adaptive
 from bayesify.methods.core.bundle import Bundled
@@ -230,7 +231,7 @@ class Method(FromPretrained, Trainable, Bundled, Sampling):
                 "predictive adds 1.0 (training target units) to every sample; pass val= to "
                 "fit()/from_pretrained() or call fit_noise(val)",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
         return Predictive.regression(regression_means(out), self.noise_variance)
 

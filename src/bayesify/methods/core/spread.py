@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import warnings
 
+from bayesify.callsite import user_stacklevel
 from bayesify.options import Task
 from bayesify.predictive import Predictive
 
@@ -46,9 +47,10 @@ def epistemic_share(pred: Predictive) -> float:
     return part / total if total > 0 else math.nan
 
 
-def check_spread(pred: Predictive, method: str, hint: str | None, stacklevel: int = 3) -> float:
+def check_spread(pred: Predictive, method: str, hint: str | None) -> float:
     """Warn (one line naming ``method`` and ``hint``, what to change) when ``pred``'s epistemic
-    share is below :data:`NEGLIGIBLE_SHARE`; returns the share. ``hint`` None: never warns."""
+    share is below :data:`NEGLIGIBLE_SHARE`; returns the share. ``hint`` None: never warns. The
+    warning names the caller's line outside bayesify."""
     share = epistemic_share(pred)
     if hint is not None and share < NEGLIGIBLE_SHARE:
         what = "entropy" if pred.task is Task.CLASSIFICATION else "variance"
@@ -56,6 +58,6 @@ def check_spread(pred: Predictive, method: str, hint: str | None, stacklevel: in
             f"{method}: the weight-driven spread is negligible (epistemic share {share:.2%} of "
             f"the predictive {what}, below {NEGLIGIBLE_SHARE:.0%}); {hint}",
             NegligibleSpreadWarning,
-            stacklevel=stacklevel,
+            stacklevel=user_stacklevel(),
         )
     return share

@@ -103,7 +103,7 @@ class Trainable:
             return float("nan")
         x, _ = self._tensors(val)
         pred = self.to_predictive(self.sample(x, self.config.noise_samples, seed=seed))
-        self.epistemic_share = check_spread(pred, type(self).__name__, self.spread_hint, 4)
+        self.epistemic_share = check_spread(pred, type(self).__name__, self.spread_hint)
         return self.epistemic_share
 
     def _train_replica(

@@ -6,6 +6,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any
 
+from bayesify.callsite import user_stacklevel
 from bayesify.methods.core.config import MethodConfig
 from bayesify.methods.core.spread import BayesifyWarning
 from bayesify.options import (
@@ -75,7 +76,7 @@ class LaplaceConfig(MethodConfig):
     @classmethod
     def from_saved(cls, d: dict[str, Any]) -> MethodConfig:
         if d.get("task") == Task.CLASSIFICATION.value and d.get("link") is None:
-            warnings.warn(UNNAMED_LINK, BayesifyWarning, stacklevel=2)
+            warnings.warn(UNNAMED_LINK, BayesifyWarning, stacklevel=user_stacklevel())
         return super().from_saved(d)
 
 
