@@ -1,18 +1,20 @@
 """Predict time per 1,000 rows of every method on the UCI page, beside the deterministic network
 timed in the same job: the timing the page's older rows (scored before timings were stored)
-lack, for all thirteen methods in one run so their ratios compare.
+lack, for all fourteen methods in one run so their ratios compare.
 
 Each job builds the method exactly as ``bayesify bench uci --protocol gal`` (quick preset) does
 for its row (:func:`bayesify.bench.uci.jobs.method_job`, Gal's one-hidden-layer MLP of 50 units,
 100 for protein; the grid's first value where it has one), fits it for ``--epochs`` epochs on the
 split's training part (predict time does not depend on how long the weights trained: the same
 layers, members, bank, curvature or random features are evaluated), then times its ``predict``
-with the row's T (100; Packed-Ensembles its 4 members) on the test rows repeated to 1,000
-against the deterministic network's one-sample ``predict``: 5 interleaved rounds after a warm-up
-each, medians (:func:`bayesify.bench.uci.predict_time.predict_times`, the code the newer rows
-were timed by).
+with the row's T (100; Packed-Ensembles and BatchEnsemble their 4 members) on the test rows
+repeated to 1,000 against the deterministic network's one-sample ``predict``: 5 interleaved
+rounds after a warm-up each, medians (:func:`bayesify.bench.uci.predict_time.predict_times`,
+the code the newer rows were timed by).
 
-    PYTHONPATH=src OMP_NUM_THREADS=1 python benchmarks/uci_predict_time.py --splits 3
+    PYTHONPATH=src OMP_NUM_THREADS=1 python benchmarks/uci_predict_time.py --splits 3 --epochs 2
+
+(Two epochs at least: SWAG collects for as many epochs as it trained and needs two snapshots.)
 
 Finished jobs are kept in ``--rows`` (JSON lines) and skipped by a rerun; the page is written from
 that file.
@@ -143,7 +145,7 @@ def _pm(values: list[float], digits: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--splits", type=int, default=3, help="splits 0..N-1 of each dataset")
-    parser.add_argument("--epochs", type=int, default=1, help="training epochs before timing")
+    parser.add_argument("--epochs", type=int, default=2, help="training epochs before timing")
     parser.add_argument("--datasets", default="", help="comma-separated (default: all nine)")
     parser.add_argument("--methods", default="", help="comma-separated (default: all)")
     parser.add_argument(
