@@ -119,9 +119,10 @@ def test_an_ensembles_members_count_against_the_limit(path):
     method = bayesify.DeepEnsemble(net, members=2, method=member, task="classification")
     method._vmap_ok = False if path == "member loop" else None
     x = torch.randn(50, 4)
-    need = 20 * 50 * 300 * 4  # 20 samples of 50 rows of 300 float32 logits: 1.2 MB
-    assert method.sample(x, 20, max_bytes=2 * need).shape == (20, 50, 300)
-    with pytest.raises(ValueError, match=r"^20 samples of 50 row\(s\) need 1\.1 MiB"):
+    t = 2 if path == "no randomness" else 20  # plain members: T = M, each drawn once
+    need = t * 50 * 300 * 4  # t samples of 50 rows of 300 float32 logits (1.2 MB at t = 20)
+    assert method.sample(x, 20, max_bytes=2 * need).shape == (t, 50, 300)
+    with pytest.raises(ValueError, match=rf"^{t} samples of 50 row\(s\) need "):
         method.sample(x, 20, max_bytes=need - 1)
 
 

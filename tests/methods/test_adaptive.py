@@ -176,8 +176,9 @@ def test_a_mixture_doubles_what_it_draws_so_its_members_weigh_the_same():
 
 @pytest.mark.parametrize("kind", ["deep-ensemble", "batch-ensemble"])
 def test_members_that_do_not_sample_stop_once_each_has_run(kind):
-    """M = 3 plain members: the first round (4 rounded up to 6) holds every member, so even at
-    tol = 0 no row draws more; the mixture is the members' exact one and each row used M."""
+    """M = 3 plain members: the first round holds every member, so even at tol = 0 no row
+    draws more and nothing is tiled; the mixture is the members' exact one and each row used
+    M."""
     from bayesify.methods import BatchEnsemble, DeepEnsemble
 
     torch.manual_seed(0)
@@ -186,7 +187,7 @@ def test_members_that_do_not_sample_stop_once_each_has_run(kind):
     assert m.distinct_samples() == 3
     x = _x(20)
     pred = m.predict(x, "adaptive", tol=0.0, start=4, max_samples=16, seed=5)
-    assert torch.equal(pred.samples_used, torch.full((20,), 3))
+    assert torch.equal(pred.samples_used, torch.full((20,), 3)) and pred.num_samples == 3
     members = m.predict(x, 3, seed=5)
     torch.testing.assert_close(pred.mean, members.mean)
     torch.testing.assert_close(pred.mutual_information, members.mutual_information)

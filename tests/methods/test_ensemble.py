@@ -18,6 +18,8 @@ def _fit(method, n=120):
 
 
 class TestEnsemblePlain(MethodConformance):
+    samples = 3  # plain members: T is always M
+
     def make(self):
         return _fit(bayesify.DeepEnsemble(mlp(5, hidden=(8,), norm=None), members=3))
 
@@ -55,14 +57,16 @@ class TestEnsembleOfBBBClassification(MethodConformance):
         return ens, x[:6]
 
 
-def test_members_differ_and_each_contributes_t_over_m_samples():
+def test_plain_members_differ_and_are_the_samples_once_each():
+    """Asked for 6 samples, 3 plain members give 3: sample m is member m's own output (their
+    mixture is exact with M; repeats would add nothing)."""
     ens, x = TestEnsemblePlain().make()
-    out = ens.sample(x, 6, seed=0)  # [6, N, 1], k-major: sample k*M + m is member m
+    assert [ens.sample_count(t) for t in (1, 3, 6, 100)] == [3, 3, 3, 3]
+    out = ens.sample(x, 6, seed=0)  # [3, N, 1]
+    assert out.shape[0] == 3
     for m, member in enumerate(ens.member_methods):
         with torch.no_grad():
-            own = member.net.eval()(x)
-        for k in range(2):
-            torch.testing.assert_close(out[k * 3 + m], own)
+            torch.testing.assert_close(out[m], member.net.eval()(x))
     assert (out[0] - out[1]).abs().max() > 1e-4
     first = [p.detach().clone() for p in ens.member_methods[0].net.parameters()]
     second = list(ens.member_methods[1].net.parameters())
@@ -106,10 +110,10 @@ def test_bad_options_are_clear():
 
 @pytest.mark.parametrize("t", [4, 2, 3])
 def test_predictive_mean_is_the_average_of_the_members_means(t):
-    """M = 3 members weigh the same whatever T: T is rounded up to a multiple of M."""
+    """M = 3 plain members weigh the same whatever T: each is drawn once."""
     ens, x = TestEnsemblePlain().make()
     pred = ens.predict(x, samples=t, seed=0)
-    assert pred.num_samples == 3 * -(-t // 3)
+    assert pred.num_samples == 3
     with torch.no_grad():
         means = torch.stack([mm.net.eval()(x).squeeze(-1) for mm in ens.member_methods])
     torch.testing.assert_close(pred.mean, means.mean(0), rtol=1e-6, atol=1e-6)

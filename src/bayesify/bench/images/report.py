@@ -298,8 +298,8 @@ def write_images_report(opts: Any, jobs: list[Any], summary: Any, wall: float) -
         "",
         "Test error, NLL, ECE (15 bins), Brier score of the mean prediction; (TS): after "
         "temperature scaling, the temperature fitted on validation images. T: samples drawn "
-        "(the deep ensemble rounds T up to a multiple of its members, BatchEnsemble and "
-        "Packed-Ensembles draw their M members once each; the deterministic net is one "
+        "(the deep ensemble, BatchEnsemble and Packed-Ensembles draw their M deterministic "
+        "members once each; the deterministic net is one "
         "sample). epochs: epochs run (early stopping keeps the best); train s: training time of "
         "the network(s) behind the row (MCBN's is the deterministic network's, the ensemble's "
         "the sum over its members).",

@@ -19,7 +19,8 @@ members, IBNN's K components) round ``start`` up to a multiple of their parts fi
 ``max_samples`` with it (M = 3, 8 to 32: 9, 18 or 36 samples). A method with finitely many
 distinct samples (``distinct_samples()``: the members of an ensemble of deterministic networks)
 stops once it has drawn them all, its mixture then exact, and ``samples_used`` counts at most
-that many. Each round is one vectorised pass over the rows still active.
+that many; where its first draw already holds them all (such ensembles draw T = M), that draw is
+the result, untiled. Each round is one vectorised pass over the rows still active.
 """
 
 from __future__ import annotations
@@ -137,13 +138,15 @@ def predict_adaptive(
     # a mixture draws T0 rounded up to a multiple of its parts (ensemble members, IBNN
     # components), so every round doubles what was drawn: the parts weigh the same in each row
     start = first.shape[0]
+    distinct = method.distinct_samples()  # finitely many: stop once all are drawn
+    if distinct is not None and start >= distinct:
+        rounds = 0  # the first draw holds them all: the mixture is exact, nothing to add
     max_samples = start * 2**rounds
     n = first.shape[1]
     draws = first.new_empty((max_samples, *first.shape[1:]))
     draws[:start] = first
     used = torch.full((n,), start, dtype=torch.long)
     active = torch.nonzero(standard_error(returned(first)).cpu() > tol).flatten()
-    distinct = method.distinct_samples()  # finitely many: stop once all are drawn
     have = start
     for _ in range(rounds):
         if len(active) == 0 or (distinct is not None and have >= distinct):

@@ -5,9 +5,9 @@ The members are deterministic, so the mixture is exact once each has run
 (:meth:`MembersInOnePass.distinct_samples` is M), and T is always M
 (:meth:`MembersInOnePass.sample_count`): a smaller T is rounded up to M (every member weighs the
 same), a larger one is not drawn, since further samples would only repeat members and add no
-information (``pred.num_samples`` says M). ``samples="adaptive"`` checks its options and returns
-the M members with ``samples_used`` M for every row: their Monte Carlo error is zero, so there
-is nothing to sample adaptively. The rows are cut into chunks so that no forward runs more
+information (``pred.num_samples`` says M). ``samples="adaptive"`` returns the M members with
+``samples_used`` M for every row (:mod:`.adaptive`: the first draw holds every distinct
+sample). The rows are cut into chunks so that no forward runs more
 than ``max_rows`` rows; each chunk is one forward, written into one output allocated after the
 first chunk, and the call is refused before that allocation when its T samples would exceed
 ``max_bytes``.
@@ -17,16 +17,13 @@ from __future__ import annotations
 
 import math
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from bayesify.methods.core.adaptive import AdaptivePredictive, check_options
 from bayesify.methods.core.base import Method
-from bayesify.nn import DEFAULT_MAX_BYTES, DEFAULT_MAX_ROWS, MaxRows, check_sample_bytes
-from bayesify.predictive import Predictive, Task
-from bayesify.train import Data
+from bayesify.nn import check_sample_bytes
 
 
 class MembersInOnePass(Method):
@@ -48,37 +45,6 @@ class MembersInOnePass(Method):
         """Always M: the M members are the predictive's samples, and its mixture is exact with
         them (fewer would weigh members unequally; more would only repeat them)."""
         return self.members
-
-    def predict(
-        self,
-        x: Tensor | Data,
-        samples: int | Literal["adaptive"] = 50,
-        *,
-        generator: torch.Generator | None = None,
-        seed: int | None = None,
-        max_rows: MaxRows = DEFAULT_MAX_ROWS,
-        max_bytes: int | None = DEFAULT_MAX_BYTES,
-        **adaptive: Any,
-    ) -> Predictive:
-        """As :meth:`Method.predict`, with T = M (see :meth:`sample_count`). ``samples=
-        "adaptive"`` (``tol``, ``start``, ``max_samples`` checked as usual): the M members,
-        ``samples_used`` M for every row, since their mixture has no Monte Carlo error."""
-        if samples != "adaptive":  # fixed T (adaptive options without it: the base's error)
-            return super().predict(x, samples, generator=generator, seed=seed,
-                                   max_rows=max_rows, max_bytes=max_bytes, **adaptive)  # fmt: skip
-        check_options(adaptive.pop("tol", None), adaptive.pop("start", 8),
-                      adaptive.pop("max_samples", 32))  # fmt: skip
-        if adaptive:
-            raise TypeError(f"unknown option(s) {', '.join(sorted(adaptive))}")
-        pred = super().predict(x, self.members, generator=generator, seed=seed,
-                               max_rows=max_rows, max_bytes=max_bytes)  # fmt: skip
-        if pred.task is Task.CLASSIFICATION:
-            out = AdaptivePredictive.classification(pred.samples)
-        else:
-            out = AdaptivePredictive.regression(pred.samples, pred.noise_variance)
-        assert isinstance(out, AdaptivePredictive)
-        out.samples_used = torch.full((pred.samples.shape[1],), self.members, dtype=torch.long)
-        return out
 
     def _forward_rows(self) -> int:
         """Rows of a forward per input row: 1 (one row's output holds every member)."""

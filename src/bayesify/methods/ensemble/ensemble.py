@@ -7,9 +7,10 @@
 ``fit`` trains the members one after the other with the shared training loop and seeds
 ``seed + m``.
 
-Prediction with T samples: every member gives K = ceil(T / M) samples (members without any
-stochastic layer, e.g. plain networks, are forwarded once and their output repeated K times,
-since their K samples are equal); all members run together
+Prediction with T samples: every member gives K = ceil(T / M) samples; plain-network members
+(the default, :class:`Deterministic`) give one each whatever T is asked for, T = M, since their
+mixture is exact with M (as BatchEnsemble's and Packed-Ensembles'). Members without any
+stochastic layer are forwarded once; all members run together
 in one pass by stacking their parameters and buffers (``torch.func.stack_module_state``) and
 calling member 0's module with each member's state (``functional_call`` under ``vmap``). The
 per-group randomness (dropout keys, flipout ε) is drawn once by member 0's ``sampling`` and
@@ -20,8 +21,9 @@ sampling block started from the same generator state (so the draws are the same)
 
 Samples are ordered k-major (sample ``k*M + m`` is member m's k-th). Every member weighs the
 same: when M does not divide T, T is rounded up to the next multiple of M
-(:meth:`~bayesify.methods.core.base.Method.sample_count`; M = 3, T = 4 gives 6 samples, 2 per
-member), so the predictive mean is the average of the members' means whatever T is.
+(:meth:`~bayesify.methods.core.base.Method.sample_count`; sampling members, M = 3, T = 4 gives
+6 samples, 2 per member), so the predictive mean is the average of the members' means whatever
+T is.
 
 Regression: τ⁻¹ is the mean of the members' noise variances, refitted on validation data when
 given (members are homoscedastic; this is not Lakshminarayanan's heteroscedastic NLL net).
@@ -243,7 +245,11 @@ class DeepEnsemble(Method):
         return out
 
     def sample_count(self, samples: int) -> int:
-        """T rounded up to a multiple of M: every member gives ceil(T/M) samples."""
+        """M for plain-network members (each gives one answer: their mixture is exact with M,
+        and repeats would add nothing); else T rounded up to a multiple of M, every member
+        giving ceil(T/M) samples."""
+        if self.distinct_samples() is not None:
+            return self.members
         return self.members * math.ceil(samples / self.members)
 
     def distinct_samples(self) -> int | None:
