@@ -7,10 +7,9 @@ The members are deterministic, so the mixture is exact once each has run
 same), a larger one is not drawn, since further samples would only repeat members and add no
 information (``pred.num_samples`` says M). ``samples="adaptive"`` returns the M members with
 ``samples_used`` M for every row (:mod:`.adaptive`: the first draw holds every distinct
-sample). The rows are cut into chunks so that no forward runs more
-than ``max_rows`` rows; each chunk is one forward, written into one output allocated after the
-first chunk, and the call is refused before that allocation when its T samples would exceed
-``max_bytes``.
+sample). The rows are cut into chunks so that no forward runs more than ``max_rows`` rows; each
+chunk is one forward, written into one output allocated after the first chunk, and the call is
+refused before that allocation when its T samples would exceed ``max_bytes``.
 """
 
 from __future__ import annotations
@@ -68,10 +67,9 @@ class MembersInOnePass(Method):
         max_bytes: int | None = None,
     ) -> Tensor:
         """The M members in one forward per chunk of rows, ``[M, N, ...]`` (``samples`` is M,
-        by :meth:`sample_count`). A chunk holds
-        ``max_rows // _forward_rows()`` rows; where that is none (or ``x`` is a prefix's
-        output, ``start`` > 0) the shared chunked pass of M sample groups runs instead, which
-        splits the members too."""
+        by :meth:`sample_count`). A chunk holds ``max_rows // _forward_rows()`` rows; where
+        that is none (or ``x`` is a prefix's output, ``start`` > 0) the shared chunked pass of
+        M sample groups runs instead, which splits the members too."""
         m, per_row = self.members, self._forward_rows()
         if start or (max_rows is not None and max_rows < per_row):
             out = super()._draw_samples(x, m, generator, max_rows, start, max_bytes)
