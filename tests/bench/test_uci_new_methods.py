@@ -140,8 +140,8 @@ def test_predict_times_time_the_method_beside_a_deterministic_net(method, likeli
     }[method]()
     job = SimpleNamespace(method=method, likelihood=likelihood, hidden=8, samples=7, seed=0)
     det = predict_time.deterministic_net(job, 5)
-    with warnings.catch_warnings():  # an untrained net, only timed: its τ⁻¹ never fitted
-        warnings.simplefilter("ignore")
+    with warnings.catch_warnings():  # its noise is set: no warning is timed with it
+        warnings.simplefilter("error")
         assert det.predict(torch.zeros(3, 5), samples=1).samples.shape[:2] == (1, 3)
     times = predict_time.predict_times(m, job, torch.randn(30, 5))
     # Packed-Ensembles and BatchEnsemble: their M = 4 members, whatever T the job asks for
