@@ -15,10 +15,15 @@ from bayesify.data.uci import UCI_DATASETS
 from bayesify.methods.core.spread import NEGLIGIBLE_SHARE
 
 
+def _values(rows: Sequence[dict[str, Any]], key: str) -> list[float]:
+    """The rows' ``key`` metric, rows scored without it left out."""
+    return [r[key] for r in rows if r.get(key) is not None]
+
+
 def flagged(rows: Sequence[dict[str, Any]]) -> tuple[float, int, int] | None:
     """(mean share, splits below the threshold, splits with a share) of a cell whose mean share
     is below :data:`NEGLIGIBLE_SHARE` or with at least half its splits below it; else None."""
-    shares = [r["epistemic_share"] for r in rows if r.get("epistemic_share") is not None]
+    shares = _values(rows, "epistemic_share")
     if not shares:
         return None
     mean = sum(shares) / len(shares)
@@ -29,7 +34,7 @@ def flagged(rows: Sequence[dict[str, Any]]) -> tuple[float, int, int] | None:
 
 
 def _pll(rows: Sequence[dict[str, Any]]) -> float | None:
-    vals = [r["pll_norm"] for r in rows if r.get("pll_norm") is not None]
+    vals = _values(rows, "pll_norm")
     return sum(vals) / len(vals) if vals else None
 
 
@@ -47,9 +52,7 @@ def negligible_spread_section(table: dict[Cell, list], protocol: str,
             hit = flagged(rows)
             if hit is None:
                 continue
-            shares = [
-                100 * r["epistemic_share"] for r in rows if r.get("epistemic_share") is not None
-            ]
+            shares = [100 * s for s in _values(rows, "epistemic_share")]
             own = plls.get((m, lik))
             same = [v for v in plls if v[1] == lik]
             best = max(same, key=plls.__getitem__) if same else None
